@@ -1,0 +1,35 @@
+"""PEARL core: interfaces, reference implementations, plugin discovery and replay."""
+
+from pearl_core.errors import (
+    BackendUnavailableError,
+    EmptyTreeError,
+    InvalidDTypeError,
+    InvalidIndexError,
+    InvalidValueError,
+    PearlError,
+    PluginLoadError,
+    SpecError,
+)
+from pearl_core.sumtree import SumTree
+from pearl_core.backend import Availability, Backend, DeviceInfo
+from pearl_core.plugins import PluginRegistry, get_backend, list_backends
+
+__version__ = "0.1.0"
+__all__ = [
+    "Availability",
+    "Backend",
+    "DeviceInfo",
+    "PluginRegistry",
+    "get_backend",
+    "list_backends",
+    "BackendUnavailableError",
+    "EmptyTreeError",
+    "InvalidDTypeError",
+    "InvalidIndexError",
+    "InvalidValueError",
+    "PearlError",
+    "PluginLoadError",
+    "SpecError",
+    "SumTree",
+    "__version__",
+]

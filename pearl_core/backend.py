@@ -1,0 +1,94 @@
+"""The behaviour a backend plugin gives the core.
+
+A backend describes one kind of device (``cpu``, ``cuda``, ``fpga`` or any kind a
+third party adds). The core asks it whether it can run here, which devices it
+sees, and for kernels (today: the sum tree). Backends report; the composer
+decides where each primitive runs.
+
+Typical use::
+
+    backend = pearl_core.get_backend("cpu")
+    tree = backend.make_sum_tree(capacity=2**20, fanout=16)
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping
+
+from pearl_core.sumtree import SumTree
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a backend can run on this machine, and if not, why."""
+
+    available: bool
+    reason: str | None = None
+
+    @classmethod
+    def yes(cls) -> "Availability":
+        return cls(True, None)
+
+    @classmethod
+    def no(cls, reason: str) -> "Availability":
+        return cls(False, reason)
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One device a backend detects (or is told about by a hardware spec).
+
+    Attributes:
+        name: unique, human-readable device name, e.g. ``"cpu0"`` or ``"cuda:0"``.
+        kind: device kind, the backend's ``device_kind``.
+        backend: name of the backend that reports it.
+        description: one line for people, e.g. the processor model.
+        details: kind-specific facts (cores, memory bytes, compute capability, ...).
+    """
+
+    name: str
+    kind: str
+    backend: str
+    description: str = ""
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Backend(abc.ABC):
+    """A device backend. Subclass it in a plugin and register the class.
+
+    Class attributes:
+        name: registry key used by :func:`pearl_core.get_backend`.
+        device_kind: kind of device it drives (``"cpu"``, ``"cuda"``, ``"fpga"``, ...).
+        max_fanout: largest sum-tree fanout supported, or ``None`` for any ``>= 2``.
+            The conformance kit only tests fanouts the backend declares.
+
+    Instantiation must be cheap and must not touch a device; device libraries are
+    imported in :meth:`availability` or later.
+    """
+
+    name: ClassVar[str]
+    device_kind: ClassVar[str]
+    max_fanout: ClassVar[int | None] = None
+
+    @abc.abstractmethod
+    def availability(self) -> Availability:
+        """Report whether this backend can run here; never raise for a missing device."""
+
+    @abc.abstractmethod
+    def devices(self) -> list[DeviceInfo]:
+        """The devices this backend detects; empty when unavailable."""
+
+    @abc.abstractmethod
+    def make_sum_tree(self, capacity: int, fanout: int = 16, **options: Any) -> SumTree:
+        """Create an all-zero sum tree on this backend's device.
+
+        Args:
+            capacity: number of leaves, ``>= 1``.
+            fanout: children per node, ``>= 2`` and ``<= max_fanout`` if declared.
+            **options: backend-specific tuning (e.g. ``threads`` for the CPU backend).
+        """
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self.name!r} kind={self.device_kind!r}>"

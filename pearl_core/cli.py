@@ -1,0 +1,67 @@
+"""The ``pearl`` command line."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from pearl_core.plugins import default_registry
+
+app = typer.Typer(help="PEARL: compose and run deep-RL training on heterogeneous machines.", no_args_is_help=True)
+
+
+@app.command()
+def plugins(verbose: bool = typer.Option(False, "--verbose", "-v", help="Show tracebacks of failed plugins.")):
+    """List installed plugins and their backends: distribution, version, available or why not."""
+    reg = default_registry()
+    console = Console()
+    table = Table(title="PEARL plugins")
+    for col in ("plugin", "backend", "distribution", "version", "status"):
+        table.add_column(col)
+    status = {s.name: s for s in reg.status()}
+    records = reg.plugins()
+    for rec in records:
+        if rec.error is not None:
+            table.add_row(rec.name, "-", rec.distribution or "?", rec.version or "?",
+                          "[red]failed to load[/red]: " + escape(f"{type(rec.error).__name__}: {rec.error}"))
+            continue
+        for bname in rec.backends or ("-",):
+            st = status.get(bname)
+            text = "[green]available[/green]" if st and st.available else "[yellow]unavailable[/yellow]: " + escape(st.reason if st else "no backend registered")
+            table.add_row(rec.name, bname, rec.distribution or "?", rec.version or "?", text)
+    if not records:
+        console.print("No PEARL plugins are installed. Fix: `pip install pearl-cpu` (or `make test` in a checkout).")
+        return
+    console.print(table)
+    if verbose:
+        for rec in records:
+            if rec.error is not None:
+                console.print(f"\n[bold]{rec.name}[/bold] ({rec.target}):\n{rec.traceback}", markup=False)
+
+
+@app.command()
+def devices():
+    """List the devices each available backend detects."""
+    reg = default_registry()
+    console = Console()
+    table = Table(title="Devices detected by PEARL backends")
+    for col in ("backend", "device", "kind", "description", "details"):
+        table.add_column(col)
+    for st in reg.status():
+        if not st.available:
+            table.add_row(st.name, "-", "-", "[yellow]unavailable[/yellow]: " + escape(str(st.reason)), "")
+            continue
+        for dev in reg.get_backend(st.name).devices():
+            details = ", ".join(f"{k}={v}" for k, v in dev.details.items())
+            table.add_row(st.name, escape(dev.name), dev.kind, escape(dev.description), escape(details))
+    console.print(table)
+
+
+def main() -> None:  # console-script entry point
+    app()
+
+
+if __name__ == "__main__":
+    main()

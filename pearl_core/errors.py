@@ -1,0 +1,51 @@
+"""One error hierarchy for PEARL.
+
+Every error PEARL raises derives from :class:`PearlError`. Errors caused by bad
+input also derive from the matching builtin (``ValueError``, ``IndexError``,
+``TypeError``) so that code written against plain numpy habits still catches
+them. Messages say what failed, on which object, expected vs found, and the fix.
+"""
+
+from __future__ import annotations
+
+
+class PearlError(Exception):
+    """Base class of every error raised by PEARL."""
+
+
+class InvalidValueError(PearlError, ValueError):
+    """An argument has the right type but a value outside its contract."""
+
+
+class InvalidIndexError(PearlError, IndexError):
+    """An index is outside ``[0, capacity)``."""
+
+
+class InvalidDTypeError(PearlError, TypeError):
+    """An array cannot be converted safely to the dtype an operation needs."""
+
+
+class EmptyTreeError(PearlError, ValueError):
+    """Sampling was asked of a sum tree whose priorities are all zero."""
+
+
+class BackendUnavailableError(PearlError):
+    """A backend was asked for but cannot be used.
+
+    Attributes:
+        backend: the backend name that was asked for.
+        cause: the original exception (import error, missing device, ...), if any.
+    """
+
+    def __init__(self, message: str, *, backend: str | None = None, cause: BaseException | None = None):
+        super().__init__(message)
+        self.backend = backend
+        self.cause = cause
+
+
+class PluginLoadError(PearlError):
+    """A plugin's entry point failed to import or to register."""
+
+
+class SpecError(PearlError, ValueError):
+    """A configuration or hardware specification is malformed."""

@@ -1,0 +1,287 @@
+"""Plugin discovery: entry points in the group ``pearl``, registered through pluggy.
+
+Each entry point is loaded inside ``try``/``except``. A plugin that fails to import
+or to register is *recorded* (see :meth:`PluginRegistry.plugins`, shown by
+``pearl plugins``) and never stops the others; its error is raised, wrapped in
+:class:`BackendUnavailableError`, only when its backend is asked for.
+
+Set ``PEARL_DISABLE_PLUGIN_AUTOLOAD=1`` to skip entry points (tests then register
+plugins by hand with :meth:`PluginRegistry.register_plugin`).
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+import pluggy
+
+from pearl_core import hookspecs
+from pearl_core.backend import Availability, Backend
+from pearl_core.errors import BackendUnavailableError, PluginLoadError
+
+AUTOLOAD_ENV = "PEARL_DISABLE_PLUGIN_AUTOLOAD"
+
+
+@dataclass(frozen=True)
+class PluginRecord:
+    """What happened when one plugin was loaded.
+
+    Attributes:
+        name: entry-point (plugin) name.
+        distribution: name of the distribution that ships it, when known.
+        version: that distribution's version, when known.
+        target: the entry point's ``module[:attr]`` string, or the object's repr.
+        backends: names of the backends it registered.
+        error: the exception raised while importing or registering, or ``None``.
+        traceback: formatted traceback of ``error``.
+    """
+
+    name: str
+    distribution: str | None
+    version: str | None
+    target: str
+    backends: tuple[str, ...] = ()
+    error: BaseException | None = None
+    traceback: str = ""
+
+    @property
+    def loaded(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class BackendStatus:
+    """One row of :func:`list_backends`: a backend and whether it can run here."""
+
+    name: str
+    plugin: str
+    distribution: str | None
+    version: str | None
+    available: bool
+    reason: str | None = None
+    error: BaseException | None = field(default=None, repr=False)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+class PluginRegistry:
+    """The set of loaded plugins and the backends they registered.
+
+    Args:
+        autoload: load the ``pearl`` entry points now. ``None`` (default) means
+            yes unless the environment variable ``PEARL_DISABLE_PLUGIN_AUTOLOAD``
+            is set to ``1``/``true``/``yes``.
+        group: entry-point group to scan.
+    """
+
+    def __init__(self, *, autoload: bool | None = None, group: str = hookspecs.ENTRY_POINT_GROUP):
+        self._pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+        self._pm.add_hookspecs(hookspecs)
+        self._group = group
+        self._records: dict[str, PluginRecord] = {}
+        self._classes: dict[str, tuple[type[Backend], str]] = {}
+        self._instances: dict[str, Backend] = {}
+        if autoload is None:
+            autoload = os.environ.get(AUTOLOAD_ENV, "").strip().lower() not in ("1", "true", "yes")
+        if autoload:
+            self.load_entry_points()
+
+    # -- loading -----------------------------------------------------------------
+    def load_entry_points(self) -> None:
+        """Import and register every entry point of the group; failures are recorded."""
+        for ep in sorted(metadata.entry_points(group=self._group), key=lambda e: e.name):
+            if ep.name in self._records:
+                continue
+            dist = getattr(ep, "dist", None)
+            dist_name = dist.metadata["Name"] if dist is not None else None
+            version = dist.version if dist is not None else None
+            try:
+                obj = ep.load()
+            except BaseException as exc:  # noqa: BLE001 - any import failure is recorded
+                if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                    raise
+                self._record_failure(ep.name, dist_name, version, ep.value, exc)
+                continue
+            self.register_plugin(obj, name=ep.name, distribution=dist_name, version=version, target=ep.value)
+
+    def register_plugin(
+        self,
+        plugin: Any,
+        *,
+        name: str,
+        distribution: str | None = None,
+        version: str | None = None,
+        target: str | None = None,
+    ) -> PluginRecord:
+        """Register a plugin object (usually a module with ``@hookimpl`` functions).
+
+        Never raises for a broken plugin: the failure is recorded and returned.
+        """
+        target = target or getattr(plugin, "__name__", repr(plugin))
+        if name in self._records:
+            raise PluginLoadError(
+                f"a plugin named {name!r} is already registered ({self._records[name].target}); "
+                "fix: give the entry point a unique name."
+            )
+        registered: list[tuple[str, type[Backend]]] = []
+
+        def register(backend_cls: type) -> None:
+            if not (isinstance(backend_cls, type) and issubclass(backend_cls, Backend)):
+                raise PluginLoadError(
+                    f"plugin {name!r} registered {backend_cls!r}; expected a subclass of "
+                    "pearl_core.backend.Backend."
+                )
+            bname = getattr(backend_cls, "name", None)
+            if not isinstance(bname, str) or not bname:
+                raise PluginLoadError(f"plugin {name!r}: backend class {backend_cls.__name__} has no `name`.")
+            owner = self._classes.get(bname)
+            if owner is not None or any(b == bname for b, _ in registered):
+                raise PluginLoadError(
+                    f"plugin {name!r} registers backend {bname!r}, already registered by plugin "
+                    f"{owner[1] if owner else name!r}; fix: choose another backend name."
+                )
+            registered.append((bname, backend_cls))
+
+        try:
+            self._pm.register(plugin, name=name)
+        except BaseException as exc:  # noqa: BLE001
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            return self._record_failure(name, distribution, version, target, exc)
+        try:
+            for impl in self._pm.hook.pearl_register_backends.get_hookimpls():
+                if impl.plugin is plugin:
+                    impl.function(register=register)
+        except BaseException as exc:  # noqa: BLE001
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            self._pm.unregister(plugin)
+            return self._record_failure(name, distribution, version, target, exc)
+        for bname, cls in registered:
+            self._classes[bname] = (cls, name)
+        record = PluginRecord(name, distribution, version, target, tuple(b for b, _ in registered))
+        self._records[name] = record
+        return record
+
+    def _record_failure(self, name, distribution, version, target, exc) -> PluginRecord:
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        record = PluginRecord(name, distribution, version, target, (), exc, tb)
+        self._records[name] = record
+        return record
+
+    # -- queries -------------------------------------------------------------------
+    def plugins(self) -> list[PluginRecord]:
+        """Every plugin seen, loaded or not, sorted by name."""
+        return [self._records[k] for k in sorted(self._records)]
+
+    def backend_names(self) -> list[str]:
+        """Names of every registered backend (available or not)."""
+        return sorted(self._classes)
+
+    def _instance(self, name: str) -> Backend:
+        inst = self._instances.get(name)
+        if inst is None:
+            cls, _ = self._classes[name]
+            inst = self._instances[name] = cls()
+        return inst
+
+    def _availability(self, name: str) -> tuple[Availability, BaseException | None]:
+        try:
+            return self._instance(name).availability(), None
+        except Exception as exc:  # noqa: BLE001 - a backend that crashes is just unavailable
+            return Availability.no(f"availability check raised {_describe(exc)}"), exc
+
+    def status(self) -> list[BackendStatus]:
+        """One :class:`BackendStatus` per backend, plus one per plugin that failed to load."""
+        rows = []
+        for name in self.backend_names():
+            _, plugin = self._classes[name]
+            rec = self._records[plugin]
+            avail, err = self._availability(name)
+            rows.append(BackendStatus(name, plugin, rec.distribution, rec.version, avail.available, avail.reason, err))
+        for rec in self.plugins():
+            if rec.error is not None:
+                rows.append(
+                    BackendStatus(
+                        rec.name, rec.name, rec.distribution, rec.version, False,
+                        f"plugin failed to load ({_describe(rec.error)})", rec.error,
+                    )
+                )
+        return rows
+
+    def get_backend(self, name: str) -> Backend:
+        """Return the backend called ``name``, ready to use.
+
+        Raises:
+            BackendUnavailableError: unknown name, its plugin failed to load, or the
+                backend reports itself unavailable here. ``.cause`` holds the
+                original error when there is one.
+        """
+        if name not in self._classes:
+            failed = self._records.get(name)
+            usable = self._usable_names()
+            if failed is not None and failed.error is not None:
+                dist = failed.distribution or failed.target
+                raise BackendUnavailableError(
+                    f"backend {name!r} is not available: {dist} failed to load "
+                    f"({_describe(failed.error)}). Available: {usable}.",
+                    backend=name,
+                    cause=failed.error,
+                ) from failed.error
+            broken = [r.name for r in self.plugins() if r.error is not None]
+            hint = f" Plugins that failed to load: {broken} (see `pearl plugins`)." if broken else ""
+            raise BackendUnavailableError(
+                f"no backend named {name!r} is registered. Available: {usable}.{hint} "
+                "Fix: install the plugin that provides it (e.g. `pip install pearl-cpu`).",
+                backend=name,
+            )
+        try:
+            backend = self._instance(name)
+        except Exception as exc:  # noqa: BLE001
+            raise BackendUnavailableError(
+                f"backend {name!r} could not be created: {_describe(exc)}.", backend=name, cause=exc
+            ) from exc
+        avail, err = self._availability(name)
+        if not avail.available:
+            raise BackendUnavailableError(
+                f"backend {name!r} is not available: {avail.reason}. Available: {self._usable_names()}.",
+                backend=name,
+                cause=err,
+            )
+        return backend
+
+    def _usable_names(self) -> list[str]:
+        return [n for n in self.backend_names() if self._availability(n)[0].available]
+
+
+_default: PluginRegistry | None = None
+
+
+def default_registry() -> PluginRegistry:
+    """The registry built from installed entry points, created on first use."""
+    global _default
+    if _default is None:
+        _default = PluginRegistry()
+    return _default
+
+
+def reset_default_registry() -> None:
+    """Forget the default registry so the next call rescans entry points (tests use this)."""
+    global _default
+    _default = None
+
+
+def get_backend(name: str) -> Backend:
+    """Return the installed backend ``name`` (see :meth:`PluginRegistry.get_backend`)."""
+    return default_registry().get_backend(name)
+
+
+def list_backends() -> list[BackendStatus]:
+    """Every installed backend with its availability (see :meth:`PluginRegistry.status`)."""
+    return default_registry().status()

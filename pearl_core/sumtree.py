@@ -1,0 +1,206 @@
+"""The sum-tree contract every backend implements, and the input checks that enforce it.
+
+A sum tree keeps one non-negative priority per slot ``0 <= i < capacity`` and
+answers three batched operations on numpy arrays:
+
+* ``update(indices, priorities)`` sets leaf priorities. Within one call a
+  repeated index takes the *last* priority given for it.
+* ``get(indices)`` returns the leaves' priorities as ``float64``.
+* ``sample(masses)`` returns, for each mass ``x`` with ``0 <= x < total()``, the
+  smallest index ``i`` whose inclusive prefix sum ``p[0] + ... + p[i]`` exceeds
+  ``x``. A zero-priority leaf is therefore never returned. Masses at or just past
+  the total (float drift, up to ``total() * (1 + MASS_DRIFT_RTOL)``) clamp to the
+  last leaf with non-zero priority.
+
+Bad input raises and changes nothing:
+
+============================================  ================================
+input                                         error
+============================================  ================================
+``capacity < 1`` or ``fanout < 2``            :class:`InvalidValueError`
+indices/priorities/masses not 1-D             :class:`InvalidValueError`
+non-integer indices, non-real priorities      :class:`InvalidDTypeError`
+index ``< 0`` or ``>= capacity``              :class:`InvalidIndexError`
+negative, NaN or infinite priority            :class:`InvalidValueError` (names
+                                              the first bad position)
+``len(indices) != len(priorities)``           :class:`InvalidValueError`
+mass negative, NaN or past total + drift      :class:`InvalidValueError`
+sampling when every priority is zero          :class:`EmptyTreeError`
+============================================  ================================
+
+The helpers ``check_*`` below implement exactly these rules in Python; a
+pure-Python backend calls them, a compiled backend reimplements them natively
+(the conformance kit in :mod:`pearl_core.testing` checks that it does).
+"""
+
+from __future__ import annotations
+
+import abc
+import operator
+
+import numpy as np
+
+from pearl_core.errors import (
+    EmptyTreeError,
+    InvalidDTypeError,
+    InvalidIndexError,
+    InvalidValueError,
+)
+
+#: Masses in ``[total, total * (1 + MASS_DRIFT_RTOL)]`` are float drift and clamp
+#: to the last non-zero leaf instead of raising.
+MASS_DRIFT_RTOL = 1e-6
+
+__all__ = [
+    "MASS_DRIFT_RTOL",
+    "SumTree",
+    "check_capacity_fanout",
+    "check_indices",
+    "check_priorities",
+    "check_masses",
+]
+
+
+class SumTree(abc.ABC):
+    """A batched n-ary sum tree over ``capacity`` non-negative priorities.
+
+    Attributes:
+        capacity: number of leaves (``>= 1``), not necessarily a power of ``fanout``.
+        fanout: children per inner node (``>= 2``).
+
+    Complexity (per item of a batch): ``update`` and ``sample`` are
+    ``O(fanout * depth)`` with ``depth = ceil(log_fanout(capacity))``; ``get`` and
+    ``total`` are ``O(1)``.
+
+    Every method takes 1-D array-likes and validates them before touching the
+    tree; see the module docstring for the rules and the errors raised.
+    """
+
+    capacity: int
+    fanout: int
+
+    @abc.abstractmethod
+    def update(self, indices, priorities) -> None:
+        """Set ``p[indices[k]] = priorities[k]``; a repeated index keeps its last value.
+
+        Args:
+            indices: 1-D integer array-like, each in ``[0, capacity)``.
+            priorities: 1-D real array-like of the same length, finite and ``>= 0``.
+        """
+
+    @abc.abstractmethod
+    def get(self, indices) -> np.ndarray:
+        """Return ``p[indices]`` as a new ``float64`` array of the same length."""
+
+    @abc.abstractmethod
+    def sample(self, masses) -> np.ndarray:
+        """Return the ``int64`` leaf index found for each mass (see the module docstring).
+
+        Raises:
+            EmptyTreeError: every priority is zero.
+        """
+
+    @abc.abstractmethod
+    def total(self) -> float:
+        """Return the sum of all priorities as a Python float."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(capacity={self.capacity}, fanout={self.fanout})"
+
+
+def check_capacity_fanout(capacity, fanout) -> tuple[int, int]:
+    """Validate and return ``(capacity, fanout)`` as ints."""
+    try:
+        capacity = operator.index(capacity)
+        fanout = operator.index(fanout)
+    except TypeError as exc:
+        raise InvalidDTypeError(
+            f"sum tree capacity and fanout must be integers; found capacity={capacity!r}, "
+            f"fanout={fanout!r}. Fix: pass ints, e.g. capacity=2**20, fanout=16."
+        ) from exc
+    if capacity < 1:
+        raise InvalidValueError(
+            f"sum tree capacity must be >= 1; found {capacity}. Fix: pass the replay size, e.g. 2**20."
+        )
+    if fanout < 2:
+        raise InvalidValueError(
+            f"sum tree fanout must be >= 2; found {fanout}. Fix: use 2 (binary) or a wider fanout such as 16."
+        )
+    return capacity, fanout
+
+
+def _as_1d(values, what: str) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise InvalidValueError(
+            f"{what} must be a 1-D array; found shape {arr.shape}. Fix: pass a flat array (arr.ravel())."
+        )
+    return arr
+
+
+def check_indices(indices, capacity: int, what: str = "indices") -> np.ndarray:
+    """Return ``indices`` as a 1-D ``int64`` array, or raise without side effects."""
+    arr = _as_1d(indices, what)
+    if arr.size == 0:
+        if arr.dtype.kind not in "iuf":
+            raise InvalidDTypeError(f"{what} must be integers; found dtype {arr.dtype}.")
+        return np.empty(0, dtype=np.int64)
+    if arr.dtype.kind not in "iu":
+        raise InvalidDTypeError(
+            f"{what} must be an integer array; found dtype {arr.dtype}. "
+            f"Fix: convert explicitly, e.g. np.asarray({what}, dtype=np.int64)."
+        )
+    bad = (arr < 0) | (arr >= capacity)
+    if bad.any():
+        pos = int(np.argmax(bad))
+        raise InvalidIndexError(
+            f"{what}[{pos}] = {arr[pos]} is out of range; expected 0 <= index < capacity = {capacity}."
+        )
+    return arr.astype(np.int64, copy=False)
+
+
+def check_priorities(priorities, n: int) -> np.ndarray:
+    """Return ``priorities`` as a 1-D ``float64`` array of length ``n``, or raise."""
+    arr = _as_1d(priorities, "priorities")
+    if arr.size and arr.dtype.kind not in "iuf":
+        raise InvalidDTypeError(
+            f"priorities must be real numbers; found dtype {arr.dtype}. Fix: np.asarray(p, dtype=np.float64)."
+        )
+    if arr.shape[0] != n:
+        raise InvalidValueError(
+            f"indices and priorities differ in length: {n} indices, {arr.shape[0]} priorities. "
+            "Fix: pass one priority per index."
+        )
+    arr = arr.astype(np.float64, copy=False)
+    bad = ~(np.isfinite(arr) & (arr >= 0.0))
+    if bad.any():
+        pos = int(np.argmax(bad))
+        raise InvalidValueError(
+            f"priorities[{pos}] = {arr[pos]!r} is invalid; expected a finite value >= 0. "
+            "Fix: clip or replace NaN/inf/negative priorities before updating."
+        )
+    return arr
+
+
+def check_masses(masses, total: float) -> np.ndarray:
+    """Return ``masses`` as a 1-D ``float64`` array valid for a tree of this total, or raise."""
+    arr = _as_1d(masses, "masses")
+    if arr.size and arr.dtype.kind not in "iuf":
+        raise InvalidDTypeError(
+            f"masses must be real numbers; found dtype {arr.dtype}. Fix: np.asarray(x, dtype=np.float64)."
+        )
+    arr = arr.astype(np.float64, copy=False)
+    if not total > 0.0:
+        raise EmptyTreeError(
+            "cannot sample: every priority in the sum tree is zero (total = 0). "
+            "Fix: insert items with a positive priority before sampling."
+        )
+    limit = total * (1.0 + MASS_DRIFT_RTOL)
+    bad = ~((arr >= 0.0) & (arr <= limit))
+    if bad.any():
+        pos = int(np.argmax(bad))
+        raise InvalidValueError(
+            f"masses[{pos}] = {arr[pos]!r} is outside [0, total) with total = {total!r}. "
+            "Fix: draw masses as u * tree.total() with u in [0, 1)."
+        )
+    return arr
