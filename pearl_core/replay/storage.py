@@ -1,0 +1,426 @@
+"""Data Storage (DS): the experiences themselves, in a struct-of-arrays ring buffer.
+
+A :class:`DataStorage` preallocates one array per field of a transition
+``(obs, action, reward, next_obs, done)`` from a :class:`StorageSpec` and a
+capacity, writes batches into consecutive slots (wrapping around), and gathers
+batches by slot index. It knows nothing about priorities: a replay manager
+composes it with a sum tree whose leaf ``i`` describes slot ``i``.
+
+Slots fill from 0 upwards, so the filled slots are always exactly
+``range(size)``; once ``size == capacity`` new rows overwrite the oldest ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+
+import numpy as np
+
+from pearl_core.errors import InvalidDTypeError, InvalidIndexError, InvalidValueError, SpecError
+
+__all__ = ["Batch", "DataStorage", "StorageSpec", "check_filled_indices"]
+
+#: dtype kinds a stored field may have: bool, signed int, unsigned int, float.
+_FIELD_KINDS = "biuf"
+
+
+def _shape(value, what: str) -> tuple[int, ...]:
+    if isinstance(value, (int, np.integer)):
+        value = (value,)
+    try:
+        dims = tuple(operator.index(d) for d in value)
+    except TypeError as exc:
+        raise SpecError(
+            f"StorageSpec.{what} must be a tuple of non-negative ints; found {value!r}. "
+            "Fix: pass e.g. (4,) for a vector or () for a scalar."
+        ) from exc
+    if any(d < 0 for d in dims):
+        raise SpecError(f"StorageSpec.{what} must not have negative dimensions; found {dims}.")
+    return dims
+
+
+def _dtype(value, what: str) -> np.dtype:
+    try:
+        dtype = np.dtype(value)
+    except TypeError as exc:
+        raise SpecError(f"StorageSpec.{what} = {value!r} is not a numpy dtype. Fix: pass e.g. np.float32.") from exc
+    if dtype.kind not in _FIELD_KINDS:
+        raise SpecError(
+            f"StorageSpec.{what} = {dtype} is not storable; expected a bool, integer or real floating "
+            "dtype. Fix: encode the value numerically (e.g. np.float32 or np.int64)."
+        )
+    return dtype
+
+
+def _space_layout(space, what: str) -> tuple[tuple[int, ...], np.dtype]:
+    try:
+        from gymnasium import spaces  # optional dependency (pearl-core[rl]); only needed here
+    except ImportError as exc:
+        raise SpecError(
+            "StorageSpec.from_spaces needs gymnasium, which is not installed. "
+            "Fix: pip install 'pearl-core[rl]', or build StorageSpec(obs_shape=..., ...) directly."
+        ) from exc
+    if isinstance(space, spaces.Discrete):
+        return (), np.dtype(np.int64)
+    if isinstance(space, spaces.Box):
+        return tuple(int(d) for d in space.shape), np.dtype(space.dtype)
+    raise SpecError(
+        f"{what} {space!r} ({type(space).__name__}) is not supported by StorageSpec.from_spaces; "
+        "expected gymnasium.spaces.Box or gymnasium.spaces.Discrete. Fix: flatten the space "
+        "(e.g. gymnasium.wrappers.FlattenObservation) or build StorageSpec(...) by hand."
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class StorageSpec:
+    """Shape and dtype of one transition's observation and action.
+
+    Rewards are always stored as ``float32`` and done flags as ``bool``, so they
+    need no spec. Shapes exclude the batch axis; ``()`` is a scalar.
+
+    Attributes:
+        obs_shape: shape of one observation (``obs`` and ``next_obs``).
+        obs_dtype: numpy dtype of observations (bool, integer or float).
+        action_shape: shape of one action; ``()`` for a discrete action.
+        action_dtype: numpy dtype of actions (bool, integer or float).
+
+    Raises:
+        SpecError: a shape is not a tuple of non-negative ints, or a dtype is
+            not bool, integer or real floating.
+    """
+
+    obs_shape: tuple[int, ...]
+    obs_dtype: np.dtype
+    action_shape: tuple[int, ...]
+    action_dtype: np.dtype
+
+    def __post_init__(self) -> None:
+        # Normalise in place so that equal specs compare (and hash) equal.
+        object.__setattr__(self, "obs_shape", _shape(self.obs_shape, "obs_shape"))
+        object.__setattr__(self, "obs_dtype", _dtype(self.obs_dtype, "obs_dtype"))
+        object.__setattr__(self, "action_shape", _shape(self.action_shape, "action_shape"))
+        object.__setattr__(self, "action_dtype", _dtype(self.action_dtype, "action_dtype"))
+
+    @classmethod
+    def from_spaces(cls, observation_space, action_space) -> StorageSpec:
+        """Build the spec of a gymnasium environment's spaces.
+
+        ``Box`` maps to its own shape and dtype; ``Discrete`` maps to a scalar
+        ``int64`` (shape ``()``). Both arguments follow the same rule.
+
+        Args:
+            observation_space: a ``gymnasium.spaces.Box`` or ``Discrete``.
+            action_space: a ``gymnasium.spaces.Box`` or ``Discrete``.
+
+        Returns:
+            The matching :class:`StorageSpec`.
+
+        Raises:
+            SpecError: a space of any other type (the message names it), or
+                gymnasium is not installed.
+        """
+        obs_shape, obs_dtype = _space_layout(observation_space, "observation_space")
+        action_shape, action_dtype = _space_layout(action_space, "action_space")
+        return cls(obs_shape, obs_dtype, action_shape, action_dtype)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Batch:
+    """A batch of ``B`` transitions; every array is a copy, never a view of the storage.
+
+    Attributes:
+        obs: ``(B, *obs_shape)`` of ``obs_dtype``.
+        action: ``(B, *action_shape)`` of ``action_dtype``.
+        reward: ``(B,)`` ``float32``.
+        next_obs: ``(B, *obs_shape)`` of ``obs_dtype``.
+        done: ``(B,)`` ``bool``.
+    """
+
+    obs: np.ndarray
+    action: np.ndarray
+    reward: np.ndarray
+    next_obs: np.ndarray
+    done: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.reward.shape[0])
+
+
+def check_filled_indices(indices, size: int, capacity: int, what: str = "indices") -> np.ndarray:
+    """Return ``indices`` as a 1-D ``int64`` array of filled slots, or raise.
+
+    Args:
+        indices: 1-D integer array-like.
+        size: number of filled slots; valid indices are ``0 <= i < size``.
+        capacity: the storage capacity, quoted in the error message.
+        what: the argument's name, quoted in error messages.
+
+    Raises:
+        InvalidValueError: not 1-D.
+        InvalidDTypeError: not integers.
+        InvalidIndexError: an index outside ``[0, size)`` (names the first one).
+    """
+    arr = np.asarray(indices)
+    if arr.ndim != 1:
+        raise InvalidValueError(
+            f"{what} must be a 1-D array; found shape {arr.shape}. Fix: pass a flat array (arr.ravel())."
+        )
+    if arr.size == 0:
+        return np.empty(0, dtype=np.int64)
+    if arr.dtype.kind not in "iu":
+        raise InvalidDTypeError(
+            f"{what} must be an integer array; found dtype {arr.dtype}. "
+            f"Fix: convert explicitly, e.g. np.asarray({what}, dtype=np.int64)."
+        )
+    bad = (arr < 0) | (arr >= size)
+    if bad.any():
+        pos = int(np.argmax(bad))
+        raise InvalidIndexError(
+            f"{what}[{pos}] = {arr[pos]} is not a filled slot; expected 0 <= index < size = {size} "
+            f"(capacity {capacity}). Fix: use the indices returned by add() or sample()."
+        )
+    return arr.astype(np.int64, copy=False)
+
+
+def _cast(arr: np.ndarray, target: np.dtype, name: str) -> np.ndarray:
+    """Cast ``arr`` to ``target`` if no value changes beyond float rounding, else raise."""
+    src = arr.dtype
+    if src == target:
+        return arr
+    if target.kind == "b" and src.kind in "iu":
+        # Environments and torch code often hand over done flags as 0/1 integers.
+        bad = (arr != 0) & (arr != 1)
+        if bad.any():
+            pos = np.unravel_index(int(np.argmax(bad)), arr.shape)
+            raise InvalidValueError(
+                f"DataStorage.add: {name}{list(pos)} = {arr[pos]!r} is not a flag; expected bool "
+                "or integer 0/1. Fix: pass terminated | truncated as a bool array."
+            )
+        return arr.astype(np.bool_)
+    if src.kind not in _FIELD_KINDS or not np.can_cast(src, target, casting="same_kind"):
+        raise InvalidDTypeError(
+            f"DataStorage.add: {name} has dtype {src}, which cannot be cast safely to the stored "
+            f"dtype {target}. Fix: convert it yourself (e.g. {name}.astype(np.{target.name})) "
+            "or build the StorageSpec with the dtype your data has."
+        )
+    if target.kind in "iu" and src.kind in "iu" and arr.size and not np.can_cast(src, target, casting="safe"):
+        info = np.iinfo(target)
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < info.min or hi > info.max:
+            raise InvalidValueError(
+                f"DataStorage.add: {name} holds values in [{lo}, {hi}], outside the range of the "
+                f"stored dtype {target} ([{info.min}, {info.max}]). Fix: use a wider dtype in the StorageSpec."
+            )
+    with np.errstate(over="ignore"):  # overflow is detected and reported just below
+        out = arr.astype(target)
+    if target.kind == "f" and src.kind == "f" and target.itemsize < src.itemsize:
+        overflow = np.isinf(out) & np.isfinite(arr)
+        if overflow.any():
+            pos = np.unravel_index(int(np.argmax(overflow)), arr.shape)
+            raise InvalidValueError(
+                f"DataStorage.add: {name}{list(pos)} = {arr[pos]!r} overflows the stored dtype {target}. "
+                "Fix: rescale the value or store a wider dtype."
+            )
+    return out
+
+
+class DataStorage:
+    """Struct-of-arrays ring buffer of ``(obs, action, reward, next_obs, done)``.
+
+    Layout: five arrays preallocated at construction, ``capacity`` rows each:
+    ``obs`` and ``next_obs`` ``(capacity, *obs_shape)`` of ``obs_dtype``,
+    ``action`` ``(capacity, *action_shape)`` of ``action_dtype``, ``reward``
+    ``(capacity,)`` ``float32`` and ``done`` ``(capacity,)`` ``bool``.
+
+    Writes go to consecutive slots starting at :attr:`cursor` and wrap to 0 at
+    the end; once full, each write overwrites the oldest rows. Filled slots are
+    always ``range(size)``.
+
+    Bad input raises and leaves every array, :attr:`size` and :attr:`cursor`
+    unchanged: :meth:`add` validates and casts all fields before writing any.
+
+    Args:
+        spec: the observation/action layout.
+        capacity: number of slots, ``>= 1``.
+
+    Raises:
+        SpecError: ``spec`` is not a :class:`StorageSpec`.
+        InvalidDTypeError: ``capacity`` is not an integer.
+        InvalidValueError: ``capacity < 1``.
+    """
+
+    _FIELDS = ("obs", "action", "reward", "next_obs", "done")
+
+    def __init__(self, spec: StorageSpec, capacity: int):
+        if not isinstance(spec, StorageSpec):
+            raise SpecError(
+                f"DataStorage needs a StorageSpec; found {type(spec).__name__}. "
+                "Fix: StorageSpec.from_spaces(env.observation_space, env.action_space)."
+            )
+        try:
+            capacity = operator.index(capacity)
+        except TypeError as exc:
+            raise InvalidDTypeError(
+                f"DataStorage capacity must be an integer; found {capacity!r}. Fix: pass an int, e.g. 2**20."
+            ) from exc
+        if capacity < 1:
+            raise InvalidValueError(f"DataStorage capacity must be >= 1; found {capacity}. Fix: pass e.g. 2**20.")
+        self._spec = spec
+        self._capacity = capacity
+        self._layout = {
+            "obs": (spec.obs_shape, spec.obs_dtype),
+            "action": (spec.action_shape, spec.action_dtype),
+            "reward": ((), np.dtype(np.float32)),
+            "next_obs": (spec.obs_shape, spec.obs_dtype),
+            "done": ((), np.dtype(np.bool_)),
+        }
+        self._arrays = {
+            name: np.zeros((capacity, *shape), dtype=dtype) for name, (shape, dtype) in self._layout.items()
+        }
+        self._cursor = 0
+        self._size = 0
+
+    @property
+    def spec(self) -> StorageSpec:
+        """The observation/action layout."""
+        return self._spec
+
+    @property
+    def capacity(self) -> int:
+        """Number of slots."""
+        return self._capacity
+
+    @property
+    def size(self) -> int:
+        """Number of filled slots, ``min(rows ever added, capacity)``."""
+        return self._size
+
+    @property
+    def cursor(self) -> int:
+        """The slot the next added row goes to."""
+        return self._cursor
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __repr__(self) -> str:
+        return f"DataStorage(spec={self._spec}, capacity={self._capacity}, size={self._size})"
+
+    def field(self, name: str) -> np.ndarray:
+        """Return a read-only view of one whole field array (all ``capacity`` rows).
+
+        Args:
+            name: one of ``"obs"``, ``"action"``, ``"reward"``, ``"next_obs"``, ``"done"``.
+
+        Raises:
+            InvalidValueError: an unknown field name.
+        """
+        if name not in self._arrays:
+            raise InvalidValueError(f"DataStorage has no field {name!r}; expected one of {list(self._FIELDS)}.")
+        view = self._arrays[name].view()
+        view.flags.writeable = False
+        return view
+
+    def add(self, obs, action, reward, next_obs, done) -> np.ndarray:
+        """Write a batch of ``n`` transitions into the next ``n`` slots, wrapping around.
+
+        If ``n > capacity`` only the last ``capacity`` rows are kept (as if all
+        ``n`` were written in order and the earlier ones overwritten). ``n == 0``
+        is allowed and writes nothing.
+
+        Casting: a field is cast to its stored dtype when numpy's ``same_kind``
+        rule allows it (``float64 -> float32``, ``int -> float``) and no value
+        changes beyond float rounding (integer narrowing is range-checked, float
+        narrowing must not overflow). ``done`` also accepts integer 0/1.
+        Observations and actions may hold NaN/inf; rewards must be finite.
+
+        Complexity: ``O(min(n, capacity) * row_bytes)`` plus an ``O(n)`` validation pass.
+
+        Args:
+            obs: ``(n, *obs_shape)`` array-like.
+            action: ``(n, *action_shape)`` array-like.
+            reward: ``(n,)`` real array-like, finite.
+            next_obs: ``(n, *obs_shape)`` array-like.
+            done: ``(n,)`` bool (or integer 0/1) array-like.
+
+        Returns:
+            The ``int64`` slots written, one per kept row in row order, of length
+            ``min(n, capacity)``.
+
+        Raises:
+            InvalidValueError: a field's shape is not ``(n, *field_shape)``, the
+                fields' batch lengths differ, a reward is NaN/inf, or a value
+                does not fit the stored dtype.
+            InvalidDTypeError: a field's dtype cannot be cast safely.
+        """
+        given = {"obs": obs, "action": action, "reward": reward, "next_obs": next_obs, "done": done}
+        rows = self._validate(given)
+        n = rows["reward"].shape[0]
+        kept = min(n, self._capacity)
+        first = n - kept
+        slots = (self._cursor + np.arange(first, n, dtype=np.int64)) % self._capacity
+        for name, values in rows.items():
+            self._arrays[name][slots] = values[first:]
+        self._cursor = (self._cursor + n) % self._capacity
+        self._size = min(self._size + n, self._capacity)
+        return slots
+
+    def gather(self, indices) -> Batch:
+        """Copy the rows at ``indices`` into a :class:`Batch`.
+
+        Complexity: ``O(len(indices) * row_bytes)``.
+
+        Args:
+            indices: 1-D integer array-like of filled slots (``< size``);
+                repeats are allowed.
+
+        Returns:
+            A :class:`Batch` of ``len(indices)`` rows, in the order given.
+
+        Raises:
+            InvalidValueError: ``indices`` is not 1-D.
+            InvalidDTypeError: ``indices`` is not integer.
+            InvalidIndexError: an index outside ``[0, size)``.
+        """
+        idx = check_filled_indices(indices, self._size, self._capacity)
+        return Batch(**{name: self._arrays[name][idx] for name in self._FIELDS})
+
+    def _validate(self, given: dict) -> dict[str, np.ndarray]:
+        arrays = {}
+        for name, value in given.items():
+            try:
+                arrays[name] = np.asarray(value)
+            except (ValueError, TypeError) as exc:
+                raise InvalidValueError(
+                    f"DataStorage.add: {name} could not be turned into an array ({exc}). "
+                    "Fix: pass one rectangular numpy array per field."
+                ) from exc
+        for name, arr in arrays.items():
+            shape, _ = self._layout[name]
+            if arr.ndim != 1 + len(shape) or arr.shape[1:] != shape:
+                expected = "(" + ", ".join(["n", *map(str, shape)]) + ("" if shape else ",") + ")"
+                fix = (
+                    f"this looks like one transition; add a leading batch axis ({name}[None])"
+                    if arr.shape == shape
+                    else "stack the transitions along axis 0"
+                )
+                raise InvalidValueError(
+                    f"DataStorage.add: {name} has shape {arr.shape}; expected {expected} with one row "
+                    f"per transition. Fix: {fix}."
+                )
+        lengths = {name: arr.shape[0] for name, arr in arrays.items()}
+        if len(set(lengths.values())) > 1:
+            raise InvalidValueError(
+                f"DataStorage.add: the fields have different batch lengths {lengths}; expected one "
+                "length n for all five. Fix: pass the same transitions in every field."
+            )
+        rows = {name: _cast(arr, self._layout[name][1], name) for name, arr in arrays.items()}
+        bad = ~np.isfinite(rows["reward"])
+        if bad.any():
+            pos = int(np.argmax(bad))
+            raise InvalidValueError(
+                f"DataStorage.add: reward[{pos}] = {arrays['reward'][pos]!r} is not finite (as float32); "
+                "expected finite rewards. Fix: clip or drop the transition before adding it."
+            )
+        return rows
