@@ -1,0 +1,282 @@
+"""Prioritized experience replay over any :class:`~pearl_core.sumtree.SumTree`.
+
+Leaf ``i`` of the tree holds the priority of storage slot ``i``. Priorities are
+``p_i = (|delta_i| + eps) ** alpha``; a slot is drawn with probability
+``P(i) = p_i / sum_j p_j`` and its importance weight is
+``w_i = (N * P(i)) ** -beta / max_k w_k`` over the sampled batch, with ``N`` the
+number of stored transitions and ``beta`` annealed linearly to ``beta_final``.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+
+from pearl_core.errors import EmptyTreeError, InvalidDTypeError, InvalidValueError, PearlError, SpecError
+from pearl_core.replay.base import ReplayManager, SampledBatch, check_batch_size, check_td_errors
+from pearl_core.replay.storage import DataStorage, check_filled_indices
+from pearl_core.sumtree import SumTree
+
+__all__ = ["PrioritizedReplay"]
+
+
+def _real(name: str, value, low: float, high: float = math.inf, *, open_low: bool = False) -> float:
+    if isinstance(value, bool):
+        raise InvalidDTypeError(f"PrioritizedReplay: {name} must be a real number; found {value!r}.")
+    try:
+        out = float(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidDTypeError(f"PrioritizedReplay: {name} must be a real number; found {value!r}.") from exc
+    above = out > low if open_low else out >= low
+    if not (math.isfinite(out) and above and out <= high):
+        bounds = f"{'(' if open_low else '['}{low}, {high}{']' if math.isfinite(high) else ')'}"
+        raise InvalidValueError(
+            f"PrioritizedReplay: {name} = {value!r} is out of range; expected a finite value in {bounds}. "
+            "Fix: the usual values are alpha=0.6, beta=0.4, beta_final=1.0, eps=1e-6."
+        )
+    return out
+
+
+class PrioritizedReplay(ReplayManager):
+    """Proportional prioritized replay composing a data storage and a sum tree.
+
+    New transitions enter at the running maximum priority (``1.0`` until a
+    larger priority has been set), so each is likely to be replayed at least
+    once; slots overwritten by wraparound are reset to it as well.
+
+    At construction the tree must hold zero at every unfilled slot (else it
+    could sample rows that do not exist); filled slots whose priority is zero
+    (a storage filled before this manager existed) are set to the running max,
+    and a non-zero existing priority above ``1.0`` raises the running max.
+
+    Complexity per call, with ``T_s``/``T_u`` the tree's per-item sample/update
+    cost (``O(fanout * depth)`` for an n-ary tree): ``add`` ``O(n * T_u)``,
+    ``sample`` ``O(B * (T_s + row_bytes))``, ``update_priorities`` ``O(B * T_u)``.
+
+    Args:
+        storage: the data storage; ``storage.capacity`` must equal ``tree.capacity``.
+        tree: any :class:`SumTree` implementation (a backend's or the reference).
+        alpha: priority exponent, ``>= 0`` (``0`` is uniform over filled slots).
+        beta: importance-sampling exponent at the first sample, in ``[0, 1]``.
+        beta_final: the exponent reached after ``beta_steps`` samples, in ``[0, 1]``.
+        beta_steps: number of :meth:`sample` calls over which ``beta`` is
+            annealed linearly, ``>= 0`` (``0`` means ``beta_final`` throughout).
+        eps: added to ``|delta|`` so that no stored slot has priority zero, ``> 0``.
+        stratified: draw mass ``k`` of a batch of ``B`` uniformly inside the
+            ``k``-th of ``B`` equal segments of ``[0, total)`` (lower variance);
+            otherwise every mass is ``u * total`` with ``u ~ U[0, 1)``.
+        rng: a ``numpy.random.Generator``, a seed, or ``None``.
+
+    Raises:
+        SpecError: ``tree`` is not a :class:`SumTree`, the capacities differ, or
+            the tree has a non-zero priority at an unfilled slot.
+        InvalidValueError: a hyper-parameter out of range.
+        InvalidDTypeError: a hyper-parameter of the wrong type.
+    """
+
+    def __init__(
+        self,
+        storage: DataStorage,
+        tree: SumTree,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        beta_final: float = 1.0,
+        beta_steps: int = 100_000,
+        eps: float = 1e-6,
+        stratified: bool = True,
+        rng: np.random.Generator | int | None = None,
+    ):
+        super().__init__(storage, rng)
+        if not isinstance(tree, SumTree):
+            raise SpecError(
+                f"PrioritizedReplay needs a pearl_core.sumtree.SumTree; found {type(tree).__name__}. "
+                "Fix: pass a backend's sum tree, or pearl_core.testing.ReferenceSumTree for tests."
+            )
+        if tree.capacity != storage.capacity:
+            raise SpecError(
+                f"PrioritizedReplay: tree capacity {tree.capacity} != storage capacity {storage.capacity}; "
+                "expected one leaf per storage slot. Fix: build both with the same capacity."
+            )
+        self._alpha = _real("alpha", alpha, 0.0)
+        self._beta0 = _real("beta", beta, 0.0, 1.0)
+        self._beta_final = _real("beta_final", beta_final, 0.0, 1.0)
+        self._eps = _real("eps", eps, 0.0, open_low=True)
+        try:
+            if isinstance(beta_steps, bool):
+                raise TypeError
+            self._beta_steps = operator.index(beta_steps)
+        except TypeError as exc:
+            raise InvalidDTypeError(f"PrioritizedReplay: beta_steps must be an int; found {beta_steps!r}.") from exc
+        if self._beta_steps < 0:
+            raise InvalidValueError(f"PrioritizedReplay: beta_steps must be >= 0; found {self._beta_steps}.")
+        self._tree = tree
+        self._stratified = bool(stratified)
+        self._steps = 0
+        self._max_priority = 1.0
+        self._adopt_tree()
+
+    def _adopt_tree(self) -> None:
+        size = self._storage.size
+        current = np.asarray(self._tree.get(np.arange(self._tree.capacity, dtype=np.int64)), dtype=np.float64)
+        stray = np.flatnonzero(current[size:])
+        if stray.size:
+            slot = size + int(stray[0])
+            raise SpecError(
+                f"PrioritizedReplay: the tree has priority {current[slot]!r} at slot {slot}, but the storage "
+                f"has only {size} filled slots; expected 0 at every unfilled slot. Fix: pass a fresh tree."
+            )
+        if size:
+            self._max_priority = max(1.0, float(current[:size].max()))
+            unset = np.flatnonzero(current[:size] == 0.0)
+            if unset.size:
+                self._tree.update(unset, np.full(unset.shape[0], self._max_priority))
+
+    @property
+    def tree(self) -> SumTree:
+        """The composed sum tree."""
+        return self._tree
+
+    @property
+    def alpha(self) -> float:
+        """Priority exponent."""
+        return self._alpha
+
+    @property
+    def eps(self) -> float:
+        """Offset added to ``|delta|``."""
+        return self._eps
+
+    @property
+    def stratified(self) -> bool:
+        """Whether masses are drawn one per equal segment."""
+        return self._stratified
+
+    @property
+    def steps(self) -> int:
+        """Number of successful :meth:`sample` calls so far."""
+        return self._steps
+
+    @property
+    def beta(self) -> float:
+        """The exponent the next :meth:`sample` uses.
+
+        ``beta + min(steps / beta_steps, 1) * (beta_final - beta)``; exactly
+        ``beta_final`` once ``steps >= beta_steps``.
+        """
+        if self._steps >= self._beta_steps:
+            return self._beta_final
+        return self._beta0 + (self._steps / self._beta_steps) * (self._beta_final - self._beta0)
+
+    @property
+    def beta_final(self) -> float:
+        """The exponent reached after ``beta_steps`` samples."""
+        return self._beta_final
+
+    @property
+    def beta_steps(self) -> int:
+        """Number of samples over which beta is annealed."""
+        return self._beta_steps
+
+    @property
+    def max_priority(self) -> float:
+        """The running maximum priority new transitions enter with (``>= 1.0``)."""
+        return self._max_priority
+
+    def add(self, obs, action, reward, next_obs, done) -> np.ndarray:
+        """Store ``n`` transitions, each at the running max priority.
+
+        Shapes, dtypes and errors as :meth:`DataStorage.add`; bad input changes
+        neither the storage nor the tree.
+
+        Returns:
+            The ``int64`` slots written, length ``min(n, capacity)``.
+        """
+        slots = self._storage.add(obs, action, reward, next_obs, done)
+        if slots.size:
+            self._tree.update(slots, np.full(slots.shape[0], self._max_priority))
+        return slots
+
+    def priorities(self, indices) -> np.ndarray:
+        """Return the ``float64`` priorities of filled slots ``indices`` (priority retrieval).
+
+        Raises:
+            InvalidIndexError: an index outside ``[0, size)``.
+        """
+        idx = check_filled_indices(indices, self._storage.size, self._storage.capacity)
+        return np.asarray(self._tree.get(idx), dtype=np.float64)
+
+    def sample(self, batch_size: int) -> SampledBatch:
+        """Draw ``batch_size`` slots with probability ``p_i / total`` and weight them.
+
+        Uses the current :attr:`beta`, then advances :attr:`steps` by one (a
+        call that raises does not).
+
+        Returns:
+            A :class:`SampledBatch`: ``int64`` indices in ``[0, size)``, the
+            gathered batch and ``float32`` weights ``(N * P(i)) ** -beta``
+            divided by their maximum over the batch.
+
+        Raises:
+            InvalidDTypeError: ``batch_size`` is not an int.
+            InvalidValueError: ``batch_size < 1``.
+            EmptyTreeError: nothing stored yet (or every priority is zero).
+        """
+        n = check_batch_size(batch_size, "PrioritizedReplay.sample")
+        self._check_not_empty()
+        total = float(self._tree.total())
+        if not total > 0.0:
+            raise EmptyTreeError(
+                f"PrioritizedReplay.sample: the tree total is {total!r} with {self._storage.size} stored "
+                "transitions; expected a positive total. Fix: update priorities with eps > 0."
+            )
+        u = self._rng.random(n)
+        if self._stratified:
+            masses = (np.arange(n, dtype=np.float64) + u) * (total / n)
+        else:
+            masses = u * total
+        indices = np.asarray(self._tree.sample(masses), dtype=np.int64)
+        probs = np.asarray(self._tree.get(indices), dtype=np.float64) / total
+        if not (probs > 0.0).all():
+            raise PearlError(
+                f"PrioritizedReplay.sample: {type(self._tree).__name__}.sample returned a zero-priority "
+                "slot, which breaks the SumTree contract. Fix: run the conformance suite on that backend."
+            )
+        weights = (self._storage.size * probs) ** -self.beta
+        weights /= weights.max()
+        batch = self._storage.gather(indices)
+        self._steps += 1
+        return SampledBatch(indices=indices, batch=batch, weights=weights.astype(np.float32))
+
+    def update_priorities(self, indices, td_errors) -> None:
+        """Set ``p_i = (|delta_i| + eps) ** alpha`` for each sampled slot.
+
+        All input is validated before the tree is touched. A repeated index
+        keeps the priority of its last occurrence (the tree's rule); the running
+        max considers every value given.
+
+        Args:
+            indices: 1-D integer array-like of filled slots (``< size``).
+            td_errors: 1-D real array-like of the same length, finite.
+
+        Raises:
+            InvalidIndexError: an index outside ``[0, size)``.
+            InvalidDTypeError: non-integer indices or non-real TD errors.
+            InvalidValueError: not 1-D, length mismatch, a NaN/inf TD error, or
+                a priority that overflows to inf.
+        """
+        idx = check_filled_indices(indices, self._storage.size, self._storage.capacity)
+        td = check_td_errors(td_errors, idx.shape[0], "PrioritizedReplay.update_priorities")
+        if idx.size == 0:
+            return
+        with np.errstate(over="ignore"):  # overflow is detected and reported just below
+            prio = (np.abs(td) + self._eps) ** self._alpha
+        if not np.isfinite(prio).all():
+            pos = int(np.argmax(~np.isfinite(prio)))
+            raise InvalidValueError(
+                f"PrioritizedReplay.update_priorities: td_errors[{pos}] = {td[pos]!r} gives priority "
+                f"{prio[pos]!r} with alpha = {self._alpha}; expected a finite priority. Fix: clip TD errors."
+            )
+        self._tree.update(idx, prio)
+        self._max_priority = max(self._max_priority, float(prio.max()))
