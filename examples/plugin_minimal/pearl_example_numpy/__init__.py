@@ -1,0 +1,1 @@
+"""A minimal PEARL backend plugin, written as a third party would write one."""
