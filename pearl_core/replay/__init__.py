@@ -6,7 +6,7 @@ The pieces compose; none subclasses another::
 
     spec = StorageSpec.from_spaces(env.observation_space, env.action_space)
     storage = DataStorage(spec, capacity=2**20)
-    replay = PrioritizedReplay(storage, tree=backend.sum_tree(2**20, fanout=16))
+    replay = PrioritizedReplay(storage, tree=backend.make_sum_tree(2**20, fanout=16))
 
     replay.add(obs, action, reward, next_obs, done)        # batches from the actors
     sampled = replay.sample(256)                           # SampledBatch
