@@ -1,0 +1,182 @@
+"""The trainer contract: how a user's torch algorithm plugs into PEARL.
+
+A trainer owns the policy (and any value/target networks), chooses actions and
+learns from replayed batches. PEARL runs copies of it in the actors (for
+``get_action``) and one in the learner (for ``update_policy``), moving weights
+between them as numpy arrays.
+
+The loop PEARL runs, in words::
+
+    trainer = MyTrainer(env.observation_space, env.action_space, **hparams)
+    actor:    trainer.env_steps = n; a = trainer.get_action(obs_batch, explore=True)
+    learner:  result = trainer.update_policy(sampled.batch, sampled.weights)
+              replay.update_priorities(sampled.indices, result.td_errors)
+    sync:     actor_copy.set_weights(trainer.get_weights())
+
+Rules a subclass follows (checked by :func:`pearl_core.trainer_check.check_trainer`):
+
+* declare its layers as ``torch.nn.Linear`` / ``torch.nn.Conv2d`` modules held
+  as attributes (directly or inside ``nn.Sequential``/``nn.Module`` children), so
+  PEARL can read their shapes (:func:`layer_specs`) for its cost models;
+* set ``input_shape`` to the observation shape it expects (must equal the
+  environment's ``observation_space.shape``);
+* set ``action_kind`` to ``"discrete"`` or ``"continuous"`` (must match a
+  ``Discrete`` / ``Box`` action space);
+* implement the four abstract methods below; ``update_policy`` returns one
+  TD error per sample (never a batch-mean loss copied B times), which becomes
+  that sample's new priority.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping
+
+import numpy as np
+
+__all__ = ["LayerSpec", "Trainer", "UpdateResult", "layer_specs"]
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """What one learner step returns.
+
+    Attributes:
+        td_errors: ``float32``/``float64`` array of shape ``(B,)``, one per sample
+            of the batch, in batch order; the replay turns ``|δ|`` into priorities.
+        metrics: scalar diagnostics to log (``loss``, ``q_mean``, ...).
+    """
+
+    td_errors: np.ndarray
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """Shape metadata of one ``nn.Linear`` or ``nn.Conv2d`` layer (for analytic cost models).
+
+    Attributes:
+        name: dotted module name inside the trainer, e.g. ``"q_net.0"``.
+        kind: ``"linear"`` or ``"conv2d"``.
+        in_features / out_features: Linear sizes, or Conv2d in/out channels.
+        kernel_size, stride: Conv2d only (``()`` for Linear).
+        params: number of parameters (weights + bias).
+    """
+
+    name: str
+    kind: str
+    in_features: int
+    out_features: int
+    kernel_size: tuple[int, ...] = ()
+    stride: tuple[int, ...] = ()
+    params: int = 0
+
+
+class Trainer(abc.ABC):
+    """Base class for user and built-in trainers (DQN, DDPG, ...).
+
+    Class or instance attributes a subclass sets:
+        input_shape: observation shape without the batch axis, e.g. ``(4,)``.
+        action_kind: ``"discrete"`` or ``"continuous"``.
+
+    Attributes set by PEARL:
+        env_steps: total environment steps taken so far in the run; exploration
+            schedules (ε, noise decay) read it. Updated before ``get_action``.
+
+    Constructor convention: ``__init__(self, observation_space, action_space, **hparams)``
+    with every hyper-parameter a keyword with a default, so PEARL can rebuild the
+    trainer in another process from ``(cls, hparams)`` (classes must be importable:
+    defined in a module, or in the ``__main__`` script under ``if __name__ == "__main__"``).
+    """
+
+    input_shape: tuple[int, ...]
+    action_kind: ClassVar[str]
+    env_steps: int = 0
+
+    @abc.abstractmethod
+    def get_action(self, obs: np.ndarray, explore: bool) -> np.ndarray:
+        """Choose actions for a batch of observations.
+
+        Args:
+            obs: array of shape ``(n, *input_shape)``.
+            explore: add exploration (ε-greedy, action noise) when ``True``;
+                act greedily/deterministically when ``False`` (evaluation).
+
+        Returns:
+            ``(n,)`` ``int64`` actions for discrete spaces; ``(n, *action_shape)``
+            ``float32`` actions inside the space's bounds for continuous ones.
+        """
+
+    @abc.abstractmethod
+    def update_policy(self, batch, weights: np.ndarray) -> UpdateResult:
+        """One gradient step on a replayed batch.
+
+        Args:
+            batch: a :class:`pearl_core.replay.Batch` (``obs``, ``action``,
+                ``reward``, ``next_obs``, ``done``; leading axis ``B``).
+            weights: ``(B,)`` ``float32`` importance weights (all ones for uniform
+                replay); multiply each sample's loss by its weight.
+
+        Returns:
+            An :class:`UpdateResult` with ``B`` per-sample TD errors.
+        """
+
+    @abc.abstractmethod
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """The acting policy's parameters as numpy arrays (what actors need)."""
+
+    @abc.abstractmethod
+    def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        """Load parameters produced by :meth:`get_weights` of another copy."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume training (networks, optimizers, counters).
+
+        The default saves every ``torch.nn.Module`` and ``torch.optim.Optimizer``
+        attribute plus ``env_steps``; override to add schedules or RNG state.
+        """
+        import torch
+
+        out: dict[str, Any] = {"env_steps": self.env_steps}
+        for name, value in vars(self).items():
+            if isinstance(value, (torch.nn.Module, torch.optim.Optimizer)):
+                out[name] = value.state_dict()
+        return out
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` saved."""
+        import torch
+
+        self.env_steps = int(state.get("env_steps", 0))
+        for name, value in vars(self).items():
+            if isinstance(value, (torch.nn.Module, torch.optim.Optimizer)) and name in state:
+                value.load_state_dict(state[name])
+
+
+def layer_specs(trainer: Any) -> list[LayerSpec]:
+    """List the ``nn.Linear`` / ``nn.Conv2d`` layers held by a trainer, in attribute order.
+
+    Modules reachable from several attributes (a target network sharing layers)
+    are reported once.
+    """
+    import torch.nn as nn
+
+    specs: list[LayerSpec] = []
+    seen: set[int] = set()
+    for attr, value in vars(trainer).items():
+        if not isinstance(value, nn.Module):
+            continue
+        for sub, mod in value.named_modules(prefix=attr):
+            if id(mod) in seen:
+                continue
+            seen.add(id(mod))
+            params = sum(p.numel() for p in mod.parameters(recurse=False))
+            if isinstance(mod, nn.Linear):
+                specs.append(LayerSpec(sub, "linear", mod.in_features, mod.out_features, params=params))
+            elif isinstance(mod, nn.Conv2d):
+                specs.append(
+                    LayerSpec(sub, "conv2d", mod.in_channels, mod.out_channels,
+                              tuple(mod.kernel_size), tuple(mod.stride), params)
+                )
+    return specs
