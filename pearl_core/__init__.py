@@ -9,6 +9,7 @@ from pearl_core.errors import (
     PearlError,
     PluginLoadError,
     SpecError,
+    TrainerError,
 )
 from pearl_core.sumtree import SumTree
 from pearl_core.backend import Availability, Backend, DeviceInfo
@@ -31,5 +32,6 @@ __all__ = [
     "PluginLoadError",
     "SpecError",
     "SumTree",
+    "TrainerError",
     "__version__",
 ]

@@ -49,3 +49,13 @@ class PluginLoadError(PearlError):
 
 class SpecError(PearlError, ValueError):
     """A configuration or hardware specification is malformed."""
+
+
+class TrainerError(PearlError):
+    """A trainer class does not meet the trainer contract (:mod:`pearl_core.trainer`).
+
+    Raised by :func:`pearl_core.trainer_check.check_trainer` before a run starts:
+    missing methods, a constructor that fails, an input shape or action kind that
+    does not match the environment, no ``nn.Linear``/``nn.Conv2d`` layers, or a
+    smoke call of ``get_action``/``update_policy`` that returns the wrong thing.
+    """
