@@ -1,0 +1,225 @@
+"""Deep deterministic policy gradient (DDPG) for ``Box`` action spaces.
+
+The actor maps an observation to a ``tanh`` output in ``[-1, 1]^d`` which is
+scaled affinely onto the Box ``[low, high]``; the critic sees observations and
+actions in that normalised ``[-1, 1]`` form, so one set of hyper-parameters
+works whatever the bounds. Exploration adds Gaussian noise of standard
+deviation ``noise_std`` in normalised units — ``noise_std * (high - low) / 2``
+in the environment's units — and clips the result into the Box, so every action
+is continuous and inside the bounds (the authors' prototype sent discrete
+``argmax``/``{0, 1}`` actions to continuous environments).
+
+Both networks have Polyak-averaged targets (``tau``); the critic minimises the
+importance-weighted squared TD error and returns ``|Q(s, a) - y|`` per sample,
+``y = r + gamma * (1 - done) * Q'(s', mu'(s'))``, for prioritized replay.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from pearl_core.algorithms.common import (
+    adam,
+    check_hidden,
+    check_positive,
+    check_unit,
+    hard_update,
+    load_module_weights,
+    mlp,
+    module_weights,
+    polyak_update,
+)
+from pearl_core.errors import SpecError
+from pearl_core.trainer import Trainer, UpdateResult
+
+__all__ = ["DDPG"]
+
+
+class DDPG(Trainer):
+    """DDPG with target networks, Gaussian exploration and per-sample TD errors.
+
+    Args:
+        observation_space: a ``Box`` (observations are flattened).
+        action_space: a ``Box`` with finite bounds.
+        actor_hidden, critic_hidden: MLP hidden sizes.
+        actor_lr, critic_lr: Adam learning rates.
+        gamma: discount factor in ``[0, 1]``.
+        tau: Polyak rate of both target networks, applied after every update.
+        noise_std: exploration noise std in normalised action units (fraction
+            of the half-range of each action dimension).
+        noise_final, noise_decay_steps: if both are given, the noise std decays
+            linearly from ``noise_std`` to ``noise_final`` over that many env steps.
+        policy_delay: critic updates per actor (and target) update (1 = DDPG).
+        max_grad_norm: clip both networks' gradient norms (``None``: off).
+        seed: seeds the exploration noise (network init follows torch's global seed).
+        device: torch device of the networks.
+    """
+
+    action_kind = "continuous"
+
+    def __init__(
+        self,
+        observation_space,
+        action_space,
+        *,
+        actor_hidden: Sequence[int] = (256, 256),
+        critic_hidden: Sequence[int] = (256, 256),
+        actor_lr: float = 1e-3,
+        critic_lr: float = 1e-3,
+        gamma: float = 0.98,
+        tau: float = 0.005,
+        noise_std: float = 0.1,
+        noise_final: float | None = None,
+        noise_decay_steps: int | None = None,
+        policy_delay: int = 1,
+        max_grad_norm: float | None = None,
+        seed: int | None = None,
+        device: str = "cpu",
+    ):
+        import gymnasium.spaces as spaces
+
+        o = "DDPG"
+        if not isinstance(action_space, spaces.Box):
+            raise SpecError(f"DDPG needs a Box action space; found {action_space}. Fix: use DQN for Discrete ones.")
+        if not isinstance(observation_space, spaces.Box):
+            raise SpecError(f"DDPG needs a Box observation space; found {observation_space}.")
+        low = np.asarray(action_space.low, dtype=np.float32)
+        high = np.asarray(action_space.high, dtype=np.float32)
+        if not (np.isfinite(low).all() and np.isfinite(high).all()):
+            raise SpecError(
+                f"DDPG needs finite action bounds to scale its tanh actor; found low={low}, high={high}. "
+                "Fix: wrap the environment with gymnasium.wrappers.RescaleAction / ClipAction."
+            )
+        self.input_shape = tuple(int(d) for d in observation_space.shape)
+        self.action_shape = tuple(int(d) for d in action_space.shape)
+        self.action_low, self.action_high = low, high
+        self._mid = (high + low) / 2
+        self._half = (high - low) / 2
+        self.gamma = check_unit(gamma, o, "gamma")
+        self.tau = check_unit(tau, o, "tau", open_low=True)
+        self.noise_std = check_unit(noise_std, o, "noise_std", high=10.0)
+        self.noise_final = None if noise_final is None else check_unit(noise_final, o, "noise_final", high=10.0)
+        self.noise_decay_steps = check_positive(noise_decay_steps, o, "noise_decay_steps", allow_none=True, integer=True)
+        self.policy_delay = check_positive(policy_delay, o, "policy_delay", integer=True)
+        self.max_grad_norm = check_positive(max_grad_norm, o, "max_grad_norm", allow_none=True)
+        self.device = torch.device(device)
+
+        obs_dim = int(np.prod(self.input_shape))
+        act_dim = int(np.prod(self.action_shape))
+        a_hidden = check_hidden(actor_hidden, o, "actor_hidden")
+        c_hidden = check_hidden(critic_hidden, o, "critic_hidden")
+        self.actor = nn.Sequential(mlp(obs_dim, a_hidden, act_dim), nn.Tanh()).to(self.device)
+        self.actor_target = nn.Sequential(mlp(obs_dim, a_hidden, act_dim), nn.Tanh()).to(self.device)
+        self.critic = mlp(obs_dim + act_dim, c_hidden, 1).to(self.device)
+        self.critic_target = mlp(obs_dim + act_dim, c_hidden, 1).to(self.device)
+        for target, source in ((self.actor_target, self.actor), (self.critic_target, self.critic)):
+            hard_update(target, source)
+            target.requires_grad_(False)
+        self.actor_optimizer = adam(self.actor.parameters(), check_positive(actor_lr, o, "actor_lr"))
+        self.critic_optimizer = adam(self.critic.parameters(), check_positive(critic_lr, o, "critic_lr"))
+        self._actor_params = list(self.actor.parameters())
+        self._critic_params = list(self.critic.parameters())
+        self._online = self._actor_params + self._critic_params
+        self._targets = list(self.actor_target.parameters()) + list(self.critic_target.parameters())
+        self._mid_t = torch.from_numpy(self._mid.reshape(-1)).to(self.device)
+        self._half_t = torch.from_numpy(self._half.reshape(-1)).to(self.device)
+        self._rng = np.random.default_rng(seed)
+        self.updates = 0
+        self.env_steps = 0
+
+    # -- acting ------------------------------------------------------------------
+    @property
+    def current_noise_std(self) -> float:
+        """Exploration noise std (normalised units) at the current :attr:`env_steps`."""
+        if self.noise_final is None or self.noise_decay_steps is None:
+            return self.noise_std
+        frac = min(1.0, self.env_steps / self.noise_decay_steps)
+        return self.noise_std + frac * (self.noise_final - self.noise_std)
+
+    def _as_input(self, obs: np.ndarray) -> torch.Tensor:
+        arr = np.asarray(obs)
+        t = torch.from_numpy(arr.reshape(arr.shape[0], -1))
+        if t.dtype != torch.float32:
+            t = t.float()
+        return t.to(self.device, non_blocking=True)
+
+    def get_action(self, obs: np.ndarray, explore: bool) -> np.ndarray:
+        """Actions ``(n, *action_shape)`` ``float32`` inside the Box; Gaussian noise if ``explore``."""
+        obs = np.asarray(obs)
+        n = obs.shape[0]
+        with torch.inference_mode():
+            a = self.actor(self._as_input(obs)).cpu().numpy()
+        if explore:
+            std = self.current_noise_std
+            if std > 0:
+                a = a + self._rng.normal(0.0, std, size=a.shape).astype(np.float32)
+            np.clip(a, -1.0, 1.0, out=a)
+        act = self._mid + self._half * a.reshape(n, *self.action_shape)
+        # Rounding of mid + half * a can step a hair outside [low, high]; clip so the Box contract holds.
+        return np.clip(act, self.action_low, self.action_high).astype(np.float32, copy=False)
+
+    # -- learning ----------------------------------------------------------------
+    def update_policy(self, batch, weights: np.ndarray) -> UpdateResult:
+        """One critic step (and every ``policy_delay`` updates an actor step and a Polyak step)."""
+        obs = self._as_input(batch.obs)
+        next_obs = self._as_input(batch.next_obs)
+        n = obs.shape[0]
+        act = torch.from_numpy(np.asarray(batch.action, dtype=np.float32).reshape(n, -1)).to(self.device)
+        act = (act - self._mid_t) / self._half_t
+        rew = torch.from_numpy(np.asarray(batch.reward, dtype=np.float32)).to(self.device)
+        done = torch.from_numpy(np.asarray(batch.done, dtype=np.bool_)).to(self.device)
+        w = torch.from_numpy(np.asarray(weights, dtype=np.float32)).to(self.device)
+
+        with torch.no_grad():
+            next_act = self.actor_target(next_obs)
+            q_next = self.critic_target(torch.cat([next_obs, next_act], dim=1)).squeeze(1)
+            target = torch.where(done, rew, rew + self.gamma * q_next)
+        q = self.critic(torch.cat([obs, act], dim=1)).squeeze(1)
+        td = q - target
+        critic_loss = (w * td.square()).mean()
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        if self.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self._critic_params, self.max_grad_norm, foreach=True)
+        self.critic_optimizer.step()
+
+        metrics = {"critic_loss": float(critic_loss.detach()), "q_mean": float(q.detach().mean())}
+        if self.updates % self.policy_delay == 0:
+            actor_loss = -self.critic(torch.cat([obs, self.actor(obs)], dim=1)).mean()
+            # Gradients for the actor only: the critic's weight gradients are never needed here.
+            grads = torch.autograd.grad(actor_loss, self._actor_params)
+            for p, g in zip(self._actor_params, grads):
+                p.grad = g
+            if self.max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(self._actor_params, self.max_grad_norm, foreach=True)
+            self.actor_optimizer.step()
+            polyak_update(self._targets, self._online, self.tau)
+            metrics["actor_loss"] = float(actor_loss.detach())
+        self.updates += 1
+        return UpdateResult(td_errors=td.detach().abs_().cpu().numpy(), metrics=metrics)
+
+    # -- weights and state ---------------------------------------------------------
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """The actor's parameters (what actors need to act)."""
+        return module_weights(self.actor)
+
+    def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        """Load actor parameters produced by :meth:`get_weights`."""
+        load_module_weights(self.actor, weights)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Networks, optimizers, counters and the exploration random stream."""
+        out = super().state_dict()
+        out["updates"] = self.updates
+        out["rng"] = self._rng.bit_generator.state
+        return out
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.updates = int(state.get("updates", 0))
+        if "rng" in state:
+            self._rng.bit_generator.state = state["rng"]

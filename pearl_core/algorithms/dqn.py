@@ -1,0 +1,250 @@
+"""Deep Q-learning (DQN, optionally double DQN) for ``Discrete`` action spaces.
+
+The defaults reproduce stable-baselines3's tuned CartPole-v1 DQN (rl-baselines3-zoo)
+once the run config carries the matching runtime settings:
+
+==========================  =====================================  ================================
+SB3 / zoo setting            PEARL                                  where
+==========================  =====================================  ================================
+net_arch [256, 256], ReLU    ``hidden_sizes=(256, 256)``            DQN hparam (default)
+learning_rate 2.3e-3, Adam   ``lr=2.3e-3``                          DQN hparam (default)
+gamma 0.99                   ``gamma=0.99``                         DQN hparam (default)
+smooth L1 loss, grad clip 10 ``huber_delta=1.0, max_grad_norm=10``  DQN hparam (default)
+exploration 1 -> 0.04 over   ``eps_start=1.0, eps_final=0.04,       DQN hparam (default);
+the first 16% of the run     eps_fraction=0.16``; the runtime       ``total_env_steps`` comes from
+                             passes ``total_env_steps``             ``stop.max_env_steps``
+target_update_interval 10    ``target_update_every=128, tau=1.0``   DQN hparam (default), see below
+env steps, tau 1.0
+batch_size 64                ``batch_size=64``                      RunConfig (default)
+buffer_size 100k             ``replay.capacity=100_000``            ReplayConfig (default)
+learning_starts 1000         ``learning_starts=1000``               RunConfig (default)
+train_freq 256,              ``train_every=256,                     RunConfig (default): bursts of
+gradient_steps 128           replay_ratio=0.5``                     256 * 0.5 = 128 updates
+uniform replay               ``replay.kind="uniform"``              ReplayConfig (default is PER)
+==========================  =====================================  ================================
+
+Target network: SB3 counts ``target_update_interval`` in *env steps* and copies
+the online net into the target during collection, when the online net does not
+change; so with ``train_freq=256`` every burst of 128 gradient steps starts with
+the target equal to the online net and keeps it fixed for the burst. Counting in
+learner updates, that is a hard copy before update 0, 128, 256, ... — which is
+``target_update_every=128`` here (aligned with bursts of 128). ``tau < 1`` turns
+each copy into a Polyak step ``target <- (1 - tau) target + tau online``.
+
+Per-sample TD errors ``|Q(s, a) - y|`` with ``y = r + gamma * (1 - done) * Q'(s', a*)``
+are returned for prioritized replay; the Huber loss of each sample is
+multiplied by its importance weight before averaging.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from pearl_core.algorithms.common import (
+    adam,
+    check_hidden,
+    check_positive,
+    check_unit,
+    hard_update,
+    load_module_weights,
+    mlp,
+    module_weights,
+    polyak_update,
+)
+from pearl_core.errors import SpecError
+from pearl_core.trainer import Trainer, UpdateResult
+
+__all__ = ["DQN"]
+
+
+class DQN(Trainer):
+    """DQN with a target network, optional double-DQN targets and an ε-greedy schedule.
+
+    Args:
+        observation_space: a ``Box`` (observations are flattened into the MLP).
+        action_space: a ``Discrete`` space.
+        hidden_sizes: MLP hidden layer sizes.
+        lr: Adam learning rate.
+        adam_eps: Adam epsilon.
+        gamma: discount factor in ``[0, 1]``.
+        double_dqn: pick ``a*`` with the online net and evaluate it with the target
+            net (van Hasselt et al.); ``False`` uses ``max_a Q_target(s', a)``.
+        huber_delta: Huber (smooth L1) threshold.
+        max_grad_norm: clip the global gradient norm to this (``None``: no clipping).
+        target_update_every: learner updates between target updates.
+        tau: target update rate; ``1.0`` is a hard copy.
+        eps_start, eps_final: ε at env step 0 and after the decay.
+        eps_fraction: decay over ``eps_fraction * total_env_steps`` env steps ...
+        eps_decay_steps: ... unless this is given (env steps).
+        total_env_steps: length of the run in env steps (the runtime passes
+            ``stop.max_env_steps``).
+        seed: seeds the ε-greedy random stream (network init follows torch's global seed).
+        device: torch device of the networks.
+
+    Exploration reads :attr:`env_steps`, which the runtime sets before each
+    ``get_action``: ``ε = eps_start + (eps_final - eps_start) * min(1, env_steps / decay_steps)``.
+    """
+
+    action_kind = "discrete"
+
+    def __init__(
+        self,
+        observation_space,
+        action_space,
+        *,
+        hidden_sizes: Sequence[int] = (256, 256),
+        lr: float = 2.3e-3,
+        adam_eps: float = 1e-8,
+        gamma: float = 0.99,
+        double_dqn: bool = False,
+        huber_delta: float = 1.0,
+        max_grad_norm: float | None = 10.0,
+        target_update_every: int = 128,
+        tau: float = 1.0,
+        eps_start: float = 1.0,
+        eps_final: float = 0.04,
+        eps_fraction: float = 0.16,
+        eps_decay_steps: int | None = None,
+        total_env_steps: int = 100_000,
+        seed: int | None = None,
+        device: str = "cpu",
+    ):
+        import gymnasium.spaces as spaces
+
+        o = "DQN"
+        if not isinstance(action_space, spaces.Discrete):
+            raise SpecError(
+                f"DQN needs a Discrete action space; found {action_space}. Fix: use DDPG for Box action spaces."
+            )
+        if not isinstance(observation_space, spaces.Box):
+            raise SpecError(f"DQN needs a Box observation space; found {observation_space}.")
+        self.input_shape = tuple(int(d) for d in observation_space.shape)
+        self.n_actions = int(action_space.n)
+        self.action_start = int(action_space.start)
+        self.hidden_sizes = check_hidden(hidden_sizes, o)
+        self.gamma = check_unit(gamma, o, "gamma")
+        self.tau = check_unit(tau, o, "tau", open_low=True)
+        self.eps_start = check_unit(eps_start, o, "eps_start")
+        self.eps_final = check_unit(eps_final, o, "eps_final")
+        self.eps_fraction = check_unit(eps_fraction, o, "eps_fraction")
+        self.huber_delta = check_positive(huber_delta, o, "huber_delta")
+        self.max_grad_norm = check_positive(max_grad_norm, o, "max_grad_norm", allow_none=True)
+        self.target_update_every = check_positive(target_update_every, o, "target_update_every", integer=True)
+        self.total_env_steps = check_positive(total_env_steps, o, "total_env_steps", integer=True)
+        eps_decay_steps = check_positive(eps_decay_steps, o, "eps_decay_steps", allow_none=True, integer=True)
+        self.eps_decay_steps = (
+            eps_decay_steps if eps_decay_steps is not None else max(1, int(self.eps_fraction * self.total_env_steps))
+        )
+        self.double_dqn = bool(double_dqn)
+        self.device = torch.device(device)
+
+        in_features = int(np.prod(self.input_shape))
+        self.q_net = mlp(in_features, self.hidden_sizes, self.n_actions).to(self.device)
+        self.target_net = mlp(in_features, self.hidden_sizes, self.n_actions).to(self.device)
+        hard_update(self.target_net, self.q_net)
+        self.target_net.requires_grad_(False)
+        self.optimizer = adam(self.q_net.parameters(), check_positive(lr, o, "lr"), adam_eps)
+        self._params = list(self.q_net.parameters())
+        self._target_params = list(self.target_net.parameters())
+        self._rng = np.random.default_rng(seed)
+        self.updates = 0
+        self.env_steps = 0
+
+    # -- acting ------------------------------------------------------------------
+    @property
+    def epsilon(self) -> float:
+        """ε at the current :attr:`env_steps`."""
+        frac = min(1.0, self.env_steps / self.eps_decay_steps)
+        return self.eps_start + frac * (self.eps_final - self.eps_start)
+
+    def _as_input(self, obs: np.ndarray) -> torch.Tensor:
+        arr = np.asarray(obs)
+        t = torch.from_numpy(arr.reshape(arr.shape[0], -1))
+        if t.dtype != torch.float32:
+            t = t.float()
+        return t.to(self.device, non_blocking=True)
+
+    def _greedy(self, obs: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            q = self.q_net(self._as_input(obs))
+            return q.argmax(dim=1).cpu().numpy()
+
+    def get_action(self, obs: np.ndarray, explore: bool) -> np.ndarray:
+        """ε-greedy (``explore``) or greedy actions, ``(n,)`` ``int64``."""
+        obs = np.asarray(obs)
+        n = obs.shape[0]
+        if not explore:
+            return self._greedy(obs).astype(np.int64) + self.action_start
+        eps = self.epsilon
+        explore_mask = self._rng.random(n) < eps
+        random_actions = self._rng.integers(0, self.n_actions, size=n, dtype=np.int64)
+        if explore_mask.all():  # no forward pass when every action is random
+            actions = random_actions
+        else:
+            actions = np.where(explore_mask, random_actions, self._greedy(obs))
+        return actions.astype(np.int64, copy=False) + self.action_start
+
+    # -- learning ----------------------------------------------------------------
+    def update_policy(self, batch, weights: np.ndarray) -> UpdateResult:
+        """One Adam step on the importance-weighted Huber loss; returns ``|δ|`` per sample."""
+        if self.updates % self.target_update_every == 0:
+            if self.tau >= 1.0:
+                hard_update(self.target_net, self.q_net)
+            else:
+                polyak_update(self._target_params, self._params, self.tau)
+        obs = self._as_input(batch.obs)
+        next_obs = self._as_input(batch.next_obs)
+        act = torch.from_numpy(np.asarray(batch.action, dtype=np.int64).reshape(-1)).to(self.device)
+        if self.action_start:
+            act = act - self.action_start
+        rew = torch.from_numpy(np.asarray(batch.reward, dtype=np.float32)).to(self.device)
+        done = torch.from_numpy(np.asarray(batch.done, dtype=np.bool_)).to(self.device)
+        w = torch.from_numpy(np.asarray(weights, dtype=np.float32)).to(self.device)
+
+        with torch.no_grad():
+            q_next_all = self.target_net(next_obs)
+            if self.double_dqn:
+                a_star = self.q_net(next_obs).argmax(dim=1, keepdim=True)
+                q_next = q_next_all.gather(1, a_star).squeeze(1)
+            else:
+                q_next = q_next_all.max(dim=1).values
+            target = torch.where(done, rew, rew + self.gamma * q_next)
+        q = self.q_net(obs).gather(1, act.unsqueeze(1)).squeeze(1)
+        per_sample = F.huber_loss(q, target, reduction="none", delta=self.huber_delta)
+        loss = (per_sample * w).mean()
+
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self._params, self.max_grad_norm, foreach=True)
+        self.optimizer.step()
+        self.updates += 1
+
+        td = (q.detach() - target).abs_().cpu().numpy()
+        return UpdateResult(td_errors=td, metrics={"loss": float(loss.detach()), "q_mean": float(q.detach().mean())})
+
+    # -- weights and state ---------------------------------------------------------
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """The online Q-network's parameters (what actors need)."""
+        return module_weights(self.q_net)
+
+    def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        """Load online Q-network parameters produced by :meth:`get_weights`."""
+        load_module_weights(self.q_net, weights)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Networks, optimizer, counters and the ε-greedy random stream."""
+        out = super().state_dict()
+        out["updates"] = self.updates
+        out["rng"] = self._rng.bit_generator.state
+        return out
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.updates = int(state.get("updates", 0))
+        if "rng" in state:
+            self._rng.bit_generator.state = state["rng"]
