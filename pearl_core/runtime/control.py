@@ -1,0 +1,620 @@
+"""Run control shared by the serial and the parallel runtime.
+
+* :class:`RunState` — the counters of a run (env steps, updates, episodes,
+  time, evaluation history, when it was solved) and :class:`RunResult`, the
+  frozen value a runtime returns;
+* :class:`StopMonitor` — evaluates :class:`~pearl_core.runtime.config.StopCriteria`
+  and says which criterion fired;
+* :class:`ProgressDisplay` — a rich live line on a terminal, plain periodic lines otherwise;
+* :class:`RunLogger` — CSV logs (episodes, evaluations, periodic metrics) and a
+  TensorBoard log when the ``tensorboard`` package is installed;
+* :func:`plot_learning_curve` — a PNG of returns vs env steps (matplotlib, Agg);
+* :func:`save_checkpoint` / :func:`load_checkpoint` — trainer state, counters,
+  config and plan, optionally the replay contents, written atomically.
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import dataclasses
+import io
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence, TextIO
+
+import numpy as np
+
+from pearl_core.errors import SpecError
+from pearl_core.runtime.config import RunConfig, RuntimePlan, StopCriteria
+
+__all__ = [
+    "CHECKPOINT_NAME",
+    "Checkpoint",
+    "ProgressDisplay",
+    "RunLogger",
+    "RunResult",
+    "RunState",
+    "StopDecision",
+    "StopMonitor",
+    "load_checkpoint",
+    "plot_learning_curve",
+    "save_checkpoint",
+]
+
+#: File name of the latest checkpoint inside ``config.log_dir``.
+CHECKPOINT_NAME = "checkpoint.pt"
+_CHECKPOINT_FORMAT = "pearl-checkpoint"
+_CHECKPOINT_VERSION = 1
+
+
+# --------------------------------------------------------------------------------------
+# Counters and the result value
+# --------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class RunState:
+    """Mutable counters of a run; checkpointed and restored on resume.
+
+    ``wall_time_s`` accumulates over resumed segments; the runtime adds the
+    time of the current segment when it reads or saves it.
+    """
+
+    env_steps: int = 0
+    updates: int = 0
+    episodes: int = 0
+    wall_time_s: float = 0.0
+    learner_time_s: float = 0.0
+    eval_time_s: float = 0.0
+    eval_history: list[tuple[int, float, float]] = dataclasses.field(default_factory=list)
+    solved_at_env_steps: int | None = None
+    solved_at_wall_s: float | None = None
+    last_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["eval_history"] = [list(e) for e in self.eval_history]
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RunState":
+        known = {f.name for f in dataclasses.fields(cls)}
+        d = {k: v for k, v in data.items() if k in known}
+        d["eval_history"] = [(int(a), float(b), float(c)) for a, b, c in d.get("eval_history", [])]
+        return cls(**d)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """What a runtime's ``run()`` returns.
+
+    Attributes:
+        env_steps, updates, episodes: totals at the end (over resumed segments too).
+        wall_time_s: total wall time of the run.
+        eval_history: ``(env_steps, mean_return, wall_s)`` per greedy evaluation.
+        solved_at_env_steps / solved_at_wall_s: when a return criterion
+            (``mean_return`` or ``eval_return``) fired, else ``None``.
+        stop_reason: the criterion that ended the run (``"mean_return"``,
+            ``"eval_return"``, ``"max_env_steps"``, ``"max_updates"``,
+            ``"max_wall_time_s"``) and ``stop_detail`` the numbers behind it.
+        env_steps_per_s, updates_per_s, samples_per_s: totals / wall time
+            (``samples`` = updates * batch size).
+        learner_time_s, eval_time_s: time spent in learner updates / evaluation.
+        final_mean_return: mean return of the last ``stop.window`` training
+            episodes (fewer if fewer finished; ``None`` if none).
+        log_dir, checkpoint_path: where the logs and the final checkpoint went.
+    """
+
+    env_steps: int
+    updates: int
+    wall_time_s: float
+    episodes: int
+    eval_history: tuple[tuple[int, float, float], ...]
+    solved_at_env_steps: int | None
+    solved_at_wall_s: float | None
+    stop_reason: str
+    stop_detail: str
+    env_steps_per_s: float
+    updates_per_s: float
+    samples_per_s: float
+    learner_time_s: float
+    eval_time_s: float
+    final_mean_return: float | None
+    log_dir: str
+    checkpoint_path: str | None
+
+    @property
+    def solved(self) -> bool:
+        return self.solved_at_env_steps is not None
+
+    @classmethod
+    def from_state(cls, state: RunState, decision: "StopDecision", *, batch_size: int,
+                   final_mean_return: float | None, log_dir: str, checkpoint_path: str | None) -> "RunResult":
+        wall = max(state.wall_time_s, 1e-9)
+        return cls(
+            env_steps=state.env_steps,
+            updates=state.updates,
+            wall_time_s=state.wall_time_s,
+            episodes=state.episodes,
+            eval_history=tuple(state.eval_history),
+            solved_at_env_steps=state.solved_at_env_steps,
+            solved_at_wall_s=state.solved_at_wall_s,
+            stop_reason=decision.criterion,
+            stop_detail=decision.detail,
+            env_steps_per_s=state.env_steps / wall,
+            updates_per_s=state.updates / wall,
+            samples_per_s=state.updates * batch_size / wall,
+            learner_time_s=state.learner_time_s,
+            eval_time_s=state.eval_time_s,
+            final_mean_return=final_mean_return,
+            log_dir=log_dir,
+            checkpoint_path=checkpoint_path,
+        )
+
+
+# --------------------------------------------------------------------------------------
+# Stop criteria
+# --------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class StopDecision:
+    """Which criterion ended the run, with its numbers; ``solved`` for return criteria."""
+
+    criterion: str
+    detail: str
+    solved: bool
+
+
+class StopMonitor:
+    """Evaluates :class:`StopCriteria`; the first criterion met wins.
+
+    Return criteria are checked before budgets, so a run that reaches its
+    target on its last allowed step counts as solved.
+
+    * ``mean_return``: mean of the last ``window`` training episodes, once
+      ``window`` episodes have finished;
+    * ``eval_return``: the latest greedy evaluation's mean; evaluations are due
+      every ``eval_every`` env steps (:meth:`eval_due`) only when
+      ``eval_return`` is set;
+    * ``max_env_steps`` / ``max_updates`` / ``max_wall_time_s``: budgets (``>=``).
+    """
+
+    def __init__(self, stop: StopCriteria):
+        if not isinstance(stop, StopCriteria):
+            raise SpecError(f"StopMonitor needs a StopCriteria; found {type(stop).__name__}.")
+        self.stop = stop
+        self._returns: collections.deque[float] = collections.deque(maxlen=stop.window)
+        self._next_eval = stop.eval_every
+        self._last_eval: tuple[int, float] | None = None
+
+    @property
+    def evaluates(self) -> bool:
+        """Whether this run evaluates greedily (``eval_return`` is set)."""
+        return self.stop.eval_return is not None
+
+    def record_episode(self, episode_return: float) -> None:
+        self._returns.append(float(episode_return))
+
+    def recent_mean(self, full_window: bool = False) -> float | None:
+        """Mean return of the last ``window`` episodes (of fewer unless ``full_window``)."""
+        if not self._returns or (full_window and len(self._returns) < self.stop.window):
+            return None
+        return float(np.mean(self._returns))
+
+    def eval_due(self, env_steps: int) -> bool:
+        return self.evaluates and env_steps >= self._next_eval
+
+    def record_eval(self, env_steps: int, mean_return: float) -> None:
+        """Record an evaluation's mean; the next one is due at the next multiple of ``eval_every``."""
+        self._last_eval = (int(env_steps), float(mean_return))
+        every = self.stop.eval_every
+        self._next_eval = (env_steps // every + 1) * every
+
+    def check(self, env_steps: int, updates: int, wall_s: float) -> StopDecision | None:
+        """The criterion met now, or ``None`` to continue."""
+        s = self.stop
+        if s.mean_return is not None:
+            m = self.recent_mean(full_window=True)
+            if m is not None and m >= s.mean_return:
+                return StopDecision(
+                    "mean_return", f"mean return of the last {s.window} episodes {m:.2f} >= {s.mean_return}", True
+                )
+        if s.eval_return is not None and self._last_eval is not None and self._last_eval[1] >= s.eval_return:
+            at, m = self._last_eval
+            return StopDecision(
+                "eval_return",
+                f"greedy evaluation of {s.eval_episodes} episodes at {at} env steps averaged {m:.2f} >= {s.eval_return}",
+                True,
+            )
+        if s.max_env_steps is not None and env_steps >= s.max_env_steps:
+            return StopDecision("max_env_steps", f"{env_steps} env steps >= budget {s.max_env_steps}", False)
+        if s.max_updates is not None and updates >= s.max_updates:
+            return StopDecision("max_updates", f"{updates} learner updates >= budget {s.max_updates}", False)
+        if s.max_wall_time_s is not None and wall_s >= s.max_wall_time_s:
+            return StopDecision("max_wall_time_s", f"{wall_s:.1f} s >= budget {s.max_wall_time_s} s", False)
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"returns": list(self._returns), "next_eval": self._next_eval,
+                "last_eval": list(self._last_eval) if self._last_eval else None}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._returns.clear()
+        self._returns.extend(float(r) for r in state.get("returns", []))
+        self._next_eval = int(state.get("next_eval", self.stop.eval_every))
+        last = state.get("last_eval")
+        self._last_eval = (int(last[0]), float(last[1])) if last else None
+
+
+# --------------------------------------------------------------------------------------
+# Progress display
+# --------------------------------------------------------------------------------------
+def _fmt(v: float | None, spec: str = ".1f") -> str:
+    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
+
+
+class ProgressDisplay:
+    """Live progress: a rich bar on a terminal, a plain line every ``every_s`` seconds otherwise.
+
+    Shows env steps (of the budget), env steps/s and updates/s over the last
+    interval, the mean training return and the latest evaluation.
+
+    Args:
+        total_env_steps: the env-step budget (``None``: no bar total).
+        enabled: ``False`` prints nothing.
+        tty: force the terminal (rich) or plain mode; default asks the stream.
+        every_s: seconds between plain lines.
+        stream: where to write (default ``sys.stdout``).
+    """
+
+    def __init__(self, total_env_steps: int | None, *, enabled: bool = True, tty: bool | None = None,
+                 every_s: float = 10.0, stream: TextIO | None = None):
+        self.enabled = enabled
+        self.stream = stream if stream is not None else sys.stdout
+        self.total = total_env_steps
+        self.every_s = float(every_s)
+        self.tty = bool(tty if tty is not None else getattr(self.stream, "isatty", lambda: False)())
+        self._last: tuple[float, int, int] | None = None
+        self._last_print = -math.inf
+        self._progress = None
+        self._task = None
+        if self.enabled and self.tty:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(
+                TextColumn("[bold]env steps"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                TextColumn("{task.fields[info]}"),
+                console=Console(file=self.stream), transient=False, refresh_per_second=4,
+            )
+            self._task = self._progress.add_task("run", total=total_env_steps, info="")
+            self._progress.start()
+
+    def _rates(self, now: float, env_steps: int, updates: int) -> tuple[float | None, float | None]:
+        if self._last is None:
+            self._last = (now, env_steps, updates)
+            return None, None
+        t0, e0, u0 = self._last
+        dt = now - t0
+        if dt <= 0:
+            return None, None
+        self._last = (now, env_steps, updates)
+        return (env_steps - e0) / dt, (updates - u0) / dt
+
+    def update(self, state: RunState, wall_s: float, mean_return: float | None, *, force: bool = False) -> None:
+        """Refresh with the current counters (plain mode prints at most every ``every_s`` seconds)."""
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if not self._progress and not force and now - self._last_print < self.every_s:
+            return
+        sps, ups = self._rates(now, state.env_steps, state.updates)
+        last_eval = state.eval_history[-1][1] if state.eval_history else None
+        info = (f"{_fmt(sps, '.0f')} steps/s  {_fmt(ups, '.0f')} upd/s  updates {state.updates}  "
+                f"episodes {state.episodes}  return {_fmt(mean_return)}  eval {_fmt(last_eval)}")
+        if self._progress is not None:
+            self._progress.update(self._task, completed=state.env_steps, info=info)
+        else:
+            total = f"/{self.total}" if self.total else ""
+            print(f"[{wall_s:7.1f}s] env steps {state.env_steps}{total}  {info}", file=self.stream, flush=True)
+            self._last_print = now
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+# --------------------------------------------------------------------------------------
+# Logs
+# --------------------------------------------------------------------------------------
+_EPISODE_COLUMNS = ("env_steps", "wall_s", "episode", "return", "length")
+_EVAL_COLUMNS = ("env_steps", "wall_s", "mean_return", "std_return", "min_return", "max_return", "episodes")
+_METRIC_COLUMNS = ("env_steps", "updates", "episodes", "wall_s", "env_steps_per_s", "updates_per_s",
+                   "mean_return", "eval_return", "loss", "q_mean")
+
+
+def _tensorboard_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("tensorboard") is not None
+
+
+class RunLogger:
+    """CSV logs in ``log_dir`` (``episodes.csv``, ``evals.csv``, ``metrics.csv``) and TensorBoard events.
+
+    Files are appended to when they exist (a resumed run continues its logs);
+    a header is written only to a new file.
+
+    Args:
+        log_dir: the run's directory (created).
+        tensorboard: write TensorBoard events with ``torch.utils.tensorboard``;
+            ``None`` = when the ``tensorboard`` package is installed.
+    """
+
+    def __init__(self, log_dir: str | os.PathLike, *, tensorboard: bool | None = None):
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._files: dict[str, io.TextIOBase] = {}
+        self._writers: dict[str, Any] = {}
+        for name, cols in (("episodes", _EPISODE_COLUMNS), ("evals", _EVAL_COLUMNS), ("metrics", _METRIC_COLUMNS)):
+            path = self.log_dir / f"{name}.csv"
+            new = not path.exists() or path.stat().st_size == 0
+            fh = open(path, "a", newline="", encoding="utf-8")
+            writer = csv.writer(fh)
+            if new:
+                writer.writerow(cols)
+            self._files[name], self._writers[name] = fh, writer
+        self.tb = None
+        if tensorboard is None:
+            tensorboard = _tensorboard_available()
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(log_dir=str(self.log_dir / "tensorboard"))
+
+    def episode(self, env_steps: int, wall_s: float, index: int, episode_return: float, length: int) -> None:
+        self._writers["episodes"].writerow((env_steps, f"{wall_s:.3f}", index, f"{episode_return:.6g}", length))
+        if self.tb is not None:
+            self.tb.add_scalar("episode/return", episode_return, env_steps)
+            self.tb.add_scalar("episode/length", length, env_steps)
+
+    def evaluation(self, env_steps: int, wall_s: float, returns: Sequence[float]) -> None:
+        r = np.asarray(returns, dtype=np.float64)
+        self._writers["evals"].writerow((env_steps, f"{wall_s:.3f}", f"{r.mean():.6g}", f"{r.std():.6g}",
+                                         f"{r.min():.6g}", f"{r.max():.6g}", r.size))
+        self._files["evals"].flush()
+        if self.tb is not None:
+            self.tb.add_scalar("eval/mean_return", float(r.mean()), env_steps)
+
+    def metrics(self, state: RunState, wall_s: float, mean_return: float | None,
+                env_steps_per_s: float, updates_per_s: float) -> None:
+        last_eval = state.eval_history[-1][1] if state.eval_history else None
+        m = state.last_metrics
+        loss = m.get("loss", m.get("critic_loss"))
+        row = (state.env_steps, state.updates, state.episodes, f"{wall_s:.3f}", f"{env_steps_per_s:.1f}",
+               f"{updates_per_s:.1f}", _fmt(mean_return, ".6g"), _fmt(last_eval, ".6g"), _fmt(loss, ".6g"),
+               _fmt(m.get("q_mean"), ".6g"))
+        self._writers["metrics"].writerow(["" if v == "-" else v for v in row])
+        for fh in self._files.values():
+            fh.flush()
+        if self.tb is not None:
+            self.tb.add_scalar("perf/env_steps_per_s", env_steps_per_s, state.env_steps)
+            self.tb.add_scalar("perf/updates_per_s", updates_per_s, state.env_steps)
+            if mean_return is not None:
+                self.tb.add_scalar("train/mean_return", mean_return, state.env_steps)
+            for k, v in m.items():
+                self.tb.add_scalar(f"learner/{k}", v, state.env_steps)
+
+    def close(self) -> None:
+        for fh in self._files.values():
+            fh.close()
+        self._files.clear()
+        if self.tb is not None:
+            self.tb.close()
+            self.tb = None
+
+
+def _read_csv(path: Path) -> dict[str, np.ndarray]:
+    if not path.exists():
+        return {}
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    if not rows:
+        return {}
+    out = {}
+    for key in rows[0]:
+        out[key] = np.array([float(r[key]) if r[key] not in ("", None) else np.nan for r in rows])
+    return out
+
+
+def plot_learning_curve(log_dir: str | os.PathLike, out_path: str | os.PathLike | None = None, *,
+                        title: str | None = None, window: int = 20, threshold: float | None = None) -> Path:
+    """Draw training returns (raw and rolling mean) and evaluation means against env steps.
+
+    Reads ``episodes.csv`` and ``evals.csv`` from ``log_dir``; writes a PNG
+    (default ``log_dir/learning_curve.png``) with matplotlib's Agg canvas, so no
+    display is needed and pyplot's global state is untouched.
+
+    Returns:
+        The path of the PNG.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    log_dir = Path(log_dir)
+    out = Path(out_path) if out_path is not None else log_dir / "learning_curve.png"
+    eps = _read_csv(log_dir / "episodes.csv")
+    evs = _read_csv(log_dir / "evals.csv")
+    fig = Figure(figsize=(8, 4.5), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    if eps:
+        x, r = eps["env_steps"], eps["return"]
+        ax.plot(x, r, color="tab:blue", alpha=0.25, lw=0.8, label="episode return")
+        if r.size >= 1:
+            k = min(window, r.size)
+            rolling = np.convolve(r, np.ones(k) / k, mode="valid")
+            ax.plot(x[k - 1:], rolling, color="tab:blue", lw=1.8, label=f"mean of last {k}")
+    if evs:
+        ax.plot(evs["env_steps"], evs["mean_return"], "o-", color="tab:orange", lw=1.5, label="greedy evaluation")
+    if threshold is not None:
+        ax.axhline(threshold, color="gray", ls="--", lw=1, label=f"target {threshold:g}")
+    if not eps and not evs:
+        ax.text(0.5, 0.5, "no finished episodes", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("return")
+    ax.set_title(title or log_dir.name)
+    ax.grid(alpha=0.3)
+    if eps or evs:
+        ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}.png")
+    fig.savefig(tmp)
+    os.replace(tmp, out)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Checkpoints
+# --------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """What :func:`load_checkpoint` returns.
+
+    Attributes:
+        trainer_state: the trainer's ``state_dict()``.
+        state: the run counters.
+        monitor: :meth:`StopMonitor.state_dict`.
+        config, plan: the run's config and plan.
+        replay: :func:`pearl_core.runtime.wiring.replay_state` (numpy arrays) or ``None``.
+        extra: anything else the runtime stored.
+    """
+
+    trainer_state: dict[str, Any]
+    state: RunState
+    monitor: dict[str, Any]
+    config: RunConfig
+    plan: RuntimePlan
+    replay: dict[str, Any] | None
+    extra: dict[str, Any]
+
+
+def _to_torch(tree: Any) -> Any:
+    """numpy arrays -> torch tensors (loadable with ``weights_only=True``)."""
+    import torch
+
+    if isinstance(tree, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(tree))
+    if isinstance(tree, Mapping):
+        return {k: _to_torch(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_to_torch(v) for v in tree)
+    if isinstance(tree, np.generic):
+        return tree.item()
+    return tree
+
+
+def save_checkpoint(path: str | os.PathLike, *, trainer, state: RunState, monitor: StopMonitor | Mapping,
+                    config: RunConfig, plan: RuntimePlan, replay: Mapping[str, Any] | None = None,
+                    extra: Mapping[str, Any] | None = None) -> Path:
+    """Write a checkpoint atomically: a temporary file in the same directory, fsync, ``os.replace``.
+
+    A crash while writing leaves the previous checkpoint intact (never a
+    half-written file under ``path``).
+
+    Args:
+        path: destination file.
+        trainer: saved with ``trainer.state_dict()`` (``get_weights()`` for a
+            duck-typed trainer without one).
+        state: run counters.
+        monitor: the stop monitor (or its ``state_dict()``).
+        config, plan: stored as JSON.
+        replay: :func:`pearl_core.runtime.wiring.replay_state` output, or ``None``.
+        extra: JSON-like values to keep alongside.
+
+    Returns:
+        ``path`` as a :class:`Path`.
+    """
+    import torch
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    trainer_state = trainer.state_dict() if hasattr(trainer, "state_dict") else {"weights": trainer.get_weights()}
+    payload = {
+        "format": _CHECKPOINT_FORMAT,
+        "version": _CHECKPOINT_VERSION,
+        "trainer": _to_torch(trainer_state),
+        "state": state.to_dict(),
+        "monitor": monitor.state_dict() if isinstance(monitor, StopMonitor) else dict(monitor),
+        "config": config.to_json(),
+        "plan": plan.to_json(),
+        "replay": _to_torch(dict(replay)) if replay is not None else None,
+        "extra": json.dumps(dict(extra or {})),
+    }
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as fh:
+            torch.save(payload, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def _to_numpy(tree: Any) -> Any:
+    import torch
+
+    if isinstance(tree, torch.Tensor):
+        return tree.numpy()
+    if isinstance(tree, Mapping):
+        return {k: _to_numpy(v) for k, v in tree.items()}
+    return tree
+
+
+def load_checkpoint(path: str | os.PathLike, *, weights_only: bool = True) -> Checkpoint:
+    """Read a checkpoint written by :func:`save_checkpoint`.
+
+    Args:
+        path: the checkpoint file.
+        weights_only: load with torch's restricted unpickler (safe for files
+            you did not write). Set ``False`` only for trusted files whose
+            trainer state holds arbitrary Python objects.
+
+    Raises:
+        SpecError: the file is missing, unreadable, or not a PEARL checkpoint.
+    """
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"checkpoint {str(path)!r} does not exist. Fix: pass the path of a checkpoint.pt file.")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=weights_only)
+    except Exception as exc:  # noqa: BLE001 - any read error becomes a clear message
+        hint = (" If you trust the file and its trainer state holds custom Python objects, "
+                "pass weights_only=False.") if weights_only else ""
+        raise SpecError(f"checkpoint {str(path)!r} could not be read ({type(exc).__name__}: {exc}).{hint}") from exc
+    if not isinstance(payload, Mapping) or payload.get("format") != _CHECKPOINT_FORMAT:
+        raise SpecError(f"{str(path)!r} is not a PEARL checkpoint; expected one written by save_checkpoint().")
+    if payload.get("version") != _CHECKPOINT_VERSION:
+        raise SpecError(
+            f"checkpoint {str(path)!r} has format version {payload.get('version')}; this PEARL reads "
+            f"version {_CHECKPOINT_VERSION}."
+        )
+    replay = payload.get("replay")
+    return Checkpoint(
+        trainer_state=dict(payload["trainer"]),
+        state=RunState.from_dict(payload["state"]),
+        monitor=dict(payload["monitor"]),
+        config=RunConfig.from_json(payload["config"]),
+        plan=RuntimePlan.from_json(payload["plan"]),
+        replay=_to_numpy(replay) if replay is not None else None,
+        extra=json.loads(payload.get("extra") or "{}"),
+    )
