@@ -1,0 +1,646 @@
+// Kernels, layout construction and thread pool of the native sum tree.
+// See sumtree.hpp for the memory layout and the drift argument.
+
+#include "sumtree.hpp"
+
+#include <algorithm>
+#include <cfloat>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <stdexcept>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#include <sys/mman.h>
+#define PEARL_HAVE_PTHREAD 1
+#endif
+#if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
+#include <immintrin.h>
+#define PEARL_PAUSE() _mm_pause()
+#else
+#define PEARL_PAUSE() std::this_thread::yield()
+#endif
+
+#ifndef PEARL_SELECT_BSEARCH
+#define PEARL_SELECT_BSEARCH 0
+#endif
+
+#define PEARL_LIKELY(x) __builtin_expect(!!(x), 1)
+#define PEARL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+namespace pearl_cpu {
+namespace {
+
+// ---------------------------------------------------------------- fork safety
+// Worker threads do not exist in a forked child; a pool created before the
+// fork is abandoned (leaked, never joined) and a fresh one made on first use.
+std::atomic<uint64_t> g_fork_epoch{0};
+#ifdef PEARL_HAVE_PTHREAD
+void on_fork_child() { g_fork_epoch.fetch_add(1, std::memory_order_relaxed); }
+struct AtForkInit {
+  AtForkInit() { pthread_atfork(nullptr, nullptr, &on_fork_child); }
+} g_atfork_init;
+#endif
+
+inline void prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
+
+template <int SC>
+inline uint32_t slots(const Layout& L) {
+  return SC ? static_cast<uint32_t>(SC) : L.S;
+}
+
+inline void prefetch_span(const double* p, uint32_t n) {
+  const uint32_t lines = (n * 8 + 63) / 64;
+  for (uint32_t l = 0; l < lines; ++l) prefetch(p + 8 * l);
+}
+
+// Last slot with a non-zero value, or 0 if the whole group is zero (only
+// possible if a caller broke the lock discipline; slot 0 is always a real
+// node on any path reached from a positive parent).
+inline uint32_t last_nonzero(const double* v, uint32_t S) {
+  for (uint32_t j = S; j-- > 0;)
+    if (v[j] != 0.0) return j;
+  return 0;
+}
+
+// ------------------------------------------------------ the summation order
+// Every group: sequential inclusive prefix of its raw child sums (slot order),
+// written next to them; returns the group total P(S-1), which is what the
+// parent stores. This is the only place sums are formed.
+template <int SC>
+inline double group_prefix(double* grp, uint32_t S) {
+  const double* c = grp;
+  double* P = grp + S;
+  double p = c[0];
+  P[0] = p;
+  for (uint32_t j = 1; j < S; ++j) {
+    p += c[j];
+    P[j] = p;
+  }
+  return p;
+}
+
+// Number of prefixes <= r, i.e. (prefixes never decrease) the index of the
+// first child whose inclusive prefix exceeds r; S when none does.
+template <int SC>
+inline uint32_t select_child(const double* P, uint32_t S, double r) {
+#if PEARL_SELECT_BSEARCH
+  const double* base = P;
+  uint32_t n = S;
+  while (n > 1) {
+    const uint32_t half = n / 2;
+    base = (base[half - 1] <= r) ? base + half : base;
+    n -= half;
+  }
+  return static_cast<uint32_t>(base - P) + (base[0] <= r);
+#elif defined(__SSE2__)
+  const __m128d rv = _mm_set1_pd(r);
+  __m128i acc0 = _mm_setzero_si128(), acc1 = _mm_setzero_si128();
+  uint32_t j = 0;
+  for (; j + 4 <= S; j += 4) {  // a mask lane is -1 where P <= r
+    acc0 = _mm_sub_epi64(acc0, _mm_castpd_si128(_mm_cmple_pd(_mm_load_pd(P + j), rv)));
+    acc1 = _mm_sub_epi64(acc1, _mm_castpd_si128(_mm_cmple_pd(_mm_load_pd(P + j + 2), rv)));
+  }
+  if (j < S) acc0 = _mm_sub_epi64(acc0, _mm_castpd_si128(_mm_cmple_pd(_mm_load_pd(P + j), rv)));
+  acc0 = _mm_add_epi64(acc0, acc1);
+  return static_cast<uint32_t>(_mm_cvtsi128_si64(acc0) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(acc0, acc0)));
+#else
+  uint32_t cnt = 0;
+  for (uint32_t j = 0; j < S; ++j) cnt += P[j] <= r;
+  return cnt;
+#endif
+}
+
+// ------------------------------------------------------------------- sample
+// Queries are processed in blocks of B, level by level: the B group loads of
+// one level are independent, and the child group of each query is prefetched
+// as soon as it is known, B-1 queries before it is read. Child selection is
+// branch-free compares against the stored prefixes.
+template <int SC>
+void sample_kernel(const Layout& L, const double* x, int64_t* out, size_t n) {
+  constexpr int B = 16;
+  const uint32_t S = slots<SC>(L);
+  const uint64_t S2 = 2 * uint64_t{S};
+  const int D = L.D;
+  const uint64_t F = L.F;
+  const uint64_t last = L.cap - 1;
+  const double inf = __builtin_inf();
+  for (size_t base = 0; base < n; base += B) {
+    const int m = static_cast<int>(n - base < B ? n - base : B);
+    double r[B];
+    uint64_t g[B];
+    for (int q = 0; q < m; ++q) {
+      r[q] = x[base + q];
+      g[q] = 0;
+    }
+    for (int d = 1; d <= D; ++d) {
+      const double* lvl = L.data + L.off[d];
+      const bool pf = d < D;
+      const double* next = L.data + L.off[pf ? d + 1 : d] + S;  // prefix half of the next level
+      for (int q = 0; q < m; ++q) {
+        const double* grp = lvl + g[q] * S2;
+        const double* P = grp + S;
+        const double rr = r[q];
+        uint32_t cnt = select_child<SC>(P, S, rr);
+        double before;
+        if (PEARL_UNLIKELY(cnt == S)) {
+          // Drift: rr is at or past this node's sum. Take the last non-zero
+          // child and stay on the right edge all the way down (residual
+          // +inf), so the result is the last non-zero leaf below this node.
+          cnt = last_nonzero(grp, S);
+          before = -inf;
+        } else {
+          // before = cnt ? P[cnt - 1] : 0.0, without a (badly predicted) branch
+          const uint64_t keep = uint64_t{0} - (cnt != 0);
+          const double b = P[cnt - (cnt != 0)];
+          uint64_t bits;
+          std::memcpy(&bits, &b, sizeof bits);
+          bits &= keep;
+          std::memcpy(&before, &bits, sizeof bits);
+        }
+        r[q] = rr - before;
+        const uint64_t child = g[q] * F + cnt;
+        g[q] = child;
+        if (pf) prefetch_span(next + child * S2, S);
+      }
+    }
+    for (int q = 0; q < m; ++q) out[base + q] = static_cast<int64_t>(g[q] < last ? g[q] : last);
+  }
+}
+
+// ------------------------------------------------------------------- update
+// Write leaves in batch order (so the last duplicate wins) and record the
+// leaf-level group index of each written leaf. items == nullptr means all.
+void write_leaves(const Layout& L, const int64_t* idx, const double* prio, const uint32_t* items,
+                  size_t c, uint64_t* g) {
+  double* leaves = L.data + L.off[L.D];
+  const uint64_t S2 = 2 * uint64_t{L.S};
+  if (L.pow2) {
+    const int sh = L.shift;
+    const uint64_t mask = L.F - 1;
+    if (items) {
+      for (size_t j = 0; j < c; ++j) {
+        const uint32_t k = items[j];
+        const uint64_t i = static_cast<uint64_t>(idx[k]), grp = i >> sh;
+        leaves[grp * S2 + (i & mask)] = prio[k];
+        g[j] = grp;
+      }
+    } else {
+      for (size_t k = 0; k < c; ++k) {
+        const uint64_t i = static_cast<uint64_t>(idx[k]), grp = i >> sh;
+        leaves[grp * S2 + (i & mask)] = prio[k];
+        g[k] = grp;
+      }
+    }
+  } else {
+    for (size_t j = 0; j < c; ++j) {
+      const size_t k = items ? items[j] : j;
+      const uint64_t i = static_cast<uint64_t>(idx[k]);
+      const uint64_t grp = i / L.F;
+      leaves[grp * S2 + (i - grp * L.F)] = prio[k];
+      g[j] = grp;
+    }
+  }
+}
+
+// Recompute the prefixes of group gg of level d and store its total in the
+// parent node.
+template <int SC>
+inline void recompute(const Layout& L, int d, double* lvl, uint64_t gg, uint32_t S) {
+  *L.node(d - 1, gg) = group_prefix<SC>(lvl + gg * 2 * uint64_t{S}, S);
+}
+
+template <int SC>
+void propagate_level(const Layout& L, int d, uint64_t* g, size_t c, bool dense, uint64_t lo,
+                     uint64_t hi) {
+  const uint32_t S = slots<SC>(L);
+  double* lvl = L.data + L.off[d];
+  if (dense) {
+    for (uint64_t gg = lo; gg < hi; ++gg) recompute<SC>(L, d, lvl, gg, S);
+    return;
+  }
+  constexpr size_t PF = 8;
+  const uint64_t S2 = 2 * uint64_t{S};
+  uint64_t prev = ~uint64_t{0};
+  for (size_t j = 0; j < c; ++j) {
+    if (j + PF < c) prefetch_span(lvl + g[j + PF] * S2, static_cast<uint32_t>(S2));
+    const uint64_t gg = g[j];
+    if (gg != prev) {
+      recompute<SC>(L, d, lvl, gg, S);
+      prev = gg;
+    }
+    g[j] = L.div(gg);
+  }
+}
+
+// Recompute the parents of the groups listed in g (level dfrom), then of
+// their parents, ..., up to the parents of level dto's groups. Only groups in
+// [lo, hi) of level dto (and the groups below them) are touched. Once a
+// level's group range is not larger than the list, the whole range is
+// recomputed densely (sequential, prefetcher friendly); c == SIZE_MAX forces
+// dense. Recomputing an unchanged group writes back the same bits.
+template <int SC>
+void propagate_kernel(const Layout& L, uint64_t* g, size_t c, int dfrom, int dto, uint64_t lo,
+                      uint64_t hi) {
+  if (dfrom < dto) return;
+  const uint64_t F = L.F;
+  uint64_t rlo[kMaxLevels + 1], rhi[kMaxLevels + 1];
+  rlo[dto] = lo;
+  rhi[dto] = hi;
+  for (int d = dto + 1; d <= dfrom; ++d) {
+    rlo[d] = std::min(rlo[d - 1] * F, L.G[d]);
+    rhi[d] = std::min(rhi[d - 1] * F, L.G[d]);
+  }
+  bool dense = false;
+  for (int d = dfrom; d >= dto; --d) {
+    if (!dense && rhi[d] - rlo[d] <= c) dense = true;
+    propagate_level<SC>(L, d, g, c, dense, rlo[d], rhi[d]);
+  }
+}
+
+template <class T>
+bool same_bits(T a, T b) {
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+// Recompute everything from the leaves and compare bit for bit.
+template <int SC>
+bool check_kernel(const Layout& L) {
+  const uint32_t S = slots<SC>(L);
+  const uint32_t Freal = static_cast<uint32_t>(std::min<uint64_t>(L.F, S));
+  for (int d = L.D; d >= 1; --d) {
+    const double* lvl = L.data + L.off[d];
+    for (uint64_t gg = 0; gg < L.G[d]; ++gg) {
+      const double* grp = lvl + gg * 2 * uint64_t{S};
+      for (uint32_t j = Freal; j < S; ++j)
+        if (!same_bits(grp[j], 0.0)) return false;  // padding slots
+      double p = grp[0];
+      if (!same_bits(grp[S], p)) return false;
+      for (uint32_t j = 1; j < S; ++j) {
+        p += grp[j];
+        if (!same_bits(grp[S + j], p)) return false;
+      }
+      if (!same_bits(*L.node(d - 1, gg), p)) return false;
+    }
+    // nodes of level d-1 past its last real node (padding of its last group)
+    if (d > 1)
+      for (uint64_t k = L.G[d]; k < L.G[d - 1] * L.F; ++k)
+        if (!same_bits(*L.node(d - 1, k), 0.0)) return false;
+  }
+  for (uint64_t i = L.cap; i < L.G[L.D] * L.F; ++i)
+    if (!same_bits(*L.node(L.D, i), 0.0)) return false;
+  return true;
+}
+
+template <int SC>
+SumTree::Kernels make_kernels() {
+  SumTree::Kernels k;
+  k.sample = &sample_kernel<SC>;
+  k.propagate = &propagate_kernel<SC>;
+  k.check = &check_kernel<SC>;
+  return k;
+}
+
+SumTree::Kernels kernels_for(uint32_t S) {
+  switch (S) {
+    case 2: return make_kernels<2>();
+    case 4: return make_kernels<4>();
+    case 8: return make_kernels<8>();
+    case 16: return make_kernels<16>();
+    case 24: return make_kernels<24>();
+    case 32: return make_kernels<32>();
+    case 40: return make_kernels<40>();
+    case 48: return make_kernels<48>();
+    case 56: return make_kernels<56>();
+    case 64: return make_kernels<64>();
+    default: return make_kernels<0>();
+  }
+}
+
+uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
+
+uint32_t stride_for(uint64_t F) {
+  if (F <= 2) return 2;
+  if (F <= 4) return 4;
+  if (F <= 8) return 8;
+  if (F > (uint64_t{1} << 31)) throw std::length_error("sum tree fanout too large");
+  return static_cast<uint32_t>((F + 7) / 8 * 8);
+}
+
+uint64_t checked_mul(uint64_t a, uint64_t b) {
+  uint64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) throw std::length_error("sum tree too large");
+  return r;
+}
+
+uint64_t checked_add(uint64_t a, uint64_t b) {
+  uint64_t r;
+  if (__builtin_add_overflow(a, b, &r)) throw std::length_error("sum tree too large");
+  return r;
+}
+
+}  // namespace
+
+// ================================================================ ThreadPool
+ThreadPool::ThreadPool(int nthreads) : n_(std::max(1, nthreads)) {
+  threads_.reserve(n_ - 1);
+  for (int t = 1; t < n_; ++t) threads_.emplace_back([this] { worker(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_.store(true, std::memory_order_relaxed);
+    gen_.fetch_add(1, std::memory_order_release);
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+// Claim and run tasks of the current job until none is left.
+void ThreadPool::work() {
+  for (;;) {
+    const uint64_t v = claim_.fetch_add(1, std::memory_order_acq_rel);
+    const uint32_t task = static_cast<uint32_t>(v), ntasks = static_cast<uint32_t>(v >> 32);
+    if (task >= ntasks) return;
+    // The job cannot finish (and fn_/ctx_ cannot change) before this claimed
+    // task is counted in done_, so reading them now is safe.
+    fn_(ctx_, static_cast<int>(task));
+    done_.fetch_add(1, std::memory_order_acq_rel);
+  }
+}
+
+void ThreadPool::run_raw(int ntasks, void (*fn)(void*, int), void* ctx) {
+  if (ntasks <= 0) return;
+  if (n_ <= 1 || ntasks == 1) {
+    for (int t = 0; t < ntasks; ++t) fn(ctx, t);
+    return;
+  }
+  fn_ = fn;
+  ctx_ = ctx;
+  done_.store(0, std::memory_order_relaxed);
+  claim_.store(static_cast<uint64_t>(ntasks) << 32, std::memory_order_release);
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    gen_.fetch_add(1, std::memory_order_release);
+    wake = sleepers_ > 0;
+  }
+  if (wake) cv_.notify_all();
+  work();
+  while (done_.load(std::memory_order_acquire) != ntasks) PEARL_PAUSE();
+}
+
+void ThreadPool::worker() {
+  using clock = std::chrono::steady_clock;
+  // How long an idle worker spins before sleeping: long enough to bridge the
+  // Python-side gap between back-to-back batch calls, short enough not to
+  // steal a core from the rest of the program for long.
+  constexpr auto kSpin = std::chrono::microseconds(200);
+  uint64_t seen = 0;  // gen_ starts at 0 and is only bumped by run_raw / the destructor
+  for (;;) {
+    uint64_t g = gen_.load(std::memory_order_acquire);
+    if (g == seen) {
+      auto t0 = clock::now();
+      unsigned spins = 0;
+      while ((g = gen_.load(std::memory_order_acquire)) == seen) {
+        PEARL_PAUSE();
+        if ((++spins & 63) == 0 && clock::now() - t0 > kSpin) {
+          std::unique_lock<std::mutex> lk(mu_);
+          ++sleepers_;
+          cv_.wait(lk, [&] { return gen_.load(std::memory_order_acquire) != seen; });
+          --sleepers_;
+          t0 = clock::now();
+        }
+      }
+    }
+    seen = g;
+    if (stop_.load(std::memory_order_relaxed)) return;
+    work();
+  }
+}
+
+// ================================================================== SumTree
+SumTree::SumTree(uint64_t capacity, uint64_t fanout, int threads) : fanout_(fanout) {
+  if (capacity < 1) throw std::invalid_argument("sum tree capacity must be >= 1");
+  if (fanout < 2) throw std::invalid_argument("sum tree fanout must be >= 2");
+  // A fanout wider than the capacity means a single group; size it to the capacity.
+  uint64_t F = std::min<uint64_t>(fanout, std::max<uint64_t>(capacity, 2));
+  L_.cap = capacity;
+  L_.F = F;
+  L_.S = stride_for(F);
+  L_.pow2 = (F & (F - 1)) == 0;
+  L_.shift = L_.pow2 ? __builtin_ctzll(F) : 0;
+
+  std::vector<uint64_t> gs;  // groups per level, leaves first
+  uint64_t g = ceil_div(capacity, F);
+  gs.push_back(g);
+  while (g > 1) {
+    g = ceil_div(g, F);
+    gs.push_back(g);
+  }
+  if (gs.size() > static_cast<size_t>(kMaxLevels)) throw std::length_error("sum tree too deep");
+  L_.D = static_cast<int>(gs.size());
+  L_.G[0] = 1;
+  for (int d = 1; d <= L_.D; ++d) L_.G[d] = gs[L_.D - d];
+
+  uint64_t cur = 8;  // the root's cache line
+  L_.off[0] = 0;
+  for (int d = 1; d <= L_.D; ++d) {
+    L_.off[d] = cur;
+    const uint64_t n = checked_mul(L_.G[d], L_.stride(d));
+    cur = checked_add(cur, checked_add(n, 7) / 8 * 8);
+  }
+  size_t bytes = checked_mul(cur, sizeof(double));
+  size_t align = 64;
+  if (bytes >= (size_t{4} << 20)) align = size_t{2} << 20;  // let THP back it with 2 MiB pages
+  bytes = checked_add(bytes, align - 1) / align * align;
+  void* mem = std::aligned_alloc(align, bytes);
+  if (!mem) throw std::bad_alloc();
+#if defined(PEARL_HAVE_PTHREAD) && defined(MADV_HUGEPAGE)
+  if (align > 64) madvise(mem, bytes, MADV_HUGEPAGE);
+#endif
+  std::memset(mem, 0, bytes);
+  L_.data = static_cast<double*>(mem);
+  bytes_ = bytes;
+  K_ = kernels_for(L_.S);
+  set_threads(threads);
+}
+
+SumTree::~SumTree() {
+  if (pool_ && pool_fork_epoch_ != g_fork_epoch.load()) (void)pool_.release();  // see pool()
+  pool_.reset();
+  std::free(L_.data);
+}
+
+void SumTree::set_threads(int threads) {
+  if (threads < 1) throw std::invalid_argument("threads must be >= 1");
+  threads_ = threads;
+  if (pool_ && pool_->size() != threads) {
+    if (pool_fork_epoch_ != g_fork_epoch.load()) (void)pool_.release();
+    pool_.reset();
+  }
+  groups_scratch_.resize(threads);
+  items_scratch_.resize(threads);
+}
+
+ThreadPool* SumTree::pool() {
+  const uint64_t epoch = g_fork_epoch.load(std::memory_order_relaxed);
+  if (pool_ && pool_fork_epoch_ != epoch) (void)pool_.release();  // threads gone after fork: leak it
+  if (!pool_) {
+    pool_.reset(new ThreadPool(threads_));
+    pool_fork_epoch_ = epoch;
+  }
+  return pool_.get();
+}
+
+int64_t SumTree::first_bad_index(const int64_t* idx, size_t n, uint64_t cap) {
+  constexpr size_t BLK = 512;
+  for (size_t b = 0; b < n; b += BLK) {
+    const size_t e = std::min(n, b + BLK);
+    unsigned bad = 0;
+    for (size_t k = b; k < e; ++k) bad |= static_cast<uint64_t>(idx[k]) >= cap;
+    if (bad)
+      for (size_t k = b; k < e; ++k)
+        if (static_cast<uint64_t>(idx[k]) >= cap) return static_cast<int64_t>(k);
+  }
+  return -1;
+}
+
+int64_t SumTree::first_bad_priority(const double* p, size_t n) {
+  constexpr size_t BLK = 512;
+  for (size_t b = 0; b < n; b += BLK) {
+    const size_t e = std::min(n, b + BLK);
+    unsigned bad = 0;
+    for (size_t k = b; k < e; ++k) bad |= !(p[k] >= 0.0 && p[k] <= DBL_MAX);
+    if (bad)
+      for (size_t k = b; k < e; ++k)
+        if (!(p[k] >= 0.0 && p[k] <= DBL_MAX)) return static_cast<int64_t>(k);
+  }
+  return -1;
+}
+
+int64_t SumTree::first_bad_mass(const double* x, size_t n, double limit) {
+  constexpr size_t BLK = 512;
+  for (size_t b = 0; b < n; b += BLK) {
+    const size_t e = std::min(n, b + BLK);
+    unsigned bad = 0;
+    for (size_t k = b; k < e; ++k) bad |= !(x[k] >= 0.0 && x[k] <= limit);
+    if (bad)
+      for (size_t k = b; k < e; ++k)
+        if (!(x[k] >= 0.0 && x[k] <= limit)) return static_cast<int64_t>(k);
+  }
+  return -1;
+}
+
+void SumTree::update(const int64_t* idx, const double* prio, size_t n) {
+  if (n == 0) return;
+  if (threads_ > 1 && n >= tuning_.update_parallel_min && n < (size_t{1} << 32))
+    update_parallel(idx, prio, n);
+  else
+    update_serial(idx, prio, n);
+}
+
+void SumTree::update_serial(const int64_t* idx, const double* prio, size_t n) {
+  auto& g = groups_scratch_[0];
+  if (g.size() < n) g.resize(n);
+  write_leaves(L_, idx, prio, nullptr, n, g.data());
+  K_.propagate(L_, g.data(), n, L_.D, 1, 0, 1);
+}
+
+// Task t owns a contiguous range of the groups of a split level ds (and so a
+// contiguous range of leaves). Every task scans the whole batch in order,
+// keeps the items in its range (duplicates of one index always land in the
+// same task, in batch order, so the last one wins) and recomputes its subtrees
+// up to level ds. The few nodes above ds are then recomputed densely by the
+// caller. Each node is written by exactly one task, with the same pure
+// function of the leaves as in the serial path, so the result is bit-identical
+// to the serial one whatever the thread count or timing.
+void SumTree::update_parallel(const int64_t* idx, const double* prio, size_t n) {
+  const int T = threads_;
+  int ds = 0;
+  for (int d = 1; d <= L_.D; ++d)
+    if (L_.G[d] >= static_cast<uint64_t>(8 * T)) {
+      ds = d;
+      break;
+    }
+  if (ds == 0) {
+    update_serial(idx, prio, n);
+    return;
+  }
+  uint64_t span = 1;  // leaves (incl. padding) under one group of level ds
+  for (int d = ds; d <= L_.D; ++d) span *= L_.F;
+  const uint64_t Gs = L_.G[ds];
+  for (int t = 0; t < T; ++t) {
+    if (groups_scratch_[t].size() < n) groups_scratch_[t].resize(n);
+    if (items_scratch_[t].size() < n) items_scratch_[t].resize(n);
+  }
+  auto job = [&](int t) {
+    const uint64_t lo = Gs * t / T, hi = Gs * (t + 1) / T;
+    const uint64_t leaf_lo = lo * span, width = (hi - lo) * span;
+    uint32_t* items = items_scratch_[t].data();
+    size_t c = 0;
+    for (size_t k = 0; k < n; ++k) {
+      items[c] = static_cast<uint32_t>(k);
+      c += (static_cast<uint64_t>(idx[k]) - leaf_lo) < width;
+    }
+    uint64_t* g = groups_scratch_[t].data();
+    write_leaves(L_, idx, prio, items, c, g);
+    K_.propagate(L_, g, c, L_.D, ds, lo, hi);
+  };
+  pool()->run(T, job);
+  K_.propagate(L_, nullptr, std::numeric_limits<size_t>::max(), ds - 1, 1, 0, 1);
+}
+
+void SumTree::get(const int64_t* idx, double* out, size_t n) {
+  const double* leaves = L_.data + L_.off[L_.D];
+  auto gather = [&](size_t b, size_t e) {
+    if (L_.pow2) {
+      const int sh = L_.shift;
+      const uint64_t mask = L_.F - 1;
+      for (size_t k = b; k < e; ++k) {
+        const uint64_t i = static_cast<uint64_t>(idx[k]);
+        out[k] = leaves[((i >> sh) << (sh + 1)) + (i & mask)];
+      }
+    } else {
+      for (size_t k = b; k < e; ++k) out[k] = leaves[L_.leaf_pos(static_cast<uint64_t>(idx[k]))];
+    }
+  };
+  if (threads_ > 1 && n >= tuning_.get_parallel_min) {
+    const size_t chunk = size_t{1} << 14;
+    const int ntasks = static_cast<int>((n + chunk - 1) / chunk);
+    auto job = [&](int t) { gather(chunk * t, std::min(n, chunk * (t + 1))); };
+    pool()->run(ntasks, job);
+  } else {
+    gather(0, n);
+  }
+}
+
+void SumTree::sample(const double* x, int64_t* out, size_t n) {
+  if (threads_ > 1 && n >= tuning_.sample_parallel_min) {
+    // ~4 tasks per thread (multiples of the 16-query block) for balance.
+    const size_t want = (n + 4 * threads_ - 1) / (4 * threads_);
+    const size_t chunk = std::max<size_t>(256, (want + 15) / 16 * 16);
+    const int ntasks = static_cast<int>((n + chunk - 1) / chunk);
+    auto job = [&](int t) {
+      const size_t b = chunk * t, e = std::min(n, b + chunk);
+      K_.sample(L_, x + b, out + b, e - b);
+    };
+    pool()->run(ntasks, job);
+  } else {
+    K_.sample(L_, x, out, n);
+  }
+}
+
+bool SumTree::check_consistency() const { return K_.check(L_); }
+
+void SumTree::leaves(double* out) const {
+  const double* leaves = L_.data + L_.off[L_.D];
+  for (uint64_t i = 0; i < L_.cap; ++i) out[i] = leaves[L_.leaf_pos(i)];
+}
+
+}  // namespace pearl_cpu

@@ -1,0 +1,225 @@
+// Native n-ary sum tree of PEARL's CPU backend (pure C++, no Python in here).
+//
+// The contract (semantics, bad-input rules) is pearl_core/sumtree.py; the
+// Python-facing checks live in module.cpp, this file only assumes its inputs
+// were validated (indices in range, priorities finite and >= 0, masses in
+// [0, total * (1 + rtol)]).
+//
+// Memory layout
+// =============
+// One 64-byte aligned block of doubles (2 MiB aligned + MADV_HUGEPAGE when it
+// is large, so random leaf accesses do not also miss the TLB):
+//
+//   data ─┬─ [ root | 0 0 0 0 0 0 0 ]                         level 0: 1 cache line
+//         ├─ [ group 0 ]                                        level 1: 1 group
+//         ├─ [ group 0 | group 1 | ... | group G2-1 ]          level 2: G2 = F groups
+//         ┊                                                     (inner levels)
+//         └─ [ leaf group 0 | ... | leaf group GD-1 ]          level D: the leaves,
+//                                                               GD = ceil(capacity / F)
+//
+//   leaf group (level D): the F leaves of one node, S doubles
+//   ┌────┬────┬─────┬────────┬───────────────┐
+//   │ p0 │ p1 │ ... │ p(F-1) │ zeros (S - F) │
+//   └────┴────┴─────┴────────┴───────────────┘
+//
+//   inner group (levels 1..D-1): the F child sums of one node, then their
+//   inclusive prefix sums, 2*S doubles
+//   ┌────┬─────┬────────┬───────┬────┬──────────┬─────┬────────┬──────────────┐
+//   │ c0 │ ... │ c(F-1) │ 0 ... │ c0 │ c0+c1    │ ... │ P(F-1) │ P(F-1) ...   │
+//   └────┴─────┴────────┴───────┴────┴──────────┴─────┴────────┴──────────────┘
+//     raw child sums (S)           inclusive prefixes P (S), padding repeats P(F-1)
+//
+//   S = F rounded up to 2, 4, 8 or a multiple of 8 (S = F for powers of two).
+//
+// * Node k of level d (0-based, left to right) is the parent of group k of
+//   level d+1 and lives in group k / F, slot k % F of level d. Leaf i is node i
+//   of level D; the root is data[0]. Walking down: child = node * F + slot.
+// * Every level starts on a 64-byte boundary and group strides are 2, 4 or a
+//   multiple of 8 doubles, so a group of >= 8 doubles starts on a cache line and
+//   smaller ones never straddle one. (Padding 2- and 4-slot leaf groups to a
+//   full line would cost 4x / 2x the memory and the L3 capacity that the
+//   latency-bound descent needs, so they are packed at their natural alignment.)
+// * Padding slots (s >= F in a group, leaves >= capacity) are always 0.0, so
+//   kernels treat every group as S wide: 0 changes no sum and no prefix, and a
+//   zero slot is never selected by sample().
+// * The stored prefixes let sample() pick a child of an inner node with S
+//   independent compares instead of a chain of S dependent additions; the raw
+//   sums are what update() recomputes from, and what get-the-last-non-zero-child
+//   (the drift fallback) inspects.
+//
+// Sums and drift
+// ==============
+// Every node is recomputed from its children whenever a leaf below it changes;
+// no deltas are ever propagated. So there is no drift, duplicates in a batch are
+// harmless, and every stored value is a pure function of the current leaves
+// (independent of update history, batch order and thread count). The value
+// stored for a node is *exactly* the last prefix its group forms during
+// sample():
+//   inner group: P(j) = P(j-1) + c(j) in slot order; parent = P(S-1).
+//   leaf group:  S <= 4: the same sequential scan. S >= 8: blocks of 4 leaves
+//                are scanned sequentially (q), block totals chained (B), and
+//                P(4k+i) = B(k-1) + q(k,i); parent = B(last). This has a much
+//                shorter dependency chain than a sequential scan, and is still
+//                non-decreasing in j and leaves P unchanged across a zero leaf.
+// Hence a mass >= the root total fails every level-1 compare and takes the
+// drift fallback (last non-zero child, then the right edge all the way down).
+
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace pearl_cpu {
+
+// --------------------------------------------------------------------------
+// A small persistent pool. run(ntasks, fn) executes fn(task) for every task in
+// [0, ntasks) and returns when all are done. Tasks are claimed dynamically with
+// one atomic add, and the caller claims tasks too: if a worker is slow to wake
+// (or another process holds its core) the caller simply does more of the
+// work, so a parallel call is never much slower than a serial one. Workers
+// spin briefly after a job (back-to-back batches then start within ~100 ns)
+// and then sleep on a condition variable. Not reentrant: one run() at a time
+// (the tree's mutex guarantees that).
+class ThreadPool {
+ public:
+  explicit ThreadPool(int nthreads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_; }
+
+  template <class Fn>
+  void run(int ntasks, Fn& fn) {
+    run_raw(ntasks, &invoke<Fn>, &fn);
+  }
+
+ private:
+  template <class Fn>
+  static void invoke(void* ctx, int tid) {
+    (*static_cast<Fn*>(ctx))(tid);
+  }
+  void run_raw(int ntasks, void (*fn)(void*, int), void* ctx);
+  void work();
+  void worker();
+
+  int n_;
+  std::vector<std::thread> threads_;
+  void (*fn_)(void*, int) = nullptr;
+  void* ctx_ = nullptr;
+  alignas(64) std::atomic<uint64_t> gen_{0};     // bumped per job: wakes workers
+  alignas(64) std::atomic<uint64_t> claim_{0};   // (ntasks << 32) | next task
+  alignas(64) std::atomic<int> done_{0};         // tasks finished
+  alignas(64) std::mutex mu_;
+  std::condition_variable cv_;
+  int sleepers_ = 0;
+  std::atomic<bool> stop_{false};
+};
+
+// --------------------------------------------------------------------------
+constexpr int kMaxLevels = 66;  // fanout 2, capacity < 2^64 needs 64
+
+struct Layout {
+  double* data = nullptr;  // root at data[0]; level d starts at data + off[d]
+  uint64_t cap = 0;        // number of real leaves
+  uint64_t F = 0;          // fanout used for index arithmetic
+  uint32_t S = 0;          // slots per group (F padded, see above)
+  int D = 0;               // number of group levels; leaves are level D
+  bool pow2 = false;       // F is a power of two (then S == F)
+  int shift = 0;           // log2(F) when pow2
+  uint64_t off[kMaxLevels + 1] = {};  // offset of level d in doubles (off[0] = 0: root)
+  uint64_t G[kMaxLevels + 1] = {};    // number of groups of level d (G[0] = 1: the root "group")
+
+  uint64_t div(uint64_t n) const { return pow2 ? (n >> shift) : (n / F); }
+  // Doubles per group of level d: S sums + S prefixes.
+  uint64_t stride(int) const { return 2 * uint64_t{S}; }
+  // Position of leaf i inside the leaf level.
+  uint64_t leaf_pos(uint64_t i) const {
+    const uint64_t q = div(i);
+    return q * 2 * uint64_t{S} + (i - q * F);
+  }
+  // Address of node n of level d (d = 0: the root).
+  double* node(int d, uint64_t n) const {
+    if (d == 0) return data;
+    const uint64_t q = div(n);
+    return data + off[d] + q * stride(d) + (n - q * F);
+  }
+};
+
+// Thresholds (items per call) above which a batch is split across threads.
+// Measured with scripts/bench_native.py on a 2-core EPYC; see the README table.
+struct Tuning {
+  size_t sample_parallel_min = 1024;
+  size_t update_parallel_min = 1024;
+  size_t get_parallel_min = 1u << 16;
+};
+
+class SumTree {
+ public:
+  SumTree(uint64_t capacity, uint64_t fanout, int threads);
+  ~SumTree();
+  SumTree(const SumTree&) = delete;
+  SumTree& operator=(const SumTree&) = delete;
+
+  uint64_t capacity() const { return L_.cap; }
+  uint64_t fanout() const { return fanout_; }
+  int depth() const { return L_.D; }
+  uint32_t group_slots() const { return L_.S; }
+  size_t memory_bytes() const { return bytes_; }
+  int threads() const { return threads_; }
+  void set_threads(int threads);  // caller holds mu
+  Tuning& tuning() { return tuning_; }
+
+  double total() const { return L_.data[0]; }
+
+  // --- validation helpers (pure, no tree state): index of the first bad item or -1
+  static int64_t first_bad_index(const int64_t* idx, size_t n, uint64_t cap);
+  static int64_t first_bad_priority(const double* p, size_t n);
+  static int64_t first_bad_mass(const double* x, size_t n, double limit);
+
+  // --- operations on validated input; caller holds mu
+  void update(const int64_t* idx, const double* prio, size_t n);
+  void get(const int64_t* idx, double* out, size_t n);
+  void sample(const double* x, int64_t* out, size_t n);
+
+  // Recompute every inner node from its children and compare bit for bit.
+  bool check_consistency() const;
+  // Copy of the leaf priorities (capacity doubles).
+  void leaves(double* out) const;
+
+  // Serialises operations on one tree (Python threads may call concurrently
+  // once the GIL is released). Lock order: never wait for the GIL while
+  // holding mu.
+  std::mutex mu;
+
+  struct Kernels {
+    void (*sample)(const Layout&, const double*, int64_t*, size_t);
+    void (*propagate)(const Layout&, uint64_t*, size_t, int, int, uint64_t, uint64_t);
+    bool (*check)(const Layout&);
+  };
+
+ private:
+  ThreadPool* pool();
+  void update_serial(const int64_t* idx, const double* prio, size_t n);
+  void update_parallel(const int64_t* idx, const double* prio, size_t n);
+
+  Layout L_;
+  uint64_t fanout_;
+  size_t bytes_ = 0;
+  int threads_ = 1;
+  Tuning tuning_;
+  Kernels K_{};
+  std::unique_ptr<ThreadPool> pool_;
+  uint64_t pool_fork_epoch_ = 0;
+  // per-thread scratch (grown, never shrunk): group indices and batch positions
+  std::vector<std::vector<uint64_t>> groups_scratch_;
+  std::vector<std::vector<uint32_t>> items_scratch_;
+};
+
+}  // namespace pearl_cpu

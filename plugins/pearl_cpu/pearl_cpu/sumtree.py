@@ -1,0 +1,117 @@
+"""The CPU backend's sum tree: a thin Python face on the native ``pearl_cpu._sumtree``.
+
+All work, including every input check of :mod:`pearl_core.sumtree`, happens in
+C++. ``update``, ``get``, ``sample`` and ``total`` are bound as *instance
+attributes* to the extension's methods, so a call costs exactly one pybind11
+call (the class-level methods below only exist to satisfy the ABC and to carry
+the documentation).
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+
+import numpy as np
+
+from pearl_core.errors import InvalidDTypeError, InvalidValueError
+from pearl_core.sumtree import SumTree, check_capacity_fanout
+
+from pearl_cpu import _sumtree
+
+__all__ = ["CpuSumTree"]
+
+# Passed to C++ as uint64; any fanout >= capacity behaves as a single group anyway.
+_MAX_FANOUT = 2**62
+
+
+def _check_threads(threads) -> int:
+    if threads is None:
+        return os.cpu_count() or 1
+    if isinstance(threads, bool):
+        raise InvalidDTypeError(f"threads must be an int or None; found {threads!r}.")
+    try:
+        threads = operator.index(threads)
+    except TypeError as exc:
+        raise InvalidDTypeError(
+            f"threads must be an int or None; found {threads!r}. Fix: pass e.g. threads=2."
+        ) from exc
+    if not 1 <= threads <= 1024:
+        raise InvalidValueError(
+            f"threads must be in [1, 1024]; found {threads}. Fix: pass None to use every core."
+        )
+    return threads
+
+
+class CpuSumTree(SumTree):
+    """Native n-ary ``float64`` sum tree (C++), batched and multi-threaded.
+
+    Args:
+        capacity: number of leaves (``>= 1``); need not be a power of ``fanout``.
+        fanout: children per inner node (``>= 2``); 16 is the measured default
+            (see ``scripts/bench_native.py``).
+        threads: threads used for large batches; ``None`` means ``os.cpu_count()``.
+            Small batches always run on the calling thread.
+
+    Large batches release the GIL; operations on one tree are serialised by a
+    mutex, so the tree may be shared between Python threads.
+    """
+
+    def __init__(self, capacity: int, fanout: int = 16, threads: int | None = None):
+        self.capacity, self.fanout = check_capacity_fanout(capacity, fanout)
+        impl = _sumtree.SumTree(self.capacity, min(self.fanout, _MAX_FANOUT), _check_threads(threads))
+        self._impl = impl
+        # One pybind11 call per operation: shadow the class methods below.
+        self.update = impl.update
+        self.get = impl.get
+        self.sample = impl.sample
+        self.total = impl.total
+
+    # -- the SumTree API (shadowed per instance by the bound native methods) --
+    def update(self, indices, priorities) -> None:  # noqa: D102 - see SumTree
+        self._impl.update(indices, priorities)
+
+    def get(self, indices) -> np.ndarray:  # noqa: D102
+        return self._impl.get(indices)
+
+    def sample(self, masses) -> np.ndarray:  # noqa: D102
+        return self._impl.sample(masses)
+
+    def total(self) -> float:  # noqa: D102
+        return self._impl.total()
+
+    # -- extras --------------------------------------------------------------
+    @property
+    def threads(self) -> int:
+        """Threads used for large batches (settable)."""
+        return self._impl.threads
+
+    @threads.setter
+    def threads(self, threads: int | None) -> None:
+        self._impl.set_threads(_check_threads(threads))
+
+    def set_threads(self, threads: int | None) -> None:
+        """Set the number of threads used for large batches (``None``: all cores)."""
+        self._impl.set_threads(_check_threads(threads))
+
+    @property
+    def depth(self) -> int:
+        """Number of levels below the root (the leaves are the last)."""
+        return self._impl.depth
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes of the node array (all levels, padding included)."""
+        return self._impl.memory_bytes
+
+    @property
+    def priorities(self) -> np.ndarray:
+        """A copy of all leaf priorities (``float64``, ``capacity`` long)."""
+        return self._impl.leaves()
+
+    def check_consistency(self) -> bool:
+        """True if every inner node equals the sum of its children bit for bit."""
+        return self._impl.check_consistency()
+
+    def __repr__(self) -> str:
+        return f"CpuSumTree(capacity={self.capacity}, fanout={self.fanout}, threads={self.threads})"

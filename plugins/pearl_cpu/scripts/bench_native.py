@@ -1,0 +1,134 @@
+"""Micro-benchmark of the native CPU sum tree (pearl_cpu.sumtree.CpuSumTree).
+
+Measures items/s per call *including* the Python call and argument conversion,
+with pre-generated numpy arrays (int64 indices, float64 masses/priorities), on
+a tree filled with random priorities. Each cell is the median of --repeats runs
+of about --seconds each; calls cycle through 64 pre-generated batches.
+
+Examples:
+    python plugins/pearl_cpu/scripts/bench_native.py                       # default grid
+    python plugins/pearl_cpu/scripts/bench_native.py --fanouts 8 16 --threads 2
+    python plugins/pearl_cpu/scripts/bench_native.py --thresholds          # find split thresholds
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from pearl_cpu.sumtree import CpuSumTree
+
+OPS = ("sample", "update", "get")
+
+
+def _rate(fn, batches, batch: int, seconds: float, repeats: int) -> float:
+    nb = len(batches)
+    # warm up (also wakes the worker threads)
+    for k in range(min(nb, 16)):
+        fn(*batches[k])
+    rates = []
+    for _ in range(repeats):
+        calls = 0
+        t0 = time.perf_counter()
+        deadline = t0 + seconds
+        while True:
+            for k in range(nb):
+                fn(*batches[k])
+            calls += nb
+            t1 = time.perf_counter()
+            if t1 >= deadline:
+                break
+        rates.append(calls * batch / (t1 - t0))
+    return statistics.median(rates)
+
+
+def make_tree(capacity: int, fanout: int, threads: int, seed: int = 0) -> CpuSumTree:
+    rng = np.random.default_rng(seed)
+    tree = CpuSumTree(capacity, fanout, threads=threads)
+    tree.update(np.arange(capacity, dtype=np.int64), rng.random(capacity) + 1e-3)
+    return tree
+
+
+def bench_cell(tree: CpuSumTree, op: str, batch: int, seconds: float, repeats: int, seed: int = 1) -> float:
+    rng = np.random.default_rng(seed)
+    cap = tree.capacity
+    if op == "sample":
+        total = tree.total()
+        batches = [(rng.random(batch) * total,) for _ in range(64)]
+        fn = tree.sample
+    elif op == "update":
+        # new priorities around the old scale, so the total stays stable
+        batches = [
+            (rng.integers(0, cap, batch, dtype=np.int64), rng.random(batch) + 1e-3) for _ in range(64)
+        ]
+        fn = tree.update
+    else:
+        batches = [(rng.integers(0, cap, batch, dtype=np.int64),) for _ in range(64)]
+        fn = tree.get
+    return _rate(fn, batches, batch, seconds, repeats)
+
+
+def fmt_rate(r: float) -> str:
+    return f"{r / 1e6:7.2f}M"
+
+
+def run_grid(args) -> None:
+    print(
+        f"# items/s (median of {args.repeats} x {args.seconds}s), per call incl. Python call; "
+        f"python {sys.version.split()[0]}, numpy {np.__version__}"
+    )
+    header = f"{'capacity':>9} {'fanout':>6} {'thr':>3} {'op':>6} " + " ".join(f"{b:>9}" for b in args.batches)
+    print(header)
+    for cap in args.capacities:
+        for fanout in args.fanouts:
+            for threads in args.threads:
+                tree = make_tree(cap, fanout, threads)
+                for op in args.ops:
+                    cells = [bench_cell(tree, op, b, args.seconds, args.repeats) for b in args.batches]
+                    print(
+                        f"{cap:>9} {fanout:>6} {threads:>3} {op:>6} " + " ".join(f"{fmt_rate(c):>9}" for c in cells),
+                        flush=True,
+                    )
+                del tree
+
+
+def run_thresholds(args) -> None:
+    """For each op, compare threads=2 forced-parallel vs forced-serial at growing batch sizes."""
+    cap = args.capacities[0]
+    fanout = args.fanouts[0]
+    tree = make_tree(cap, fanout, 2)
+    big = 1 << 40
+    print(f"# capacity {cap}, fanout {fanout}: items/s serial vs 2 threads (forced)")
+    print(f"{'op':>6} {'batch':>7} {'serial':>9} {'2 threads':>9}")
+    for op in args.ops:
+        for b in (64, 128, 256, 512, 1024, 2048, 4096, 16384, 65536):
+            tree._impl._set_parallel_thresholds(big, big, big)
+            s = bench_cell(tree, op, b, args.seconds, args.repeats)
+            tree._impl._set_parallel_thresholds(0, 0, 0)
+            p = bench_cell(tree, op, b, args.seconds, args.repeats)
+            print(f"{op:>6} {b:>7} {fmt_rate(s):>9} {fmt_rate(p):>9}", flush=True)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--capacities", type=int, nargs="+", default=[2**20, 10**6])
+    ap.add_argument("--fanouts", type=int, nargs="+", default=[2, 4, 8, 16, 32])
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--batches", type=int, nargs="+", default=[32, 256, 1024, 4096])
+    ap.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
+    ap.add_argument("--seconds", type=float, default=0.2)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--thresholds", action="store_true", help="measure the serial/parallel crossover")
+    args = ap.parse_args(argv)
+    if args.thresholds:
+        run_thresholds(args)
+    else:
+        run_grid(args)
+
+
+if __name__ == "__main__":
+    main()
