@@ -84,7 +84,7 @@ def _construct(trainer_cls: type, observation_space, action_space, hparams: Mapp
         except (TypeError, ValueError):
             sig = ""
         raise TrainerError(
-            f"constructing the trainer failed: {call} raised {type(exc).__name__}: {exc}.{sig} "
+            f"constructing the trainer failed: {call} raised {type(exc).__name__}: {str(exc).rstrip('.')}.{sig} "
             "Fix: the constructor must accept (observation_space, action_space, **hparams) with every "
             "hyper-parameter a keyword; check the trainer_kwargs of the run config."
         ) from exc
@@ -111,7 +111,12 @@ def _check_shapes(trainer, observation_space, action_space) -> str:
             f"Fix: set input_shape = {tuple(observation_space.shape)} (or wrap the environment so its "
             f"observations have shape {found!r})."
         )
-    kind = getattr(trainer, "action_kind", None)
+    return _check_action_kind(getattr(trainer, "action_kind", None), action_space, cls)
+
+
+def _check_action_kind(kind, action_space, cls: str) -> str:
+    import gymnasium.spaces as spaces
+
     if kind not in ("discrete", "continuous"):
         raise TrainerError(
             f"trainer {cls}: action_kind = {kind!r}; expected 'discrete' or 'continuous'. "
@@ -310,6 +315,10 @@ def check_trainer(trainer_cls: type, observation_space, action_space, **hparams:
     import torch
 
     _check_class(trainer_cls)
+    declared = getattr(trainer_cls, "action_kind", None)
+    if isinstance(declared, str):
+        # A class-level action_kind is checked before constructing: a mismatch is the clearer message.
+        _check_action_kind(declared, action_space, _name(trainer_cls))
     trainer = _construct(trainer_cls, observation_space, action_space, hparams)
     kind = _check_shapes(trainer, observation_space, action_space)
     _check_layers(trainer)
