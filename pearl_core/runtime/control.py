@@ -285,7 +285,7 @@ class ProgressDisplay:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._progress = Progress(
-                TextColumn("[bold]env steps"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                TextColumn("[bold]env steps"), BarColumn(bar_width=20), MofNCompleteColumn(), TimeElapsedColumn(),
                 TextColumn("{task.fields[info]}"),
                 console=Console(file=self.stream), transient=False, refresh_per_second=4,
             )
@@ -315,7 +315,9 @@ class ProgressDisplay:
         info = (f"{_fmt(sps, '.0f')} steps/s  {_fmt(ups, '.0f')} upd/s  updates {state.updates}  "
                 f"episodes {state.episodes}  return {_fmt(mean_return)}  eval {_fmt(last_eval)}")
         if self._progress is not None:
-            self._progress.update(self._task, completed=state.env_steps, info=info)
+            short = (f"{_fmt(sps, '.0f')} st/s {_fmt(ups, '.0f')} up/s | ret {_fmt(mean_return)} | "
+                     f"eval {_fmt(last_eval)} | upd {state.updates}")
+            self._progress.update(self._task, completed=state.env_steps, info=short)
         else:
             total = f"/{self.total}" if self.total else ""
             print(f"[{wall_s:7.1f}s] env steps {state.env_steps}{total}  {info}", file=self.stream, flush=True)
