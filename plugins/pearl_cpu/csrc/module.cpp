@@ -365,6 +365,15 @@ PYBIND11_MODULE(_sumtree, m) {
       .def_property_readonly("memory_bytes", &SumTree::memory_bytes)
       .def_property("threads", &SumTree::threads, &py_set_threads)
       .def("set_threads", &py_set_threads, py::arg("threads"))
+      .def_property_readonly("isa", [](SumTree& t) { return t.isa(); },
+                             "Instruction set of the sample kernel ('avx2' or 'baseline').")
+      .def(
+          "_set_isa",
+          [](SumTree& t, const std::string& name) {
+            std::lock_guard<std::mutex> lk(t.mu);
+            return t.set_isa(name);
+          },
+          py::arg("name"), "Select the sample kernel: 'auto', 'avx2' or 'baseline' (for testing).")
       .def(
           "_set_parallel_thresholds",
           [](SumTree& t, size_t sample_min, size_t update_min, size_t get_min) {

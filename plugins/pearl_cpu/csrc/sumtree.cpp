@@ -25,14 +25,20 @@
 #define PEARL_PAUSE() std::this_thread::yield()
 #endif
 
-#ifndef PEARL_SELECT_BSEARCH
-#define PEARL_SELECT_BSEARCH 0
-#endif
-
 #define PEARL_LIKELY(x) __builtin_expect(!!(x), 1)
 #define PEARL_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
+#define PEARL_KERNEL_NS base
+#include "sample_kernel.hpp"
+#undef PEARL_KERNEL_NS
+
 namespace pearl_cpu {
+#if PEARL_HAVE_AVX2_KERNEL
+namespace avx2 {
+base::SampleFn sample_kernel_for(uint32_t S);  // sample_avx2.cpp
+}
+#endif
+
 namespace {
 
 // ---------------------------------------------------------------- fork safety
@@ -58,15 +64,6 @@ inline void prefetch_span(const double* p, uint32_t n) {
   for (uint32_t l = 0; l < lines; ++l) prefetch(p + 8 * l);
 }
 
-// Last slot with a non-zero value, or 0 if the whole group is zero (only
-// possible if a caller broke the lock discipline; slot 0 is always a real
-// node on any path reached from a positive parent).
-inline uint32_t last_nonzero(const double* v, uint32_t S) {
-  for (uint32_t j = S; j-- > 0;)
-    if (v[j] != 0.0) return j;
-  return 0;
-}
-
 // ------------------------------------------------------ the summation order
 // Every group: sequential inclusive prefix of its raw child sums (slot order),
 // written next to them; returns the group total P(S-1), which is what the
@@ -82,94 +79,6 @@ inline double group_prefix(double* grp, uint32_t S) {
     P[j] = p;
   }
   return p;
-}
-
-// Number of prefixes <= r, i.e. (prefixes never decrease) the index of the
-// first child whose inclusive prefix exceeds r; S when none does.
-template <int SC>
-inline uint32_t select_child(const double* P, uint32_t S, double r) {
-#if PEARL_SELECT_BSEARCH
-  const double* base = P;
-  uint32_t n = S;
-  while (n > 1) {
-    const uint32_t half = n / 2;
-    base = (base[half - 1] <= r) ? base + half : base;
-    n -= half;
-  }
-  return static_cast<uint32_t>(base - P) + (base[0] <= r);
-#elif defined(__SSE2__)
-  const __m128d rv = _mm_set1_pd(r);
-  __m128i acc0 = _mm_setzero_si128(), acc1 = _mm_setzero_si128();
-  uint32_t j = 0;
-  for (; j + 4 <= S; j += 4) {  // a mask lane is -1 where P <= r
-    acc0 = _mm_sub_epi64(acc0, _mm_castpd_si128(_mm_cmple_pd(_mm_load_pd(P + j), rv)));
-    acc1 = _mm_sub_epi64(acc1, _mm_castpd_si128(_mm_cmple_pd(_mm_load_pd(P + j + 2), rv)));
-  }
-  if (j < S) acc0 = _mm_sub_epi64(acc0, _mm_castpd_si128(_mm_cmple_pd(_mm_load_pd(P + j), rv)));
-  acc0 = _mm_add_epi64(acc0, acc1);
-  return static_cast<uint32_t>(_mm_cvtsi128_si64(acc0) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(acc0, acc0)));
-#else
-  uint32_t cnt = 0;
-  for (uint32_t j = 0; j < S; ++j) cnt += P[j] <= r;
-  return cnt;
-#endif
-}
-
-// ------------------------------------------------------------------- sample
-// Queries are processed in blocks of B, level by level: the B group loads of
-// one level are independent, and the child group of each query is prefetched
-// as soon as it is known, B-1 queries before it is read. Child selection is
-// branch-free compares against the stored prefixes.
-template <int SC>
-void sample_kernel(const Layout& L, const double* x, int64_t* out, size_t n) {
-  constexpr int B = 16;
-  const uint32_t S = slots<SC>(L);
-  const uint64_t S2 = 2 * uint64_t{S};
-  const int D = L.D;
-  const uint64_t F = L.F;
-  const uint64_t last = L.cap - 1;
-  const double inf = __builtin_inf();
-  for (size_t base = 0; base < n; base += B) {
-    const int m = static_cast<int>(n - base < B ? n - base : B);
-    double r[B];
-    uint64_t g[B];
-    for (int q = 0; q < m; ++q) {
-      r[q] = x[base + q];
-      g[q] = 0;
-    }
-    for (int d = 1; d <= D; ++d) {
-      const double* lvl = L.data + L.off[d];
-      const bool pf = d < D;
-      const double* next = L.data + L.off[pf ? d + 1 : d] + S;  // prefix half of the next level
-      for (int q = 0; q < m; ++q) {
-        const double* grp = lvl + g[q] * S2;
-        const double* P = grp + S;
-        const double rr = r[q];
-        uint32_t cnt = select_child<SC>(P, S, rr);
-        double before;
-        if (PEARL_UNLIKELY(cnt == S)) {
-          // Drift: rr is at or past this node's sum. Take the last non-zero
-          // child and stay on the right edge all the way down (residual
-          // +inf), so the result is the last non-zero leaf below this node.
-          cnt = last_nonzero(grp, S);
-          before = -inf;
-        } else {
-          // before = cnt ? P[cnt - 1] : 0.0, without a (badly predicted) branch
-          const uint64_t keep = uint64_t{0} - (cnt != 0);
-          const double b = P[cnt - (cnt != 0)];
-          uint64_t bits;
-          std::memcpy(&bits, &b, sizeof bits);
-          bits &= keep;
-          std::memcpy(&before, &bits, sizeof bits);
-        }
-        r[q] = rr - before;
-        const uint64_t child = g[q] * F + cnt;
-        g[q] = child;
-        if (pf) prefetch_span(next + child * S2, S);
-      }
-    }
-    for (int q = 0; q < m; ++q) out[base + q] = static_cast<int64_t>(g[q] < last ? g[q] : last);
-  }
 }
 
 // ------------------------------------------------------------------- update
@@ -299,7 +208,7 @@ bool check_kernel(const Layout& L) {
 template <int SC>
 SumTree::Kernels make_kernels() {
   SumTree::Kernels k;
-  k.sample = &sample_kernel<SC>;
+  k.sample = base::sample_kernel_for(SC);
   k.propagate = &propagate_kernel<SC>;
   k.check = &check_kernel<SC>;
   return k;
@@ -468,6 +377,8 @@ SumTree::SumTree(uint64_t capacity, uint64_t fanout, int threads) : fanout_(fano
   L_.data = static_cast<double*>(mem);
   bytes_ = bytes;
   K_ = kernels_for(L_.S);
+  const char* env = std::getenv("PEARL_CPU_ISA");  // "baseline" forces the portable kernel
+  set_isa(env && *env ? env : "auto");
   set_threads(threads);
 }
 
@@ -634,6 +545,37 @@ void SumTree::sample(const double* x, int64_t* out, size_t n) {
   } else {
     K_.sample(L_, x, out, n);
   }
+}
+
+bool SumTree::set_isa(const std::string& name) {
+#if PEARL_HAVE_AVX2_KERNEL
+  static const bool has_avx2 = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+#else
+  const bool has_avx2 = false;
+#endif
+  bool avx2;
+  if (name == "auto")
+    avx2 = has_avx2;
+  else if (name == "avx2")
+    avx2 = true;
+  else if (name == "baseline" || name == "sse2")
+    avx2 = false;
+  else
+    return false;
+  if (avx2 && !has_avx2) return false;
+#if PEARL_HAVE_AVX2_KERNEL
+  if (avx2) {
+    K_.sample = avx2::sample_kernel_for(L_.S);
+    isa_ = "avx2";
+    return true;
+  }
+#endif
+  K_.sample = base::sample_kernel_for(L_.S);
+  isa_ = "baseline";
+  return true;
 }
 
 bool SumTree::check_consistency() const { return K_.check(L_); }

@@ -72,6 +72,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -175,6 +176,10 @@ class SumTree {
   int threads() const { return threads_; }
   void set_threads(int threads);  // caller holds mu
   Tuning& tuning() { return tuning_; }
+  // Instruction set of the sample kernel: "auto" (AVX2 when the CPU has it),
+  // "avx2" or "baseline". Returns false (and changes nothing) if unavailable.
+  bool set_isa(const std::string& name);
+  const std::string& isa() const { return isa_; }
 
   double total() const { return L_.data[0]; }
 
@@ -215,6 +220,7 @@ class SumTree {
   int threads_ = 1;
   Tuning tuning_;
   Kernels K_{};
+  std::string isa_ = "baseline";
   std::unique_ptr<ThreadPool> pool_;
   uint64_t pool_fork_epoch_ = 0;
   // per-thread scratch (grown, never shrunk): group indices and batch positions

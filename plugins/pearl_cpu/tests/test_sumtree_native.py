@@ -143,6 +143,22 @@ def test_threads_equal_serial_bit_for_bit(fanout):
         np.testing.assert_array_equal(threaded.get(idx), serial.get(idx))
 
 
+@pytest.mark.parametrize("fanout", [2, 3, 4, 5, 8, 16, 24, 32, 64, 65])
+def test_sample_kernels_agree_across_instruction_sets(fanout):
+    tree = make(3001, fanout)
+    rng = np.random.default_rng(fanout)
+    tree.update(*random_batch(rng, 3001, 5000))
+    total = tree.total()
+    x = np.concatenate([rng.random(4000) * total, [0.0, total, total * (1 + MASS_DRIFT_RTOL)]])
+    assert tree._impl._set_isa("baseline") and tree._impl.isa == "baseline"
+    expect = tree.sample(x)
+    if not tree._impl._set_isa("avx2"):
+        pytest.skip("CPU or build without AVX2")
+    assert tree._impl.isa == "avx2"
+    np.testing.assert_array_equal(tree.sample(x), expect)
+    assert not tree._impl._set_isa("nonsense")
+
+
 def test_update_order_independent_state():
     # Node values are a pure function of the leaves: the same leaves reached
     # through different histories give bit-identical totals.
