@@ -301,7 +301,14 @@ void ThreadPool::run_raw(int ntasks, void (*fn)(void*, int), void* ctx) {
   }
   if (wake) cv_.notify_all();
   work();
-  while (done_.load(std::memory_order_acquire) != ntasks) PEARL_PAUSE();
+  // Only tasks a worker already claimed can be outstanding. If that worker was
+  // preempted (busy machine), stop burning the core it may be waiting for.
+  for (unsigned spins = 0; done_.load(std::memory_order_acquire) != ntasks; ++spins) {
+    if (spins < 4096)
+      PEARL_PAUSE();
+    else
+      std::this_thread::yield();
+  }
 }
 
 void ThreadPool::worker() {
@@ -427,7 +434,7 @@ int64_t SumTree::first_bad_priority(const double* p, size_t n) {
   for (size_t b = 0; b < n; b += BLK) {
     const size_t e = std::min(n, b + BLK);
     unsigned bad = 0;
-    for (size_t k = b; k < e; ++k) bad |= !(p[k] >= 0.0 && p[k] <= DBL_MAX);
+    for (size_t k = b; k < e; ++k) bad |= !((p[k] >= 0.0) & (p[k] <= DBL_MAX));
     if (bad)
       for (size_t k = b; k < e; ++k)
         if (!(p[k] >= 0.0 && p[k] <= DBL_MAX)) return static_cast<int64_t>(k);
@@ -440,7 +447,7 @@ int64_t SumTree::first_bad_mass(const double* x, size_t n, double limit) {
   for (size_t b = 0; b < n; b += BLK) {
     const size_t e = std::min(n, b + BLK);
     unsigned bad = 0;
-    for (size_t k = b; k < e; ++k) bad |= !(x[k] >= 0.0 && x[k] <= limit);
+    for (size_t k = b; k < e; ++k) bad |= !((x[k] >= 0.0) & (x[k] <= limit));
     if (bad)
       for (size_t k = b; k < e; ++k)
         if (!(x[k] >= 0.0 && x[k] <= limit)) return static_cast<int64_t>(k);

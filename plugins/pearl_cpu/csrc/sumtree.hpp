@@ -154,7 +154,8 @@ struct Layout {
 };
 
 // Thresholds (items per call) above which a batch is split across threads.
-// Measured with scripts/bench_native.py on a 2-core EPYC; see the README table.
+// Measured with scripts/bench_native.py --thresholds on a 2-core EPYC
+// (scripts/RESULTS.md).
 struct Tuning {
   size_t sample_parallel_min = 1024;
   size_t update_parallel_min = 1024;

@@ -61,11 +61,12 @@ class CpuSumTree(SumTree):
         self.capacity, self.fanout = check_capacity_fanout(capacity, fanout)
         impl = _sumtree.SumTree(self.capacity, min(self.fanout, _MAX_FANOUT), _check_threads(threads))
         self._impl = impl
-        # One pybind11 call per operation: shadow the class methods below.
-        self.update = impl.update
-        self.get = impl.get
-        self.sample = impl.sample
-        self.total = impl.total
+        # One pybind11 call per operation: shadow the class methods below with
+        # the bound native methods (unless a subclass overrides them).
+        cls = type(self)
+        for name in ("update", "get", "sample", "total"):
+            if getattr(cls, name) is getattr(CpuSumTree, name):
+                setattr(self, name, getattr(impl, name))
 
     # -- the SumTree API (shadowed per instance by the bound native methods) --
     def update(self, indices, priorities) -> None:  # noqa: D102 - see SumTree

@@ -257,6 +257,19 @@ def test_sumtree_api_and_attributes():
     assert tree.total() == 4.0
 
 
+def test_subclass_overrides_are_not_shadowed():
+    calls = []
+
+    class Logged(CpuSumTree):
+        def update(self, indices, priorities):
+            calls.append(len(indices))
+            super().update(indices, priorities)
+
+    tree = Logged(10, 4, threads=1)
+    tree.update([1, 2], [1.0, 2.0])
+    assert calls == [2] and tree.total() == 3.0
+
+
 # ------------------------------------------------------------------ bad input
 def filled(threads=1):
     tree = make(50, 3, threads=threads, parallel=True if threads > 1 else None)
