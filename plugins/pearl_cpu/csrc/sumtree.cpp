@@ -52,6 +52,12 @@ struct AtForkInit {
 } g_atfork_init;
 #endif
 
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 inline void prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
 
 template <int SC>
@@ -300,16 +306,30 @@ void ThreadPool::run_raw(int ntasks, void (*fn)(void*, int), void* ctx) {
     wake = sleepers_ > 0;
   }
   if (wake) cv_.notify_all();
+  const int64_t t0 = now_ns();
   work();
+  if (done_.load(std::memory_order_acquire) == ntasks) return;
   // Only tasks a worker already claimed can be outstanding. If that worker was
   // preempted (busy machine), stop burning the core it may be waiting for.
+  const int64_t t1 = now_ns();
   for (unsigned spins = 0; done_.load(std::memory_order_acquire) != ntasks; ++spins) {
-    if (spins < 4096)
+    if (spins < 2048)
       PEARL_PAUSE();
     else
       std::this_thread::yield();
   }
+  const int64_t t2 = now_ns();
+  // A fair imbalance is at most about one task, i.e. comparable to our own
+  // share; waiting far longer means a worker was not running.
+  if (t2 - t1 > 200000 + 2 * (t1 - t0)) {
+    backoff_ns_ = backoff_ns_ ? std::min<int64_t>(2 * backoff_ns_, 500000000) : 20000000;
+    backoff_until_ns_ = t2 + backoff_ns_;
+  } else {
+    backoff_ns_ = 0;
+  }
 }
+
+bool ThreadPool::busy() const { return backoff_until_ns_ != 0 && now_ns() < backoff_until_ns_; }
 
 void ThreadPool::worker() {
   using clock = std::chrono::steady_clock;
@@ -457,7 +477,7 @@ int64_t SumTree::first_bad_mass(const double* x, size_t n, double limit) {
 
 void SumTree::update(const int64_t* idx, const double* prio, size_t n) {
   if (n == 0) return;
-  if (threads_ > 1 && n >= tuning_.update_parallel_min && n < (size_t{1} << 32))
+  if (threads_ > 1 && n >= tuning_.update_parallel_min && n < (size_t{1} << 32) && !pool()->busy())
     update_parallel(idx, prio, n);
   else
     update_serial(idx, prio, n);
@@ -528,7 +548,7 @@ void SumTree::get(const int64_t* idx, double* out, size_t n) {
       for (size_t k = b; k < e; ++k) out[k] = leaves[L_.leaf_pos(static_cast<uint64_t>(idx[k]))];
     }
   };
-  if (threads_ > 1 && n >= tuning_.get_parallel_min) {
+  if (threads_ > 1 && n >= tuning_.get_parallel_min && !pool()->busy()) {
     const size_t chunk = size_t{1} << 14;
     const int ntasks = static_cast<int>((n + chunk - 1) / chunk);
     auto job = [&](int t) { gather(chunk * t, std::min(n, chunk * (t + 1))); };
@@ -539,7 +559,7 @@ void SumTree::get(const int64_t* idx, double* out, size_t n) {
 }
 
 void SumTree::sample(const double* x, int64_t* out, size_t n) {
-  if (threads_ > 1 && n >= tuning_.sample_parallel_min) {
+  if (threads_ > 1 && n >= tuning_.sample_parallel_min && !pool()->busy()) {
     // ~4 tasks per thread (multiples of the 16-query block) for balance.
     const size_t want = (n + 4 * threads_ - 1) / (4 * threads_);
     const size_t chunk = std::max<size_t>(256, (want + 15) / 16 * 16);

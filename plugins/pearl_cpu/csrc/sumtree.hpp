@@ -87,6 +87,13 @@ namespace pearl_cpu {
 // spin briefly after a job (back-to-back batches then start within ~100 ns)
 // and then sleep on a condition variable. Not reentrant: one run() at a time
 // (the tree's mutex guarantees that).
+//
+// Contention guard: a worker that is preempted while holding a claimed task
+// makes the caller wait for the OS to run it again (milliseconds on an
+// oversubscribed machine, far more than the batch takes serially). When the
+// caller had to wait much longer than its own share of the work, the pool
+// reports busy() for a while (20 ms, doubling up to 0.5 s while it keeps
+// happening) and callers run serially meanwhile.
 class ThreadPool {
  public:
   explicit ThreadPool(int nthreads);
@@ -95,6 +102,7 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_; }
+  bool busy() const;
 
   template <class Fn>
   void run(int ntasks, Fn& fn) {
@@ -121,6 +129,8 @@ class ThreadPool {
   std::condition_variable cv_;
   int sleepers_ = 0;
   std::atomic<bool> stop_{false};
+  int64_t backoff_until_ns_ = 0;  // steady clock; only touched by the caller of run()
+  int64_t backoff_ns_ = 0;
 };
 
 // --------------------------------------------------------------------------
