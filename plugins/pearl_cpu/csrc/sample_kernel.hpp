@@ -90,8 +90,7 @@ template <int SC>
 void sample_kernel(const Layout& L, const double* x, int64_t* out, size_t n) {
   constexpr int B = 32;
   const uint32_t S = SC ? static_cast<uint32_t>(SC) : L.S;
-  const uint64_t S2 = 2 * uint64_t{S};
-  const uint32_t lines = (S * 8 + 63) / 64;  // cache lines of a group's prefix half
+  const uint32_t lines = (S * 8 + 63) / 64;  // cache lines of a group's prefixes
   const int D = L.D;
   const uint64_t F = L.F;
   const uint64_t last = L.cap - 1;
@@ -105,12 +104,12 @@ void sample_kernel(const Layout& L, const double* x, int64_t* out, size_t n) {
       g[q] = 0;
     }
     for (int d = 1; d <= D; ++d) {
-      const double* lvl = L.data + L.off[d];
+      const double* raw = L.data + L.off[d];
+      const double* pre = L.pre + L.off[d];
       const bool pf = d < D;
-      const double* next = L.data + L.off[pf ? d + 1 : d] + S;  // prefix half of the next level
+      const double* next = L.pre + L.off[pf ? d + 1 : d];
       for (int q = 0; q < m; ++q) {
-        const double* grp = lvl + g[q] * S2;
-        const double* P = grp + S;
+        const double* P = pre + g[q] * S;
         const double rr = r[q];
         uint32_t cnt = select_child<SC>(P, S, rr);
         double before;
@@ -118,7 +117,7 @@ void sample_kernel(const Layout& L, const double* x, int64_t* out, size_t n) {
           // Drift: rr is at or past this node's sum. Take the last non-zero
           // child and stay on the right edge all the way down (residual
           // +inf), so the result is the last non-zero leaf below this node.
-          cnt = last_nonzero_child(grp, S);
+          cnt = last_nonzero_child(raw + g[q] * S, S);
           before = -inf;
         } else {
           // before = cnt ? P[cnt - 1] : 0.0, without a (badly predicted) branch
@@ -133,7 +132,7 @@ void sample_kernel(const Layout& L, const double* x, int64_t* out, size_t n) {
         const uint64_t child = g[q] * F + cnt;
         g[q] = child;
         if (pf) {
-          const double* c = next + child * S2;
+          const double* c = next + child * S;
           for (uint32_t l = 0; l < lines; ++l) __builtin_prefetch(c + 8 * l, 0, 3);
         }
       }

@@ -71,13 +71,11 @@ inline void prefetch_span(const double* p, uint32_t n) {
 }
 
 // ------------------------------------------------------ the summation order
-// Every group: sequential inclusive prefix of its raw child sums (slot order),
-// written next to them; returns the group total P(S-1), which is what the
+// Every group: sequential inclusive prefix of its raw child sums c (slot
+// order), written to P; returns the group total P(S-1), which is what the
 // parent stores. This is the only place sums are formed.
 template <int SC>
-inline double group_prefix(double* grp, uint32_t S) {
-  const double* c = grp;
-  double* P = grp + S;
+inline double group_prefix(const double* c, double* P, uint32_t S) {
   double p = c[0];
   P[0] = p;
   for (uint32_t j = 1; j < S; ++j) {
@@ -93,22 +91,20 @@ inline double group_prefix(double* grp, uint32_t S) {
 void write_leaves(const Layout& L, const int64_t* idx, const double* prio, const uint32_t* items,
                   size_t c, uint64_t* g) {
   double* leaves = L.data + L.off[L.D];
-  const uint64_t S2 = 2 * uint64_t{L.S};
   if (L.pow2) {
     const int sh = L.shift;
-    const uint64_t mask = L.F - 1;
     if (items) {
       for (size_t j = 0; j < c; ++j) {
         const uint32_t k = items[j];
-        const uint64_t i = static_cast<uint64_t>(idx[k]), grp = i >> sh;
-        leaves[grp * S2 + (i & mask)] = prio[k];
-        g[j] = grp;
+        const uint64_t i = static_cast<uint64_t>(idx[k]);
+        leaves[i] = prio[k];
+        g[j] = i >> sh;
       }
     } else {
       for (size_t k = 0; k < c; ++k) {
-        const uint64_t i = static_cast<uint64_t>(idx[k]), grp = i >> sh;
-        leaves[grp * S2 + (i & mask)] = prio[k];
-        g[k] = grp;
+        const uint64_t i = static_cast<uint64_t>(idx[k]);
+        leaves[i] = prio[k];
+        g[k] = i >> sh;
       }
     }
   } else {
@@ -116,7 +112,7 @@ void write_leaves(const Layout& L, const int64_t* idx, const double* prio, const
       const size_t k = items ? items[j] : j;
       const uint64_t i = static_cast<uint64_t>(idx[k]);
       const uint64_t grp = i / L.F;
-      leaves[grp * S2 + (i - grp * L.F)] = prio[k];
+      leaves[grp * L.S + (i - grp * L.F)] = prio[k];
       g[j] = grp;
     }
   }
@@ -125,27 +121,31 @@ void write_leaves(const Layout& L, const int64_t* idx, const double* prio, const
 // Recompute the prefixes of group gg of level d and store its total in the
 // parent node.
 template <int SC>
-inline void recompute(const Layout& L, int d, double* lvl, uint64_t gg, uint32_t S) {
-  *L.node(d - 1, gg) = group_prefix<SC>(lvl + gg * 2 * uint64_t{S}, S);
+inline void recompute(const Layout& L, int d, uint64_t gg, uint32_t S) {
+  const uint64_t o = L.off[d] + gg * S;
+  *L.node(d - 1, gg) = group_prefix<SC>(L.data + o, L.pre + o, S);
 }
 
 template <int SC>
 void propagate_level(const Layout& L, int d, uint64_t* g, size_t c, bool dense, uint64_t lo,
                      uint64_t hi) {
   const uint32_t S = slots<SC>(L);
-  double* lvl = L.data + L.off[d];
   if (dense) {
-    for (uint64_t gg = lo; gg < hi; ++gg) recompute<SC>(L, d, lvl, gg, S);
+    for (uint64_t gg = lo; gg < hi; ++gg) recompute<SC>(L, d, gg, S);
     return;
   }
   constexpr size_t PF = 8;
-  const uint64_t S2 = 2 * uint64_t{S};
+  const double* raw = L.data + L.off[d];
+  const double* pre = L.pre + L.off[d];
   uint64_t prev = ~uint64_t{0};
   for (size_t j = 0; j < c; ++j) {
-    if (j + PF < c) prefetch_span(lvl + g[j + PF] * S2, static_cast<uint32_t>(S2));
+    if (j + PF < c) {
+      prefetch_span(raw + g[j + PF] * S, S);
+      prefetch_span(pre + g[j + PF] * S, S);
+    }
     const uint64_t gg = g[j];
     if (gg != prev) {
-      recompute<SC>(L, d, lvl, gg, S);
+      recompute<SC>(L, d, gg, S);
       prev = gg;
     }
     g[j] = L.div(gg);
@@ -188,16 +188,16 @@ bool check_kernel(const Layout& L) {
   const uint32_t S = slots<SC>(L);
   const uint32_t Freal = static_cast<uint32_t>(std::min<uint64_t>(L.F, S));
   for (int d = L.D; d >= 1; --d) {
-    const double* lvl = L.data + L.off[d];
     for (uint64_t gg = 0; gg < L.G[d]; ++gg) {
-      const double* grp = lvl + gg * 2 * uint64_t{S};
+      const double* grp = L.data + L.off[d] + gg * S;
+      const double* P = L.pre + L.off[d] + gg * S;
       for (uint32_t j = Freal; j < S; ++j)
         if (!same_bits(grp[j], 0.0)) return false;  // padding slots
       double p = grp[0];
-      if (!same_bits(grp[S], p)) return false;
+      if (!same_bits(P[0], p)) return false;
       for (uint32_t j = 1; j < S; ++j) {
         p += grp[j];
-        if (!same_bits(grp[S + j], p)) return false;
+        if (!same_bits(P[j], p)) return false;
       }
       if (!same_bits(*L.node(d - 1, gg), p)) return false;
     }
@@ -388,10 +388,11 @@ SumTree::SumTree(uint64_t capacity, uint64_t fanout, int threads) : fanout_(fano
   L_.off[0] = 0;
   for (int d = 1; d <= L_.D; ++d) {
     L_.off[d] = cur;
-    const uint64_t n = checked_mul(L_.G[d], L_.stride(d));
+    const uint64_t n = checked_mul(L_.G[d], L_.S);
     cur = checked_add(cur, checked_add(n, 7) / 8 * 8);
   }
-  size_t bytes = checked_mul(cur, sizeof(double));
+  const uint64_t half = cur;  // pre starts here, with the same offsets
+  size_t bytes = checked_mul(checked_mul(cur, 2), sizeof(double));
   size_t align = 64;
   if (bytes >= (size_t{4} << 20)) align = size_t{2} << 20;  // let THP back it with 2 MiB pages
   bytes = checked_add(bytes, align - 1) / align * align;
@@ -402,6 +403,7 @@ SumTree::SumTree(uint64_t capacity, uint64_t fanout, int threads) : fanout_(fano
 #endif
   std::memset(mem, 0, bytes);
   L_.data = static_cast<double*>(mem);
+  L_.pre = L_.data + half;
   bytes_ = bytes;
   K_ = kernels_for(L_.S);
   const char* env = std::getenv("PEARL_CPU_ISA");  // "baseline" forces the portable kernel
@@ -538,12 +540,7 @@ void SumTree::get(const int64_t* idx, double* out, size_t n) {
   const double* leaves = L_.data + L_.off[L_.D];
   auto gather = [&](size_t b, size_t e) {
     if (L_.pow2) {
-      const int sh = L_.shift;
-      const uint64_t mask = L_.F - 1;
-      for (size_t k = b; k < e; ++k) {
-        const uint64_t i = static_cast<uint64_t>(idx[k]);
-        out[k] = leaves[((i >> sh) << (sh + 1)) + (i & mask)];
-      }
+      for (size_t k = b; k < e; ++k) out[k] = leaves[idx[k]];
     } else {
       for (size_t k = b; k < e; ++k) out[k] = leaves[L_.leaf_pos(static_cast<uint64_t>(idx[k]))];
     }

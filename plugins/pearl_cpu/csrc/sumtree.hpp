@@ -8,61 +8,58 @@
 // Memory layout
 // =============
 // One 64-byte aligned block of doubles (2 MiB aligned + MADV_HUGEPAGE when it
-// is large, so random leaf accesses do not also miss the TLB):
+// is large, so random accesses do not also miss the TLB), in two halves with
+// the same shape: the raw sums ("data") and their in-group prefixes ("pre").
 //
-//   data ─┬─ [ root | 0 0 0 0 0 0 0 ]                         level 0: 1 cache line
-//         ├─ [ group 0 ]                                        level 1: 1 group
-//         ├─ [ group 0 | group 1 | ... | group G2-1 ]          level 2: G2 = F groups
-//         ┊                                                     (inner levels)
-//         └─ [ leaf group 0 | ... | leaf group GD-1 ]          level D: the leaves,
-//                                                               GD = ceil(capacity / F)
+//   data ─┬─ [ root | 0 0 0 0 0 0 0 ]                    level 0: 1 cache line
+//         ├─ [ group 0 ]                                   level 1: 1 group
+//         ├─ [ group 0 | group 1 | ... | group G2-1 ]     level 2: G2 = F groups
+//         ┊
+//         └─ [ group 0 | group 1 | ... | group GD-1 ]     level D: the leaves,
+//   pre ──┬─ [ unused line ]                                GD = ceil(capacity / F)
+//         ├─ [ prefixes of group 0 ]                       same offsets as data
+//         ┊
+//         └─ [ prefixes of leaf group 0 | ... ]
 //
-//   leaf group (level D): the F leaves of one node, S doubles
+//   one group of data (the F children of one node, contiguous), S doubles:
 //   ┌────┬────┬─────┬────────┬───────────────┐
-//   │ p0 │ p1 │ ... │ p(F-1) │ zeros (S - F) │
-//   └────┴────┴─────┴────────┴───────────────┘
-//
-//   inner group (levels 1..D-1): the F child sums of one node, then their
-//   inclusive prefix sums, 2*S doubles
-//   ┌────┬─────┬────────┬───────┬────┬──────────┬─────┬────────┬──────────────┐
-//   │ c0 │ ... │ c(F-1) │ 0 ... │ c0 │ c0+c1    │ ... │ P(F-1) │ P(F-1) ...   │
-//   └────┴─────┴────────┴───────┴────┴──────────┴─────┴────────┴──────────────┘
-//     raw child sums (S)           inclusive prefixes P (S), padding repeats P(F-1)
+//   │ c0 │ c1 │ ... │ c(F-1) │ zeros (S - F) │    c = child sums, or leaf
+//   └────┴────┴─────┴────────┴───────────────┘        priorities at level D
+//   the same group in pre:
+//   ┌────┬───────┬─────┬────────┬───────────────────┐
+//   │ c0 │ c0+c1 │ ... │ P(F-1) │ P(F-1) ... P(F-1) │  inclusive prefixes P
+//   └────┴───────┴─────┴────────┴───────────────────┘
 //
 //   S = F rounded up to 2, 4, 8 or a multiple of 8 (S = F for powers of two).
 //
 // * Node k of level d (0-based, left to right) is the parent of group k of
 //   level d+1 and lives in group k / F, slot k % F of level d. Leaf i is node i
-//   of level D; the root is data[0]. Walking down: child = node * F + slot.
-// * Every level starts on a 64-byte boundary and group strides are 2, 4 or a
-//   multiple of 8 doubles, so a group of >= 8 doubles starts on a cache line and
-//   smaller ones never straddle one. (Padding 2- and 4-slot leaf groups to a
-//   full line would cost 4x / 2x the memory and the L3 capacity that the
-//   latency-bound descent needs, so they are packed at their natural alignment.)
+//   of level D (at data + off[D] + i for power-of-two fanouts); the root is
+//   data[0]. Walking down: child = node * F + slot.
+// * Every level starts on a 64-byte boundary and S is 2, 4 or a multiple of 8,
+//   so a group of >= 8 slots starts on a cache line and smaller ones never
+//   straddle one. (Padding 2- and 4-slot groups to a full line would cost 4x /
+//   2x the memory and the cache capacity that the latency-bound descent
+//   needs, so they are packed at their natural alignment.)
 // * Padding slots (s >= F in a group, leaves >= capacity) are always 0.0, so
 //   kernels treat every group as S wide: 0 changes no sum and no prefix, and a
 //   zero slot is never selected by sample().
-// * The stored prefixes let sample() pick a child of an inner node with S
-//   independent compares instead of a chain of S dependent additions; the raw
-//   sums are what update() recomputes from, and what get-the-last-non-zero-child
-//   (the drift fallback) inspects.
+// * sample() reads only pre (S independent compares per level instead of a
+//   chain of S dependent additions), so its working set is half the block;
+//   update() recomputes pre from data; get() reads data.
 //
 // Sums and drift
 // ==============
 // Every node is recomputed from its children whenever a leaf below it changes;
 // no deltas are ever propagated. So there is no drift, duplicates in a batch are
 // harmless, and every stored value is a pure function of the current leaves
-// (independent of update history, batch order and thread count). The value
-// stored for a node is *exactly* the last prefix its group forms during
-// sample():
-//   inner group: P(j) = P(j-1) + c(j) in slot order; parent = P(S-1).
-//   leaf group:  S <= 4: the same sequential scan. S >= 8: blocks of 4 leaves
-//                are scanned sequentially (q), block totals chained (B), and
-//                P(4k+i) = B(k-1) + q(k,i); parent = B(last). This has a much
-//                shorter dependency chain than a sequential scan, and is still
-//                non-decreasing in j and leaves P unchanged across a zero leaf.
-// Hence a mass >= the root total fails every level-1 compare and takes the
-// drift fallback (last non-zero child, then the right edge all the way down).
+// (independent of update history, batch order and thread count). A group's
+// prefixes are P(0) = c0, P(j) = P(j-1) + c(j) in slot order, and its parent
+// stores exactly P(S-1). Prefixes never decrease and stay equal across a zero
+// child, so "the number of prefixes <= r" is the first child whose prefix
+// exceeds r, and never a zero child. A mass >= the root total fails every
+// level-1 compare and takes the drift fallback (last non-zero child, then the
+// right edge all the way down).
 
 #pragma once
 
@@ -137,7 +134,8 @@ class ThreadPool {
 constexpr int kMaxLevels = 66;  // fanout 2, capacity < 2^64 needs 64
 
 struct Layout {
-  double* data = nullptr;  // root at data[0]; level d starts at data + off[d]
+  double* data = nullptr;  // raw sums: root at data[0]; level d starts at data + off[d]
+  double* pre = nullptr;   // in-group prefixes, same offsets
   uint64_t cap = 0;        // number of real leaves
   uint64_t F = 0;          // fanout used for index arithmetic
   uint32_t S = 0;          // slots per group (F padded, see above)
@@ -148,19 +146,11 @@ struct Layout {
   uint64_t G[kMaxLevels + 1] = {};    // number of groups of level d (G[0] = 1: the root "group")
 
   uint64_t div(uint64_t n) const { return pow2 ? (n >> shift) : (n / F); }
-  // Doubles per group of level d: S sums + S prefixes.
-  uint64_t stride(int) const { return 2 * uint64_t{S}; }
-  // Position of leaf i inside the leaf level.
-  uint64_t leaf_pos(uint64_t i) const {
-    const uint64_t q = div(i);
-    return q * 2 * uint64_t{S} + (i - q * F);
-  }
-  // Address of node n of level d (d = 0: the root).
-  double* node(int d, uint64_t n) const {
-    if (d == 0) return data;
-    const uint64_t q = div(n);
-    return data + off[d] + q * stride(d) + (n - q * F);
-  }
+  // Position of node n inside its level (leaf i: leaf_pos(i) past off[D]).
+  uint64_t pos(uint64_t n) const { return pow2 ? n : (n / F) * S + n % F; }
+  uint64_t leaf_pos(uint64_t i) const { return pos(i); }
+  // Address of (the raw sum of) node n of level d (d = 0: the root).
+  double* node(int d, uint64_t n) const { return data + off[d] + pos(n); }
 };
 
 // Thresholds (items per call) above which a batch is split across threads.
