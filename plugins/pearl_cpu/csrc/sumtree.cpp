@@ -322,10 +322,12 @@ void ThreadPool::run_raw(int ntasks, void (*fn)(void*, int), void* ctx) {
   // A fair imbalance is at most about one task, i.e. comparable to our own
   // share; waiting far longer means a worker was not running.
   if (t2 - t1 > 200000 + 2 * (t1 - t0)) {
-    backoff_ns_ = backoff_ns_ ? std::min<int64_t>(2 * backoff_ns_, 500000000) : 20000000;
+    // Strikes within 10 s of each other double the pause (20 ms .. 1 s), so
+    // on a persistently oversubscribed machine the threads cost ~nothing.
+    const bool recent = last_strike_ns_ && t2 - last_strike_ns_ < 10000000000LL;
+    backoff_ns_ = recent ? std::min<int64_t>(2 * backoff_ns_, 1000000000) : 20000000;
+    last_strike_ns_ = t2;
     backoff_until_ns_ = t2 + backoff_ns_;
-  } else {
-    backoff_ns_ = 0;
   }
 }
 

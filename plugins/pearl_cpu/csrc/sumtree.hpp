@@ -89,7 +89,7 @@ namespace pearl_cpu {
 // makes the caller wait for the OS to run it again (milliseconds on an
 // oversubscribed machine, far more than the batch takes serially). When the
 // caller had to wait much longer than its own share of the work, the pool
-// reports busy() for a while (20 ms, doubling up to 0.5 s while it keeps
+// reports busy() for a while (20 ms, doubling up to 1 s while it keeps
 // happening) and callers run serially meanwhile.
 class ThreadPool {
  public:
@@ -128,6 +128,7 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
   int64_t backoff_until_ns_ = 0;  // steady clock; only touched by the caller of run()
   int64_t backoff_ns_ = 0;
+  int64_t last_strike_ns_ = 0;
 };
 
 // --------------------------------------------------------------------------
