@@ -15,9 +15,14 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from pearl_core.sumtree import SumTree
+
+if TYPE_CHECKING:
+    from pearl_core.composer.matrix import DeviceRow
+    from pearl_core.composer.spec import DeviceSpec
+    from pearl_core.composer.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,27 @@ class Backend(abc.ABC):
             fanout: children per node, ``>= 2`` and ``<= max_fanout`` if declared.
             **options: backend-specific tuning (e.g. ``threads`` for the CPU backend).
         """
+
+    def analytic_cells(self, device: "DeviceSpec", workload: "Workload") -> "DeviceRow | None":
+        """Model a device of this kind that is described in a hardware spec (present or not).
+
+        Optional: the default returns ``None`` and the composer falls back to its
+        own models (CPU and GPU) or marks the device unusable. Called even when
+        the backend is unavailable here, so it must not touch a device.
+
+        Args:
+            device: the device as the spec describes it (resources, clock, power).
+            workload: batch sizes, replay configuration and learner layers.
+
+        Returns:
+            A :class:`~pearl_core.composer.matrix.DeviceRow` for ``device.name``
+            with ``"analytic"`` cells: per-iteration seconds and watts of the RM
+            operations, the learner and both co-located, **excluding**
+            communication (Algorithm 1 adds it from the spec's links). Leave a
+            cell ``None`` (and say why in ``notes``) when the primitive cannot run
+            there, e.g. RM and learner do not fit one FPGA together.
+        """
+        return None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name!r} kind={self.device_kind!r}>"
