@@ -1,0 +1,79 @@
+"""How the composer asks the plugin registry about device kinds and backends.
+
+The composer plans for devices that may be absent (a hardware spec is allowed to
+describe a server you do not have), so it needs a backend's *object* even when
+the backend reports itself unavailable here: an FPGA backend without dpctl can
+still model an FPGA analytically. :meth:`PluginRegistry.get_backend` refuses
+unavailable backends, so this module reads the registry's lazily created
+instances instead. Creating an instance is cheap and touches no device (the
+:class:`~pearl_core.backend.Backend` contract), so this is safe.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pearl_core.backend import Backend
+
+if TYPE_CHECKING:
+    from pearl_core.plugins import PluginRegistry
+
+__all__ = ["BUILTIN_KINDS", "backend_for_kind", "backend_objects", "known_kinds", "resolve_registry"]
+
+#: Device kinds the core knows without any plugin.
+BUILTIN_KINDS: tuple[str, ...] = ("cpu", "cuda", "fpga")
+
+
+def resolve_registry(registry: "PluginRegistry | None") -> "PluginRegistry":
+    """``registry`` or the process-wide default registry."""
+    if registry is not None:
+        return registry
+    from pearl_core.plugins import default_registry
+
+    return default_registry()
+
+
+def backend_objects(registry: "PluginRegistry | None" = None, *,
+                    check_availability: bool = True) -> list[tuple[str, Backend, bool]]:
+    """Every registered backend as ``(name, object, available_here)``, sorted by name.
+
+    Backends whose class cannot even be instantiated are skipped (``pearl plugins``
+    shows them). With ``check_availability=False`` no backend is probed (no
+    device library is imported) and ``available_here`` is ``False``.
+    """
+    reg = resolve_registry(registry)
+    available = {s.name: s.available for s in reg.status()} if check_availability else {}
+    out: list[tuple[str, Backend, bool]] = []
+    for name in reg.backend_names():
+        try:
+            # No public accessor returns an unavailable backend's object; see module docstring.
+            obj = reg._instance(name)  # noqa: SLF001
+        except Exception:  # noqa: BLE001 - a broken backend class is reported elsewhere
+            continue
+        out.append((name, obj, bool(available.get(name, False))))
+    return out
+
+
+def known_kinds(registry: "PluginRegistry | None" = None) -> tuple[str, ...]:
+    """Device kinds a hardware spec may use: the built-in ones plus every registered backend's."""
+    kinds = list(BUILTIN_KINDS)
+    for _, obj, _ in backend_objects(registry, check_availability=False):
+        kind = getattr(obj, "device_kind", None)
+        if isinstance(kind, str) and kind and kind not in kinds:
+            kinds.append(kind)
+    return tuple(kinds)
+
+
+def backend_for_kind(kind: str, registry: "PluginRegistry | None" = None) -> tuple[str, Backend | None]:
+    """The backend that drives devices of ``kind``: ``(backend name, object or None)``.
+
+    An available backend wins over an unavailable one; among equals the name
+    order decides. Without any backend for the kind, the name is the kind itself
+    (the built-in backends are named after their kinds) and the object is ``None``.
+    """
+    matches = [(not avail, name, obj) for name, obj, avail in backend_objects(registry)
+               if getattr(obj, "device_kind", None) == kind]
+    if not matches:
+        return kind, None
+    _, name, obj = min(matches, key=lambda m: (m[0], m[1]))
+    return name, obj
