@@ -1,0 +1,328 @@
+"""What one training iteration moves and computes: the composer's workload description.
+
+A :class:`Workload` is the part of the user's program the cost models and
+Algorithm 1 need: the batch size ``BS``, the insertion batch ``BS_i`` (new
+experiences the actors insert per learner iteration), the replay configuration,
+the byte sizes of an experience, an index, a priority and an importance weight,
+and the learner's layers (from the trainer's ``nn.Linear``/``nn.Conv2d``
+modules, see :func:`learner_layers`).
+
+Experience size (bytes), with the Data Storage's layout
+(:class:`pearl_core.replay.StorageSpec`: reward ``float32``, done ``bool``)::
+
+    E = 2 * obs_bytes + action_bytes + reward_bytes + done_bytes
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from pearl_core.errors import SpecError
+
+__all__ = ["LearnerLayer", "Workload", "hidden_layers", "learner_layers", "workload_for_env"]
+
+
+@dataclass(frozen=True)
+class LearnerLayer:
+    """One ``nn.Linear``/``nn.Conv2d`` layer of the learner, with its per-sample work.
+
+    Attributes:
+        name: dotted module name in the trainer (``"q_net.0"``).
+        kind: ``"linear"`` or ``"conv2d"``.
+        in_features, out_features: Linear sizes or Conv2d channels.
+        macs: multiply-accumulates of one forward pass for one sample
+            (Linear: ``in*out``; Conv2d: weights * output positions).
+        params: parameters (weights + bias).
+        trainable: its weights receive gradients (``False`` for target networks).
+        group: the trainer attribute holding it (``"q_net"``); layers of one
+            group form one network, in forward order.
+        positions: output positions per sample (1 for Linear, ``H_out*W_out`` for Conv2d).
+    """
+
+    name: str
+    kind: str
+    in_features: int
+    out_features: int
+    macs: int
+    params: int
+    trainable: bool = True
+    group: str = ""
+    positions: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _pos_int(owner: str, name: str, value: Any, minimum: int = 1) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise SpecError(f"{owner}: {name} = {value!r} is invalid; expected an integer >= {minimum}.")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One learner iteration, as the composer models it.
+
+    Attributes:
+        batch_size: ``BS``, experiences per learner update.
+        obs_bytes, action_bytes: bytes of one observation / one action as stored.
+        replay: ``"prioritized"`` or ``"uniform"``.
+        capacity: replay capacity (leaves of the sum tree, rows of the storage).
+        fanout: sum-tree fanout ``F``.
+        n_actors: actor processes (they run on the host CPU).
+        insert_batch: ``BS_i``, experiences inserted per learner iteration
+            (the paper's ``N_actor``); default ``n_actors``.
+        layers: the learner's layers (:func:`learner_layers`).
+        env_id: environment id, for reports.
+        reward_bytes, done_bytes: stored sizes of a reward (float32) and a done flag (bool).
+        index_bytes, priority_bytes: one index (int64) and one priority (float64)
+            as exchanged with the replay manager.
+        weight_bytes: one importance weight (float32) sent with a batch.
+    """
+
+    batch_size: int
+    obs_bytes: int
+    action_bytes: int
+    replay: str = "prioritized"
+    capacity: int = 100_000
+    fanout: int = 16
+    n_actors: int = 1
+    insert_batch: int | None = None
+    layers: tuple[LearnerLayer, ...] = ()
+    env_id: str = ""
+    reward_bytes: int = 4
+    done_bytes: int = 1
+    index_bytes: int = 8
+    priority_bytes: int = 8
+    weight_bytes: int = 4
+
+    def __post_init__(self) -> None:
+        o = "Workload"
+        _pos_int(o, "batch_size", self.batch_size)
+        _pos_int(o, "obs_bytes", self.obs_bytes, 0)
+        _pos_int(o, "action_bytes", self.action_bytes, 0)
+        if self.replay not in ("prioritized", "uniform"):
+            raise SpecError(f"{o}: replay = {self.replay!r} is invalid; expected 'prioritized' or 'uniform'.")
+        _pos_int(o, "capacity", self.capacity)
+        _pos_int(o, "fanout", self.fanout, 2)
+        _pos_int(o, "n_actors", self.n_actors)
+        if self.insert_batch is None:
+            object.__setattr__(self, "insert_batch", self.n_actors)
+        _pos_int(o, "insert_batch", self.insert_batch)
+        for name in ("reward_bytes", "done_bytes", "index_bytes", "priority_bytes", "weight_bytes"):
+            _pos_int(o, name, getattr(self, name), 0)
+        layers = tuple(LearnerLayer(**ly) if isinstance(ly, Mapping) else ly for ly in self.layers)
+        if not all(isinstance(ly, LearnerLayer) for ly in layers):
+            raise SpecError(f"{o}: layers must be LearnerLayer values; found {[type(ly).__name__ for ly in layers]}.")
+        object.__setattr__(self, "layers", layers)
+
+    # -- derived sizes ---------------------------------------------------------
+    @property
+    def experience_bytes(self) -> int:
+        """``E = 2*obs + action + reward + done`` bytes (obs and next_obs are both stored)."""
+        return 2 * self.obs_bytes + self.action_bytes + self.reward_bytes + self.done_bytes
+
+    @property
+    def tree_levels(self) -> int:
+        """Levels below the root of the sum tree: the smallest ``L`` with ``F**L >= capacity`` (``>= 1``).
+
+        This is the pipeline depth ``D`` of an FPGA replay manager (one stage per level).
+        """
+        levels, leaves = 1, self.fanout
+        while leaves < self.capacity:
+            levels, leaves = levels + 1, leaves * self.fanout
+        return levels
+
+    @property
+    def forward_macs(self) -> int:
+        """MACs of one forward pass over every layer, per sample (target networks included)."""
+        return sum(ly.macs for ly in self.layers)
+
+    @property
+    def trainable_macs(self) -> int:
+        """MACs per sample of the layers that receive gradients."""
+        return sum(ly.macs for ly in self.layers if ly.trainable)
+
+    @property
+    def train_flops(self) -> float:
+        """FLOPs of one learner step: ``BS * (2 * forward_macs + 4 * trainable_macs)``.
+
+        A forward pass costs 2 FLOPs per MAC for every layer (target networks are
+        evaluated on ``next_obs`` too); the backward pass costs 4 per MAC
+        (gradient with respect to the input and to the weights) for trainable layers.
+        """
+        return float(self.batch_size) * (2 * self.forward_macs + 4 * self.trainable_macs)
+
+    @property
+    def param_bytes(self) -> int:
+        """fp32 bytes of every layer's parameters."""
+        return 4 * sum(ly.params for ly in self.layers)
+
+    @property
+    def trainable_param_bytes(self) -> int:
+        return 4 * sum(ly.params for ly in self.layers if ly.trainable)
+
+    @property
+    def activation_bytes(self) -> int:
+        """fp32 bytes of every layer's output for the whole batch."""
+        return 4 * self.batch_size * sum(ly.out_features * ly.positions for ly in self.layers)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["layers"] = [ly.to_dict() for ly in self.layers]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Workload":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SpecError(f"Workload: unknown field(s) {unknown}; known: {sorted(known)}.")
+        data = dict(data)
+        data["layers"] = tuple(LearnerLayer(**ly) for ly in data.get("layers", ()))
+        return cls(**data)
+
+
+def learner_layers(trainer: Any) -> tuple[LearnerLayer, ...]:
+    """The trainer's layers with per-sample MACs and whether they are trained.
+
+    Built on :func:`pearl_core.trainer.layer_specs`. A layer is *trainable* when
+    its weight has ``requires_grad``. Conv2d output sizes are propagated from
+    ``trainer.input_shape`` (``(C, H, W)``) through the convolutions of each group
+    in order, with each module's own padding, dilation and stride; without a
+    3-D input shape one output position is assumed (an underestimate).
+    """
+    import torch.nn as nn
+
+    from pearl_core.trainer import layer_specs
+
+    input_shape = tuple(getattr(trainer, "input_shape", ()) or ())
+    spatial: dict[str, tuple[int, int]] = {}
+    out: list[LearnerLayer] = []
+    for spec in layer_specs(trainer):
+        group, _, rest = spec.name.partition(".")
+        mod = getattr(trainer, group)
+        if rest:
+            mod = mod.get_submodule(rest)
+        weight = mod.weight
+        positions = 1
+        if isinstance(mod, nn.Conv2d):
+            hw = spatial.get(group, tuple(input_shape[-2:]) if len(input_shape) == 3 else (1, 1))
+            dims = []
+            for i, size in enumerate(hw):
+                k, s = mod.kernel_size[i], mod.stride[i]
+                p = mod.padding[i] if isinstance(mod.padding, tuple) else 0
+                d = mod.dilation[i]
+                dims.append(max(1, (size + 2 * p - d * (k - 1) - 1) // s + 1))
+            spatial[group] = (dims[0], dims[1])
+            positions = dims[0] * dims[1]
+        out.append(LearnerLayer(spec.name, spec.kind, spec.in_features, spec.out_features,
+                                int(weight.numel()) * positions, spec.params, bool(weight.requires_grad), group,
+                                positions))
+    return tuple(out)
+
+
+def workload_for_env(
+    env_id: str,
+    batch_size: int,
+    *,
+    trainer: type | str | None = None,
+    trainer_kwargs: Mapping[str, Any] | None = None,
+    hidden_sizes: Sequence[int] | str | None = None,
+    replay: str = "prioritized",
+    capacity: int = 100_000,
+    fanout: int = 16,
+    n_actors: int = 1,
+    insert_batch: int | None = None,
+) -> Workload:
+    """Build a :class:`Workload` for a gymnasium environment and a trainer class.
+
+    The environment is created once to read its spaces (then closed). The
+    trainer (a class or an import path ``"pkg.module:Class"``; default the
+    built-in DQN for discrete actions, DDPG for continuous ones) is instantiated
+    with ``trainer_kwargs`` to read its layers. ``hidden_sizes`` (``(64, 64)`` or
+    ``"64,64"``) is passed as ``hidden_sizes``, or as ``actor_hidden`` and
+    ``critic_hidden`` to the built-in DDPG.
+
+    Raises:
+        SpecError: unknown environment id, unsupported spaces, a trainer that
+            cannot be imported or built for this environment.
+    """
+    try:
+        import gymnasium as gym
+    except ImportError as exc:  # pragma: no cover - the rl extra is installed in dev
+        raise SpecError("workload_for_env needs gymnasium. Fix: pip install 'pearl-core[rl]'.") from exc
+    try:
+        env = gym.make(env_id)
+    except Exception as exc:  # noqa: BLE001 - gymnasium raises several error types
+        raise SpecError(f"environment {env_id!r} cannot be created ({type(exc).__name__}: {exc}). "
+                        "Fix: use a registered gymnasium id such as 'CartPole-v1'.") from exc
+    try:
+        obs_space, act_space = env.observation_space, env.action_space
+    finally:
+        env.close()
+    from gymnasium import spaces
+
+    from pearl_core.replay.storage import StorageSpec
+
+    layout = StorageSpec.from_spaces(obs_space, act_space)
+    obs_bytes = int(math.prod(layout.obs_shape)) * layout.obs_dtype.itemsize
+    action_bytes = int(math.prod(layout.action_shape)) * layout.action_dtype.itemsize
+    cls = _resolve_trainer(trainer, act_space, spaces)
+    kwargs = dict(trainer_kwargs or {})
+    if hidden_sizes is not None:
+        sizes = hidden_layers(hidden_sizes)
+        from pearl_core.algorithms.ddpg import DDPG
+
+        if issubclass(cls, DDPG):
+            kwargs.update(actor_hidden=sizes, critic_hidden=sizes)
+        else:
+            kwargs["hidden_sizes"] = sizes
+    try:
+        instance = cls(obs_space, act_space, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - report any constructor failure the same way
+        raise SpecError(f"trainer {cls.__name__} cannot be built for {env_id!r} with {kwargs} "
+                        f"({type(exc).__name__}: {exc}).") from exc
+    layers = learner_layers(instance)
+    if not layers:
+        raise SpecError(f"trainer {cls.__name__} declares no nn.Linear/nn.Conv2d layers; the cost models need them.")
+    return Workload(batch_size=batch_size, obs_bytes=obs_bytes, action_bytes=action_bytes, replay=replay,
+                    capacity=capacity, fanout=fanout, n_actors=n_actors, insert_batch=insert_batch,
+                    layers=layers, env_id=env_id)
+
+
+def _resolve_trainer(trainer: type | str | None, act_space: Any, spaces: Any) -> type:
+    if trainer is None:
+        if isinstance(act_space, spaces.Discrete):
+            from pearl_core.algorithms.dqn import DQN
+
+            return DQN
+        from pearl_core.algorithms.ddpg import DDPG
+
+        return DDPG
+    if isinstance(trainer, type):
+        return trainer
+    import importlib
+
+    module, _, attr = str(trainer).partition(":")
+    if not module or not attr:
+        raise SpecError(f"trainer = {trainer!r} is invalid; expected an import path 'package.module:ClassName'.")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise SpecError(f"trainer {trainer!r} cannot be imported ({type(exc).__name__}: {exc}).") from exc
+
+
+def hidden_layers(sizes: Sequence[int] | str) -> tuple[int, ...]:
+    """Parse ``"64,64"`` (or a sequence) into hidden sizes, with a clear error."""
+    if isinstance(sizes, str):
+        try:
+            sizes = [int(s) for s in sizes.replace(" ", "").split(",") if s]
+        except ValueError:
+            raise SpecError(f"hidden sizes {sizes!r} are invalid; expected comma-separated ints such as '64,64'.") from None
+    out = tuple(int(s) for s in sizes)
+    if not out or any(s < 1 for s in out):
+        raise SpecError(f"hidden sizes {sizes!r} are invalid; expected one or more ints >= 1.")
+    return out
