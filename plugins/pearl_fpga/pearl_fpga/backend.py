@@ -45,3 +45,9 @@ class FpgaBackend(Backend):
         raise BackendUnavailableError(
             f"backend 'fpga' cannot make a sum tree: {self.availability().reason}.", backend=self.name
         )
+
+    def analytic_cells(self, device, workload):
+        """The paper's Eq. 2-6 model of a described FPGA (:func:`pearl_fpga.model.device_row`); no device touched."""
+        from pearl_fpga.model import device_row
+
+        return device_row(device, workload)
