@@ -23,6 +23,7 @@ from pearl_core.composer import (
     Workload,
     algorithm1,
     evaluate_candidate,
+    make_plan,
 )
 from pearl_core.errors import SpecError
 
@@ -296,3 +297,11 @@ def test_errors_name_the_problem():
     huge = Workload(batch_size=512, obs_bytes=2**20, action_bytes=8, capacity=10**6)
     with pytest.raises(SpecError, match="Data Storage"):
         algorithm1(authors_spec(), authors_matrix(), huge)
+
+
+def test_make_plan_with_the_given_matrix_keeps_every_number():
+    plan = make_plan(authors_spec(), WL, matrix=authors_matrix())
+    assert (plan.rm_device, plan.learner_device, plan.ds_device, plan.setting) == ("CPU", "GPU1", "CPU", 1)
+    assert all(math.isfinite(c.iteration_s) for c in plan.candidates)
+    rp = plan.runtime_plan()
+    assert (rp.rm_backend, rp.learner_device, rp.storage_device, rp.setting) == ("cpu", "cuda:0", "cpu", 1)

@@ -1,0 +1,187 @@
+r"""Analytic cost models for CPUs and GPUs that are described in a spec but not measured.
+
+They fill a :class:`~pearl_core.composer.matrix.DeviceRow` with ``"analytic"``
+cells, compute only (Algorithm 1 adds communication). They are deliberately
+simple, roofline-style models: good enough to rank a described device against
+others, not a substitute for profiling a present one. FPGAs are modelled by the
+FPGA backend (``Backend.analytic_cells``), not here.
+
+Symbols (SI units; the spec field in brackets, with the default used when it is absent)::
+
+    BS, BS_i   batch and insertion batch         L  tree levels below the root (F^L >= capacity)
+    F          fanout                            S  bytes of one tree node (the priority size, 8)
+    o          launch_latency_s  [CPU 5 us per dispatched op / native call; GPU 5 us per kernel]
+    lam        mem_latency_s     [CPU 90 ns; GPU 600 ns]: one dependent random access
+    B          mem_bandwidth_Bps [CPU 8 GB/s per core; GPU 900 GB/s]
+    Pk         peak_flops        [CPU 32 GFLOP/s per core; GPU 20 TFLOP/s]
+    eta        achieved fraction of peak for the small GEMMs of RL models: 0.5
+
+**Replay Manager, CPU** (``t`` threads; each query walks the tree alone, so a
+thread handles ``ceil(BS/t)`` of them one after another; a core streams at ``B/cores``)::
+
+    sample = o + ceil(BS/t)   * L     * (lam + F*S/(B/cores))     read F siblings per level
+    update = o + ceil(BS/t)   * L     * (lam + S/(B/cores))       add the delta on the path to the root
+    insert = 2o + ceil(BS_i/t) * (L+1) * (lam + S/(B/cores))      retrieve the old leaf, then update
+
+**Replay Manager, GPU** (one thread per query, parallelism = BS as the paper
+prescribes; levels are dependent loads, the batch is spread over the device)::
+
+    sample = o + L*lam + BS*L*F*S/B                       one kernel
+    update = (1+L)*o + L*lam + 2*BS*L*S/B                 dedupe kernel + one scatter-add per level
+    insert = o + lam + [(1+L)*o + L*lam + 2*BS_i*L*S/B]   retrieval kernel + update
+
+Uniform replay has no tree: ``sample = o`` (one random-index call), ``update = insert = 0``.
+
+**Learner** (both kinds; ``FLOPs = BS*(2*fwd MACs + 4*trainable MACs)`` from the
+trainer's layers, :attr:`Workload.train_flops`)::
+
+    ops     = 2*N_layers + 5*N_trainable + 12         dispatched ops / kernels per step:
+                                                       forward 2 per layer, backward 3 and optimizer 2
+                                                       per trainable layer, loss/TD/clip/zero_grad ~12
+    bytes   = 4*params + 4*trainable_params*7 + 3*activations     weights read; grads, Adam m/v,
+                                                       weight write-back; activations out, kept, reread
+    learner = ops*o + max(FLOPs / (eta*Pk'), bytes / B')
+
+where on a CPU with ``t`` learner threads ``Pk' = t*Pk/cores`` and
+``B' = min(B, t*B/cores)``, and on a GPU ``Pk' = Pk``, ``B' = B``.
+
+**Threads on a CPU.** ``T = threads - n_actors`` on the host (the actors keep
+those busy), all threads elsewhere, at least 1. Alone, the RM gets
+``t = clip(T, 1, BS)`` and the learner ``T``. Co-located with ``T >= 2``, every
+split ``t_L + t_R = T`` is evaluated and the one minimising
+``sample + max(update + insert, learner)`` is kept (``t_R`` clipped to
+``[1, BS]``). With ``T = 1`` both share one thread: the RM cells keep ``t = 1``
+and the co-located learner cell becomes ``learner + update + insert`` (it is
+descheduled while the RM works), so Eq. 7 counts each piece once:
+``sample + learner + update + insert``.
+
+**GPU co-location**: RM kernels are latency-bound and leave the SMs mostly idle,
+so the co-located cells equal the stand-alone ones (separate streams overlap).
+
+**Power of a cell**: CPU ``idle + (active - idle) * threads_used / threads``;
+GPU ``active`` (a busy GPU draws near its board power even for small kernels).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pearl_core.composer.matrix import CostCell, DeviceRow
+from pearl_core.composer.spec import DeviceSpec
+from pearl_core.composer.workload import Workload
+
+__all__ = ["CPU_DEFAULTS", "GPU_DEFAULTS", "GEMM_EFFICIENCY", "cpu_row", "gpu_row", "learner_ops"]
+
+#: Defaults per core (flops, bandwidth) or per device, used when the spec leaves a field out.
+CPU_DEFAULTS = {"launch_latency_s": 5e-6, "mem_latency_s": 90e-9, "peak_flops_per_core": 32e9,
+                "mem_bandwidth_per_core": 8e9}
+GPU_DEFAULTS = {"launch_latency_s": 5e-6, "mem_latency_s": 600e-9, "peak_flops": 20e12, "mem_bandwidth_Bps": 900e9}
+GEMM_EFFICIENCY = 0.5
+
+
+def _param(dev: DeviceSpec, field: str, default: float, notes: list[str], shown: str) -> float:
+    value = getattr(dev, field)
+    if value is None:
+        notes.append(f"assumed {shown}")
+        return default
+    return float(value)
+
+
+def learner_ops(wl: Workload) -> int:
+    """Dispatched ops (CPU) or kernels (GPU) of one learner step (see the module docstring)."""
+    n_train = sum(1 for ly in wl.layers if ly.trainable)
+    return 2 * len(wl.layers) + 5 * n_train + 12
+
+
+def _learner_bytes(wl: Workload) -> float:
+    return wl.param_bytes + 7 * wl.trainable_param_bytes + 3 * wl.activation_bytes
+
+
+def _learner_time(wl: Workload, o: float, flops_rate: float, bw: float) -> float:
+    return learner_ops(wl) * o + max(wl.train_flops / (GEMM_EFFICIENCY * flops_rate), _learner_bytes(wl) / bw)
+
+
+def cpu_row(dev: DeviceSpec, wl: Workload, *, is_host: bool) -> DeviceRow:
+    """Analytic row for a CPU (see the module docstring for every formula)."""
+    notes: list[str] = []
+    cores = dev.cores or 1
+    threads = dev.threads or cores
+    o = _param(dev, "launch_latency_s", CPU_DEFAULTS["launch_latency_s"], notes, "launch latency 5 us")
+    lam = _param(dev, "mem_latency_s", CPU_DEFAULTS["mem_latency_s"], notes, "memory latency 90 ns")
+    peak = _param(dev, "peak_flops", CPU_DEFAULTS["peak_flops_per_core"] * cores, notes, "32 GFLOP/s per core")
+    bw = _param(dev, "mem_bandwidth_Bps", CPU_DEFAULTS["mem_bandwidth_per_core"] * cores, notes, "8 GB/s per core")
+    avail = max(1, threads - (wl.n_actors if is_host else 0))
+    if is_host and threads - wl.n_actors < 1:
+        notes.append(f"{wl.n_actors} actor(s) oversubscribe {threads} thread(s); RM/learner get 1")
+    per_core_bw = bw / cores
+    L, F, S = wl.tree_levels, wl.fanout, wl.priority_bytes
+    bs, bsi = wl.batch_size, int(wl.insert_batch or wl.n_actors)
+
+    def rm(t: int) -> tuple[float, float, float]:
+        if wl.replay == "uniform":
+            return o, 0.0, 0.0
+        step = lam + S / per_core_bw
+        return (o + math.ceil(bs / t) * L * (lam + F * S / per_core_bw),
+                o + math.ceil(bs / t) * L * step,
+                2 * o + math.ceil(bsi / t) * (L + 1) * step)
+
+    def learn(t: int) -> float:
+        return _learner_time(wl, o, peak * t / cores, min(bw, per_core_bw * t))
+
+    def power(t: int) -> float:
+        return dev.idle_power_w + (dev.active_power_w - dev.idle_power_w) * min(1.0, t / threads)
+
+    def cells(times: tuple[float, ...], t_rm: int) -> list[CostCell]:
+        return [CostCell(x, power(t_rm), "analytic") for x in times]
+
+    t_rm = min(avail, bs)
+    s, u, n = rm(t_rm)
+    lt = learn(avail)
+    config: dict[str, Any] = {"rm_threads": t_rm, "learner_threads": avail}
+    if avail >= 2:
+        best = None
+        for t_l in range(1, avail):
+            t_r = max(1, min(avail - t_l, bs))
+            cs, cu, cn = rm(t_r)
+            cl = learn(t_l)
+            total = cs + max(cu + cn, cl)
+            if best is None or total < best[0]:
+                best = (total, t_l, t_r, (cs, cu, cn), cl)
+        _, co_l_threads, co_r_threads, co_rm, co_l = best  # type: ignore[misc]
+        co_cells = cells(co_rm, co_r_threads) + [CostCell(co_l, power(co_l_threads), "analytic")]
+        config.update(co_rm_threads=co_r_threads, co_learner_threads=co_l_threads, co_time_sliced=False)
+    else:
+        # One thread for both: the learner is descheduled while the RM updates and inserts.
+        co_cells = cells((s, u, n), 1) + [CostCell(lt + u + n, power(1), "analytic")]
+        config.update(co_rm_threads=1, co_learner_threads=1, co_time_sliced=True)
+    return DeviceRow(dev.name, dev.kind, *cells((s, u, n), t_rm), CostCell(lt, power(avail), "analytic"),
+                     *co_cells, config=config, notes=tuple(notes))
+
+
+def gpu_row(dev: DeviceSpec, wl: Workload) -> DeviceRow:
+    """Analytic row for a GPU (see the module docstring for every formula)."""
+    notes: list[str] = []
+    o = _param(dev, "launch_latency_s", GPU_DEFAULTS["launch_latency_s"], notes, "launch latency 5 us")
+    lam = _param(dev, "mem_latency_s", GPU_DEFAULTS["mem_latency_s"], notes, "memory latency 600 ns")
+    peak = _param(dev, "peak_flops", GPU_DEFAULTS["peak_flops"], notes, "20 TFLOP/s")
+    bw = _param(dev, "mem_bandwidth_Bps", GPU_DEFAULTS["mem_bandwidth_Bps"], notes, "900 GB/s")
+    L, F, S = wl.tree_levels, wl.fanout, wl.priority_bytes
+    bs, bsi = wl.batch_size, int(wl.insert_batch or wl.n_actors)
+    if wl.replay == "uniform":
+        s, u, n = o, 0.0, 0.0
+    else:
+        s = o + L * lam + bs * L * F * S / bw
+
+        def upd(k: int) -> float:
+            return (1 + L) * o + L * lam + 2 * k * L * S / bw
+
+        u = upd(bs)
+        n = o + lam + upd(bsi)
+    lt = _learner_time(wl, o, peak, bw)
+    p = dev.active_power_w
+    rm_cells = [CostCell(x, p, "analytic") for x in (s, u, n)]
+    learner = CostCell(lt, p, "analytic")
+    notes.append("co-located cells = stand-alone cells (RM kernels overlap the learner on separate streams)")
+    return DeviceRow(dev.name, dev.kind, *rm_cells, learner, *rm_cells, learner,
+                     config={"rm_parallelism": bs, "streams": 2}, notes=tuple(notes))

@@ -1,0 +1,207 @@
+"""The composer's result: a frozen, JSON-serialisable :class:`Plan` with every number behind it.
+
+A plan holds the hardware spec (in SI units), the workload, the Primitive Device
+Assignment Matrix, Algorithm 1's :class:`~pearl_core.composer.algorithm.Decision`
+(every candidate's predicted time, throughput, power and traffic, the Data
+Storage costs, the choice) and the backend that drives each device kind. It is
+data first; :meth:`Plan.runtime_plan` turns it into the runtime's
+:class:`~pearl_core.runtime.config.RuntimePlan`, and :meth:`Plan.content_hash`
+identifies it in generated programs.
+
+Typical use::
+
+    spec = HardwareSpec.load("examples/hardware/cpu-gpu-fpga.toml")
+    wl = workload_for_env("CartPole-v1", batch_size=32, trainer_kwargs={"hidden_sizes": (64, 64)})
+    plan = make_plan(spec, wl, metric="throughput")
+    plan.rm_device, plan.learner_device, plan.ds_device, plan.setting
+    plan.runtime_plan()          # RuntimePlan(rm_backend='cpu', learner_device='cuda:0', ...)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping
+
+from pearl_core.composer.algorithm import Candidate, Decision, algorithm1
+from pearl_core.composer.backends import backend_for_kind
+from pearl_core.composer.costs import Profiler, fill_matrix
+from pearl_core.composer.matrix import AssignmentMatrix
+from pearl_core.composer.spec import HardwareSpec
+from pearl_core.composer.workload import Workload
+from pearl_core.errors import SpecError
+
+if TYPE_CHECKING:
+    from pearl_core.plugins import PluginRegistry
+    from pearl_core.runtime.config import RuntimePlan
+
+__all__ = ["PLAN_FORMAT", "Plan", "make_plan"]
+
+#: Version of the plan's JSON layout (bump on incompatible changes).
+PLAN_FORMAT = 1
+
+
+def _freeze(value: Any) -> Any:
+    """Canonical JSON-compatible copy (tuples -> lists, mappings -> dicts) for equality and hashing."""
+    return json.loads(json.dumps(value, sort_keys=True, allow_nan=False))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where each primitive runs, and why.
+
+    Attributes:
+        spec: :meth:`HardwareSpec.to_dict` (SI units) of the hardware planned for.
+        workload: :meth:`Workload.to_dict`.
+        matrix: the Primitive Device Assignment Matrix used.
+        decision: Algorithm 1's candidates, DS options and choice.
+        backends: backend name per device kind (``{"cpu": "cpu", "cuda": "cuda"}``).
+        pearl_version: version of pearl-core that made the plan.
+    """
+
+    spec: Mapping[str, Any]
+    workload: Mapping[str, Any]
+    matrix: AssignmentMatrix
+    decision: Decision
+    backends: Mapping[str, str] = field(default_factory=dict)
+    pearl_version: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "spec", _freeze(dict(self.spec)))
+        object.__setattr__(self, "workload", _freeze(dict(self.workload)))
+        object.__setattr__(self, "backends", dict(self.backends))
+
+    # -- the choice ----------------------------------------------------------------
+    @property
+    def rm_device(self) -> str:
+        return self.decision.rm_device
+
+    @property
+    def learner_device(self) -> str:
+        return self.decision.learner_device
+
+    @property
+    def ds_device(self) -> str:
+        return self.decision.ds_device
+
+    @property
+    def setting(self) -> int:
+        """1: RM and learner talk through the host; 2: co-located on one device."""
+        return self.decision.setting
+
+    @property
+    def metric(self) -> str:
+        return self.decision.metric
+
+    @property
+    def chosen(self) -> Candidate:
+        return self.decision.chosen
+
+    @property
+    def candidates(self) -> tuple[Candidate, ...]:
+        return self.decision.candidates
+
+    def hardware(self) -> HardwareSpec:
+        """The spec as a :class:`HardwareSpec` again (kinds are not re-checked against plugins)."""
+        kinds = {d["kind"] for d in self.spec["device"]}
+        return HardwareSpec.from_dict(self.spec, source="plan", kinds=kinds)
+
+    def workload_value(self) -> Workload:
+        return Workload.from_dict(self.workload)
+
+    def _device(self, name: str) -> Mapping[str, Any]:
+        for d in self.spec["device"]:
+            if d["name"] == name:
+                return d
+        raise SpecError(f"the plan's spec has no device {name!r}.")
+
+    def device_string(self, name: str) -> str:
+        """``"cpu"`` or ``"<kind>:<index>"`` of a device of the plan."""
+        d = self._device(name)
+        return "cpu" if d["kind"] == "cpu" else f"{d['kind']}:{d.get('index', 0)}"
+
+    def runtime_plan(self, **overrides: Any) -> "RuntimePlan":
+        """The runtime's :class:`RuntimePlan` for this choice.
+
+        ``rm_backend`` is the backend of the RM device's kind, ``learner_device``
+        and ``storage_device`` are device strings, ``setting`` is 1 or 2, thread
+        counts come from the matrix rows (CPU devices), ``n_actors`` from the
+        workload. Keyword arguments override any field.
+        """
+        from pearl_core.runtime.config import RuntimePlan
+
+        rm_kind = self._device(self.rm_device)["kind"]
+        values: dict[str, Any] = {
+            "rm_backend": self.backends.get(rm_kind, rm_kind),
+            "learner_device": self.device_string(self.learner_device),
+            "storage_device": self.device_string(self.ds_device),
+            "setting": self.setting,
+            "n_actors": int(self.workload["n_actors"]),
+        }
+        rm_cfg = self.matrix.row(self.rm_device).config
+        ln_cfg = self.matrix.row(self.learner_device).config
+        if self.setting == 2:
+            rm_t, ln_t = rm_cfg.get("co_rm_threads"), rm_cfg.get("co_learner_threads")
+        else:
+            rm_t, ln_t = rm_cfg.get("rm_threads"), ln_cfg.get("learner_threads")
+        if isinstance(rm_t, int):
+            values["rm_threads"] = rm_t
+        if isinstance(ln_t, int) and self._device(self.learner_device)["kind"] == "cpu":
+            values["learner_threads"] = ln_t
+        values.update(overrides)
+        return RuntimePlan(**values)
+
+    # -- serialisation --------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": PLAN_FORMAT, "pearl_version": self.pearl_version, "spec": self.spec,
+                "workload": self.workload, "backends": dict(sorted(self.backends.items())),
+                "matrix": self.matrix.to_dict(), "decision": self.decision.to_dict()}
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, indent=indent, allow_nan=False)
+
+    def canonical_json(self) -> str:
+        """Sorted keys, no whitespace, ASCII: the text :meth:`content_hash` digests."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+    def content_hash(self) -> str:
+        """sha256 (hex) of :meth:`canonical_json`: equal plans, equal hashes, across runs and machines."""
+        return hashlib.sha256(self.canonical_json().encode("ascii")).hexdigest()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Plan":
+        if data.get("format") != PLAN_FORMAT:
+            raise SpecError(f"plan format = {data.get('format')!r} is not supported; expected {PLAN_FORMAT}. "
+                            "Fix: re-run the composer with this version of PEARL.")
+        return cls(data["spec"], data["workload"], AssignmentMatrix.from_dict(data["matrix"]),
+                   Decision.from_dict(data["decision"]), data.get("backends", {}), data.get("pearl_version", ""))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Plan":
+        return cls.from_dict(json.loads(text))
+
+
+def make_plan(spec: HardwareSpec, workload: Workload, metric: str = "throughput", *,
+              matrix: AssignmentMatrix | None = None, comm_inclusive: bool | None = None,
+              registry: "PluginRegistry | None" = None, profiler: Profiler | None = None) -> Plan:
+    """Fill the matrix (unless given), run Algorithm 1, and wrap everything in a :class:`Plan`.
+
+    Args:
+        spec: the hardware.
+        workload: the iteration to plan for.
+        metric: ``"throughput"`` or ``"power_efficiency"``.
+        matrix: a matrix to use instead of filling one (e.g. the paper's; set
+            ``comm_inclusive`` on it, or pass ``comm_inclusive``).
+        comm_inclusive: override the matrix's flag.
+        registry: plugin registry (backend models and names); default the installed one.
+        profiler: optional measurement hook for present devices (see :func:`fill_matrix`).
+    """
+    from pearl_core import __version__
+
+    if matrix is None:
+        matrix = fill_matrix(spec, workload, registry=registry, profiler=profiler)
+    decision = algorithm1(spec, matrix, workload, metric, comm_inclusive=comm_inclusive)
+    kinds = dict.fromkeys(d.kind for d in spec.devices)
+    backends = {k: backend_for_kind(k, registry)[0] for k in kinds}
+    return Plan(spec.to_dict(), workload.to_dict(), matrix, decision, backends, __version__)
