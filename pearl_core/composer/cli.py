@@ -1,0 +1,252 @@
+"""Command-line functions of the composer, for ``pearl_core/cli.py`` to register.
+
+This module defines typer *command functions*, not an app: the CLI owner adds
+them with ``app.command("plan")(plan_command)``. Rendering is split into
+functions (:func:`render_plan`, :func:`save_grid_png`) so other commands
+(``compose``, ``validate``) can reuse them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from pearl_core.composer.algorithm import METRICS, Candidate
+from pearl_core.composer.matrix import CELL_NAMES
+from pearl_core.composer.plan import Plan, make_plan
+from pearl_core.composer.spec import HardwareSpec
+from pearl_core.composer.workload import Workload, workload_for_env
+from pearl_core.errors import PearlError
+
+__all__ = ["grid_values", "plan_command", "render_plan", "save_grid_png"]
+
+_CELL_HEADERS = {"rm_sample": "sample", "rm_update": "update", "rm_insert": "insert", "learner": "learner",
+                 "co_rm_sample": "co sample", "co_rm_update": "co update", "co_rm_insert": "co insert",
+                 "co_learner": "co learner"}
+
+
+def _us(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e6:,.2f}"
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def grid_values(plan: Plan, value: str = "throughput") -> tuple[list[str], list[list[float | None]]]:
+    """The RM x learner grid (rows: RM device, columns: learner device) of ``value``.
+
+    ``value`` is a :class:`Candidate` attribute: ``"throughput"``, ``"score"``,
+    ``"iteration_s"``, ``"power_w"``. Infeasible pairs are ``None``.
+    """
+    names = [d["name"] for d in plan.spec["device"]]
+    grid = [[getattr(plan.decision.candidate(i, j), value) for j in names] for i in names]
+    return names, grid
+
+
+def render_plan(plan: Plan, console: Console) -> None:
+    """Print the workload, the matrix, the RM x learner grid, every candidate, the DS costs and the choice."""
+    wl = plan.workload
+    w = Workload.from_dict(wl)
+    dec = plan.decision
+    console.print(f"[bold]Hardware[/bold] {escape(str(plan.spec.get('name') or ''))}: "
+                  + ", ".join(f"{d['name']} ({d['kind']})" for d in plan.spec["device"])
+                  + f"; host {plan.spec['host']}")
+    console.print(f"[bold]Workload[/bold] {escape(w.env_id or '?')}: BS {w.batch_size}, BS_i {w.insert_batch}, "
+                  f"{w.n_actors} actor(s), experience {w.experience_bytes} B, {w.replay} replay "
+                  f"(capacity {w.capacity}, fanout {w.fanout}, {w.tree_levels} levels), "
+                  f"{len(w.layers)} layers, {w.train_flops / 1e6:,.2f} MFLOP per step")
+    console.print(f"[bold]Metric[/bold] {dec.metric}; cells "
+                  + ("include communication (given matrix)" if dec.comm_inclusive else
+                     "are compute only; Eq. 7 adds latency + bytes/bandwidth per message"))
+
+    table = Table(title="Primitive Device Assignment Matrix (us per iteration; co = RM and learner co-located)")
+    table.add_column("device")
+    for name in CELL_NAMES:
+        table.add_column(_CELL_HEADERS[name], justify="right")
+    table.add_column("source")
+    for row in plan.matrix.rows:
+        cells = [_us(None if c is None else c.latency_s) for _, c in row.cells()]
+        sources = sorted({c.source for _, c in row.cells() if c is not None})
+        table.add_row(escape(row.device), *cells, ",".join(sources) or "-")
+    console.print(table)
+    for row in plan.matrix.rows:
+        for note in row.notes:
+            console.print(f"  [dim]{escape(row.device)}: {escape(note)}[/dim]")
+        if row.config:
+            console.print(f"  [dim]{escape(row.device)} config: "
+                          + escape(", ".join(f"{k}={v}" for k, v in row.config.items())) + "[/dim]")
+
+    for value, what, digits in (("throughput", "Predicted throughput (samples/s)", 0),
+                                ("score", "Predicted power efficiency (samples/J)", 1)):
+        if value == "score" and dec.metric != "power_efficiency":
+            continue
+        console.print(f"[bold]{what}[/bold]: RM device (rows) x learner device (columns); * = choice")
+        console.print(_grid_table(plan, value, digits))
+
+    c = Table(title="Candidates, best first (Eq. 7 terms in us as cell+communication)")
+    for col in ("RM", "learner", "set", "T_itr us", "sample", "upd+ins", "learner", "samples/s", "W", "samples/J",
+                "traffic B"):
+        c.add_column(col, justify="right" if col not in ("RM", "learner") else "left")
+    for cand in dec.ranking() + [x for x in dec.candidates if not x.feasible]:
+        c.add_row(*_candidate_cells(cand))
+    console.print(c)
+    for cand in dec.candidates:
+        if not cand.feasible:
+            console.print(f"  [dim]({escape(cand.rm_device)}, {escape(cand.learner_device)}) infeasible: "
+                          f"{escape(cand.reason)}[/dim]")
+
+    console.print(f"[bold]Data Storage placement[/bold] for RM={escape(dec.rm_device)}, "
+                  f"learner={escape(dec.learner_device)} (per-iteration traffic cost, us)")
+    d = Table()
+    for col in ("device", "cost us", "indices", "experiences", "insertions", "traffic B"):
+        d.add_column(col, justify="left" if col == "device" else "right")
+    for o in dec.ds_options:
+        if not o.feasible:
+            d.add_row(escape(o.device), "-", "-", "-", "-", escape(o.reason))
+            continue
+        d.add_row(escape(o.device), _us(o.cost_s), *[_us(f.cost_s) for f in o.flows], f"{o.traffic_bytes:,}")
+    console.print(d)
+
+    ch = dec.chosen
+    tie = f" (tie with {dec.tied_with} broken by {dec.tie_break})" if dec.tie_break else ""
+    console.print(f"[bold green]Choice[/bold green]: RM on {escape(dec.rm_device)}, learner on "
+                  f"{escape(dec.learner_device)}, Data Storage on {escape(dec.ds_device)}, setting {dec.setting}"
+                  f"{' (co-located)' if dec.setting == 2 else ' (through the host)'}{escape(tie)}")
+    console.print(f"  predicted {ch.iteration_s * 1e6:,.1f} us per iteration, {ch.throughput:,.0f} samples/s, "
+                  f"{ch.power_w:,.1f} W, {ch.throughput / ch.power_w:,.1f} samples/J")
+    try:
+        console.print(f"  runtime plan: {escape(repr(plan.runtime_plan()))}")
+    except PearlError as exc:
+        console.print(f"  [yellow]no runtime plan: {escape(str(exc))}[/yellow]")
+    console.print(f"  plan hash: {plan.content_hash()}")
+
+
+def _grid_table(plan: Plan, value: str, digits: int) -> Table:
+    names, grid = grid_values(plan, value)
+    dec = plan.decision
+    g = Table()
+    g.add_column("RM \\ learner")
+    for n in names:
+        g.add_column(escape(n), justify="right")
+    for i, rm in enumerate(names):
+        cells = []
+        for j, ln in enumerate(names):
+            v = grid[i][j]
+            mark = "*" if (rm, ln) == (dec.rm_device, dec.learner_device) else ""
+            cells.append("-" if v is None else f"{mark}{v:,.{digits}f}")
+        g.add_row(escape(rm), *cells)
+    return g
+
+
+def _candidate_cells(c: Candidate) -> list[str]:
+    if not c.feasible:
+        return [escape(c.rm_device), escape(c.learner_device), str(c.setting), "-", "-", "-", "-", "-", "-", "-",
+                f"{c.traffic_bytes:,}"]
+    return [escape(c.rm_device), escape(c.learner_device), str(c.setting), _us(c.iteration_s),
+            f"{_us(c.sample_s)}+{_us(c.sample_comm_s)}", f"{_us(c.update_insert_s)}+{_us(c.update_insert_comm_s)}",
+            f"{_us(c.learner_s)}+{_us(c.learner_comm_s)}", _num(c.throughput), _num(c.power_w, 1),
+            _num(None if not c.power_w else c.throughput / c.power_w, 1),  # type: ignore[operator]
+            f"{c.traffic_bytes:,}"]
+
+
+def save_grid_png(plan: Plan, path: str | Path, value: str | None = None) -> Path:
+    """Draw the RM x learner grid as a heatmap (matplotlib, Agg backend) and write it to ``path``.
+
+    ``value`` defaults to the plan's metric: ``"throughput"`` (samples/s) or
+    ``"score"`` for power efficiency (samples/J).
+    """
+    if value is None:
+        value = "throughput" if plan.metric == "throughput" else "score"
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise PearlError(f"--png needs matplotlib ({exc}). Fix: pip install matplotlib.") from exc
+    names, grid = grid_values(plan, value)
+    data = [[math.nan if v is None else v for v in row] for row in grid]
+    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(names), 1.2 + 1.1 * len(names)))
+    im = ax.imshow(data, cmap="viridis")
+    ax.set_xticks(range(len(names)), labels=names)
+    ax.set_yticks(range(len(names)), labels=names)
+    ax.set_xlabel("learner device")
+    ax.set_ylabel("RM device")
+    finite = [v for row in data for v in row if not math.isnan(v)]
+    top = max(finite) if finite else 0.0
+    for i, row in enumerate(data):
+        for j, v in enumerate(row):
+            chosen = (names[i], names[j]) == (plan.rm_device, plan.learner_device)
+            text = "n/a" if math.isnan(v) else f"{v:,.4g}" + ("\n(choice)" if chosen else "")
+            ax.text(j, i, text, ha="center", va="center", fontsize=8,
+                    color="black" if not math.isnan(v) and v > 0.6 * top else "white")
+    label = {"throughput": "samples/s", "score": "samples/s" if plan.metric == "throughput" else "samples/J",
+             "iteration_s": "s per iteration", "power_w": "W"}.get(value, value)
+    fig.colorbar(im, ax=ax, label=label)
+    w = plan.workload
+    ax.set_title(f"{w.get('env_id') or ''} BS={w['batch_size']}: predicted {label}", fontsize=9)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def plan_command(
+    hardware: Optional[Path] = typer.Option(None, "--hardware", "-H", help="Hardware spec (TOML). Default: the "
+                                            "devices the installed backends detect."),
+    env_id: str = typer.Option("CartPole-v1", "--env", help="gymnasium environment id."),
+    batch_size: int = typer.Option(32, "--batch-size", "-b", help="Training batch size BS."),
+    metric: str = typer.Option("throughput", "--metric", "-m", help=f"One of {list(METRICS)}."),
+    hidden: Optional[str] = typer.Option(None, "--hidden", help="MLP hidden sizes, e.g. 64,64 (default: the "
+                                         "trainer's own)."),
+    trainer: Optional[str] = typer.Option(None, "--trainer", help="Trainer import path 'pkg.module:Class' "
+                                          "(default: DQN for discrete actions, DDPG for continuous)."),
+    trainer_kwargs: Optional[str] = typer.Option(None, "--trainer-kwargs", help="JSON object of trainer "
+                                                 "hyper-parameters."),
+    replay: str = typer.Option("prioritized", "--replay", help="prioritized or uniform."),
+    capacity: int = typer.Option(100_000, "--capacity", help="Replay capacity."),
+    fanout: int = typer.Option(16, "--fanout", help="Sum-tree fanout."),
+    n_actors: int = typer.Option(1, "--actors", help="Actor processes (on the host)."),
+    insert_batch: Optional[int] = typer.Option(None, "--insert-batch", help="Experiences inserted per learner "
+                                               "iteration BS_i (default: the number of actors)."),
+    png: Optional[Path] = typer.Option(None, "--png", help="Also draw the RM x learner grid as a PNG heatmap."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the plan as JSON."),
+) -> None:
+    """Plan where the replay manager, learner and Data Storage run: matrix, RM x learner grid, choice."""
+    console = Console(width=max(132, Console().width))
+    try:
+        spec = HardwareSpec.load(hardware) if hardware is not None else HardwareSpec.detect()
+        kwargs = json.loads(trainer_kwargs) if trainer_kwargs else None
+        if kwargs is not None and not isinstance(kwargs, dict):
+            raise PearlError(f"--trainer-kwargs = {trainer_kwargs!r}; expected a JSON object such as '{{\"lr\": 0.001}}'.")
+        wl = workload_for_env(env_id, batch_size, trainer=trainer, trainer_kwargs=kwargs, hidden_sizes=hidden,
+                              replay=replay, capacity=capacity, fanout=fanout, n_actors=n_actors,
+                              insert_batch=insert_batch)
+        plan = make_plan(spec, wl, metric)
+    except json.JSONDecodeError as exc:
+        console.print(f"[red]error:[/red] --trainer-kwargs is not valid JSON ({escape(str(exc))}).", soft_wrap=True)
+        raise typer.Exit(2) from None
+    except PearlError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    render_plan(plan, console)
+    if png is not None:
+        try:
+            console.print(f"grid written to {escape(str(save_grid_png(plan, png)))}")
+        except (PearlError, OSError) as exc:
+            console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+            raise typer.Exit(2) from None
+    if json_out is not None:
+        tmp = json_out.with_name(json_out.name + ".tmp")
+        tmp.write_text(plan.to_json(), encoding="utf-8")
+        tmp.replace(json_out)  # atomic: never a half-written plan
+        console.print(f"plan written to {escape(str(json_out))}")
