@@ -126,21 +126,25 @@ def test_rich_display_on_a_terminal():
 
 
 # ----------------------------------------------------------------------------------- logs
-def test_logger_writes_csv_and_appends_on_reopen(tmp_path):
+def test_logger_fresh_run_replaces_and_resume_keeps_rows_up_to_the_checkpoint(tmp_path):
     log = RunLogger(tmp_path, tensorboard=False)
     log.episode(10, 0.5, 1, 12.0, 10)
+    log.episode(50, 0.9, 2, 13.0, 10)  # logged after the checkpoint at 20, then the run died
     log.evaluation(20, 1.0, [1.0, 3.0])
     st = RunState(env_steps=20, updates=4, episodes=1, last_metrics={"loss": 0.5})
     log.metrics(st, 1.0, 12.0, 100.0, 20.0)
     log.close()
-    log = RunLogger(tmp_path, tensorboard=False)
+    log = RunLogger(tmp_path, tensorboard=False, resume_at=20)
     log.episode(30, 2.0, 2, 15.0, 20)
     log.close()
     eps = (tmp_path / "episodes.csv").read_text().splitlines()
-    assert eps[0] == "env_steps,wall_s,episode,return,length" and len(eps) == 3 and eps[2].startswith("30,")
+    assert eps[0] == "env_steps,wall_s,episode,return,length"
+    assert [e.split(",")[0] for e in eps[1:]] == ["10", "30"]
     assert (tmp_path / "evals.csv").read_text().splitlines()[1].split(",")[2] == "2"
     metrics = (tmp_path / "metrics.csv").read_text().splitlines()
     assert metrics[0].startswith("env_steps,updates") and "0.5" in metrics[1]
+    RunLogger(tmp_path, tensorboard=False).close()  # a fresh run in the same directory starts clean
+    assert (tmp_path / "episodes.csv").read_text().splitlines() == [eps[0]]
 
 
 def test_logger_writes_tensorboard_events_when_installed(tmp_path):

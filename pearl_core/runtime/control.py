@@ -347,27 +347,32 @@ def _tensorboard_available() -> bool:
 class RunLogger:
     """CSV logs in ``log_dir`` (``episodes.csv``, ``evals.csv``, ``metrics.csv``) and TensorBoard events.
 
-    Files are appended to when they exist (a resumed run continues its logs);
-    a header is written only to a new file.
+    A fresh run (``resume_at=None``) starts new CSV files, replacing old ones in
+    the same directory, and hides older TensorBoard events (``purge_step=0``).
+    A resumed run keeps the rows logged up to the checkpoint's env step and
+    drops later ones (written after that checkpoint by a run that then died),
+    so no step is logged twice; TensorBoard is purged the same way.
 
     Args:
         log_dir: the run's directory (created).
         tensorboard: write TensorBoard events with ``torch.utils.tensorboard``;
             ``None`` = when the ``tensorboard`` package is installed.
+        resume_at: env steps of the checkpoint a resumed run continues from.
     """
 
-    def __init__(self, log_dir: str | os.PathLike, *, tensorboard: bool | None = None):
+    def __init__(self, log_dir: str | os.PathLike, *, tensorboard: bool | None = None, resume_at: int | None = None):
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._files: dict[str, io.TextIOBase] = {}
         self._writers: dict[str, Any] = {}
         for name, cols in (("episodes", _EPISODE_COLUMNS), ("evals", _EVAL_COLUMNS), ("metrics", _METRIC_COLUMNS)):
             path = self.log_dir / f"{name}.csv"
-            new = not path.exists() or path.stat().st_size == 0
-            fh = open(path, "a", newline="", encoding="utf-8")
+            kept = _rows_up_to(path, resume_at) if resume_at is not None else []
+            fh = open(path, "w", newline="", encoding="utf-8")
             writer = csv.writer(fh)
-            if new:
-                writer.writerow(cols)
+            writer.writerow(cols)
+            writer.writerows(kept)
+            fh.flush()
             self._files[name], self._writers[name] = fh, writer
         self.tb = None
         if tensorboard is None:
@@ -375,7 +380,8 @@ class RunLogger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(log_dir=str(self.log_dir / "tensorboard"))
+            purge = 0 if resume_at is None else int(resume_at) + 1
+            self.tb = SummaryWriter(log_dir=str(self.log_dir / "tensorboard"), purge_step=purge)
 
     def episode(self, env_steps: int, wall_s: float, index: int, episode_return: float, length: int) -> None:
         self._writers["episodes"].writerow((env_steps, f"{wall_s:.3f}", index, f"{episode_return:.6g}", length))
@@ -417,6 +423,24 @@ class RunLogger:
         if self.tb is not None:
             self.tb.close()
             self.tb = None
+
+
+def _rows_up_to(path: Path, env_steps: int) -> list[list[str]]:
+    """Data rows of an existing log whose ``env_steps`` column is ``<= env_steps``."""
+    if not path.exists():
+        return []
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.reader(fh))
+    if not rows or rows[0][:1] != ["env_steps"]:
+        return []
+    out = []
+    for row in rows[1:]:
+        try:
+            if int(row[0]) <= env_steps:
+                out.append(row)
+        except (ValueError, IndexError):
+            continue
+    return out
 
 
 def _read_csv(path: Path) -> dict[str, np.ndarray]:

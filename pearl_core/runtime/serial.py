@@ -179,7 +179,8 @@ class _Run:
                                                        base_updates=self.state.updates)
         else:
             self.schedule = UpdateSchedule.from_config(cfg)
-        self.logger = RunLogger(self.log_dir, tensorboard=rt.tensorboard)
+        self.logger = RunLogger(self.log_dir, tensorboard=rt.tensorboard,
+                                resume_at=self.state.env_steps if ck is not None else None)
         self.display = ProgressDisplay(cfg.stop.max_env_steps, enabled=rt.progress, every_s=rt.display_every_s)
         self._wall_base = self.state.wall_time_s
         self._t0 = time.perf_counter()
