@@ -151,28 +151,35 @@ class _Run:
     def __init__(self, rt: SerialRuntime):
         cfg, plan, ck = rt.config, rt.plan, rt.checkpoint
         self.rt, self.cfg, self.plan = rt, cfg, plan
+        self.state = RunState.from_dict(ck.state.to_dict()) if ck is not None else RunState()
+        n_envs = plan.n_actors * plan.envs_per_actor
+        # A resumed segment starts fresh episodes from seeds it has not used before.
+        seeds = actor_env_seeds(cfg, n_envs, first=self.state.env_steps)
+        envs: list = []
+        self.evaluator = None
+        try:  # everything that can reject the config, before anything is written to log_dir
+            envs += [make_env(cfg.env_id, s) for s in seeds]
+            self.collector = Collector(envs, seeds)
+            env = envs[0]
+            self.trainer: Trainer = build_trainer(cfg, env.observation_space, env.action_space)
+            spec = StorageSpec.from_spaces(env.observation_space, env.action_space)
+            self.replay: ReplayManager = build_replay(cfg, plan, spec, state=ck.replay if ck is not None else None)
+            self.monitor = StopMonitor(cfg.stop)
+            self.evaluator = Evaluator.for_config(cfg) if self.monitor.evaluates else None
+            if ck is not None:
+                self.trainer.load_state_dict(ck.trainer_state)
+                self.monitor.load_state_dict(ck.monitor)
+                if self.evaluator is not None:
+                    self.evaluator.evaluations = len(self.state.eval_history)
+        except BaseException:
+            for e in envs + (self.evaluator.envs if self.evaluator is not None else []):
+                e.close()
+            raise
+        self.inserts = InsertBuffer(spec, plan.insert_batch)
         self.log_dir = Path(cfg.log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         (self.log_dir / "config.json").write_text(cfg.to_json(indent=2))
         (self.log_dir / "plan.json").write_text(plan.to_json(indent=2))
-
-        self.state = ck.state if ck is not None else RunState()
-        n_envs = plan.n_actors * plan.envs_per_actor
-        # A resumed segment starts fresh episodes from seeds it has not used before.
-        seeds = actor_env_seeds(cfg, n_envs, first=self.state.env_steps)
-        self.collector = Collector([make_env(cfg.env_id, s) for s in seeds], seeds)
-        env = self.collector.envs[0]
-        self.trainer: Trainer = build_trainer(cfg, env.observation_space, env.action_space)
-        spec = StorageSpec.from_spaces(env.observation_space, env.action_space)
-        self.replay: ReplayManager = build_replay(cfg, plan, spec, state=ck.replay if ck is not None else None)
-        self.inserts = InsertBuffer(spec, plan.insert_batch)
-        self.monitor = StopMonitor(cfg.stop)
-        self.evaluator = Evaluator.for_config(cfg) if self.monitor.evaluates else None
-        if ck is not None:
-            self.trainer.load_state_dict(ck.trainer_state)
-            self.monitor.load_state_dict(ck.monitor)
-            if self.evaluator is not None:
-                self.evaluator.evaluations = len(self.state.eval_history)
         if ck is not None and ck.replay is None and self.state.env_steps:
             # The replay was not saved: refill learning_starts transitions before updating again.
             self.schedule = UpdateSchedule.from_config(cfg, base_env_steps=self.state.env_steps,
