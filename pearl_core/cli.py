@@ -59,6 +59,11 @@ def devices():
     console.print(table)
 
 
+from pearl_core.composer.cli import plan_command  # noqa: E402 - registered below the core commands
+
+app.command("plan")(plan_command)
+
+
 def main() -> None:  # console-script entry point
     app()
 
