@@ -71,7 +71,7 @@ class LinearQ(Trainer):
         loss.backward()
         self.opt.step()
         self.updates += 1
-        return UpdateResult((q - target).detach().abs().numpy(), {"loss": float(loss)})
+        return UpdateResult((q - target).detach().abs().numpy(), {"loss": float(loss.detach())})
 
     def get_weights(self):
         return {k: v.detach().numpy().copy() for k, v in self.q.state_dict().items()}
@@ -188,3 +188,16 @@ def no_leaks():
     assert not mp.active_children(), f"multiprocessing children alive: {mp.active_children()}"
     leaked = set(list_segments(os.getpid())) - before
     assert not leaked, f"leaked shared-memory segments: {sorted(leaked)}"
+
+
+class KillLearner(LinearQ):
+    """The learner SIGKILLs itself in update number ``kill_at`` (the smoke check's single update is safe)."""
+
+    def __init__(self, observation_space, action_space, *, kill_at: int = 3, **kw):
+        super().__init__(observation_space, action_space, **kw)
+        self.kill_at = kill_at
+
+    def update_policy(self, batch, weights):
+        if self.updates + 1 >= self.kill_at:
+            os.kill(os.getpid(), 9)
+        return super().update_policy(batch, weights)

@@ -65,6 +65,7 @@ __all__ = [
     "SlotRing",
     "WeightBuffer",
     "list_segments",
+    "put_while",
 ]
 
 #: Every segment PEARL creates is named ``pearl_<pid>_<random>_<tag>``.
@@ -101,6 +102,21 @@ class MessageQueue(Protocol):
     def put_nowait(self, item: Any) -> None: ...
 
     def get_nowait(self) -> Any: ...
+
+
+def put_while(q: MessageQueue, item: Any, keep_waiting, poll_s: float = 0.5) -> bool:
+    """``q.put(item)``, waiting for room only while ``keep_waiting()`` is true.
+
+    A worker uses it so that a host that stopped reading (or died) cannot keep
+    it blocked forever. Returns whether the item was sent.
+    """
+    while True:
+        try:
+            q.put(item, timeout=poll_s)
+            return True
+        except queue.Full:
+            if not keep_waiting():
+                return False
 
 
 # --------------------------------------------------------------------------- layout and blocks
@@ -726,7 +742,23 @@ class PipeQueue:
     def full(self) -> bool:
         return self.qsize() >= self.maxsize
 
+    def close_sender(self) -> None:
+        """This process only receives: close its copy of the sending end.
+
+        Once every copy of the sending end is closed (the producer exited or
+        died), :meth:`get` raises ``EOFError`` instead of waiting forever.
+        """
+        self._writer.close()
+
+    def close_receiver(self) -> None:
+        """This process only sends: close its copy of the receiving end.
+
+        Once every copy of the receiving end is closed, :meth:`put` raises
+        ``BrokenPipeError``: a producer notices that its consumer is gone.
+        """
+        self._reader.close()
+
     def close(self) -> None:
-        """Close both ends in this process."""
+        """Close both ends in this process (idempotent)."""
         self._reader.close()
         self._writer.close()

@@ -1,0 +1,256 @@
+"""Actor processes: step a few environments together, act with a local policy copy,
+ship experience through a shared-memory slot ring.
+
+One actor process runs ``plan.envs_per_actor`` gymnasium environments in lock
+step and chooses all their actions with one batched call of its own trainer
+copy::
+
+    loop until the host says stop (or the host process is gone):
+        wait while sum(actor_steps) + n_envs > env_budget     # replay-ratio throttle
+        every weight_check_every steps: pull newer weights from the WeightBuffer
+        trainer.env_steps = sum(actor_steps)                   # global exploration schedule
+        actions = trainer.get_action(obs, explore=True)
+        step every env; write (obs, action, reward, next_obs, done) rows into the
+        current slot; record finished episodes (return, length) in the slot
+        slot full -> ring.commit() and DCQ.put(("batch", seq, rows, episodes))
+
+``done`` is gymnasium's ``terminated`` (a time-limit truncation still bootstraps),
+and ``next_obs`` is the true last observation of an episode, never the reset one.
+
+The DCQ is a :class:`~pearl_core.runtime.shm.PipeQueue` per actor; its messages
+hold only slot numbers. A full ring (the host is behind) blocks the actor: that
+is the backpressure. When the actor cannot step (throttled or stopping) it
+ships its partly filled slot, so no transition waits for a full slot.
+
+Errors: an exception in the loop is sent to the host as ``("error", traceback)``
+and the process exits with code 1; the host decides whether to restart it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+import traceback
+from typing import Any
+
+import numpy as np
+
+from pearl_core.runtime.config import RunConfig
+from pearl_core.runtime.shm import (
+    BlockHandle,
+    Control,
+    PipeQueue,
+    RingHandle,
+    SlotRing,
+    WeightBuffer,
+    WeightHandle,
+    put_while,
+)
+
+__all__ = ["ActorSpec", "actor_seeds", "experience_fields", "run_actor"]
+
+
+def experience_fields(spec, rows: int, n_envs: int) -> dict[str, tuple[tuple[int, ...], Any]]:
+    """Per-row fields of an experience slot for a :class:`~pearl_core.replay.StorageSpec`.
+
+    Transition fields have ``rows`` rows; the episode records (``ep_return``,
+    ``ep_length``) have ``rows + n_envs`` rows, enough for every episode that can
+    end while one slot fills. :class:`SlotRing` gives all fields the same row
+    count, so the ring is built with ``rows + n_envs`` rows and only the first
+    ``rows`` carry transitions.
+    """
+    return {
+        "obs": (spec.obs_shape, spec.obs_dtype),
+        "action": (spec.action_shape, spec.action_dtype),
+        "reward": ((), np.float32),
+        "next_obs": (spec.obs_shape, spec.obs_dtype),
+        "done": ((), np.bool_),
+        "ep_return": ((), np.float64),
+        "ep_length": ((), np.int64),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorSpec:
+    """Everything an actor process needs (picklable, passed at spawn).
+
+    Attributes:
+        actor_id: the actor's slot ``0 <= i < n_actors`` (kept across restarts).
+        incarnation: 0 for the first start, ``k`` for the ``k``-th restart.
+        config: the run configuration (environment, trainer, seed).
+        n_actors: actors in the run (for seeding).
+        n_envs: environments stepped together.
+        batch_rows: transitions per DCQ message (``plan.insert_batch``).
+        ring, control, weights: shared-memory handles.
+        dcq: the actor's queue to the host.
+        weight_check_every: vector steps between looks at the weight version.
+        parent_pid: the host's pid; the actor exits when its parent changes.
+        env_seed_offset: added to every environment index (a resumed run passes
+            its env-step count, as the serial runtime does, so it starts new episodes).
+    """
+
+    actor_id: int
+    incarnation: int
+    config: RunConfig
+    n_actors: int
+    n_envs: int
+    batch_rows: int
+    ring: RingHandle
+    control: BlockHandle
+    weights: WeightHandle
+    dcq: PipeQueue
+    weight_check_every: int = 1
+    parent_pid: int = 0
+    env_seed_offset: int = 0
+
+
+def run_actor(spec: ActorSpec) -> None:
+    """Process entry point of one actor (target of ``Process``)."""
+    # Ctrl-C in a terminal reaches the whole process group; the host alone decides
+    # when to stop, and tells the actors through the control block.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    spec.dcq.close_receiver()  # the host reads; if it dies, our next put fails instead of blocking
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+        _Actor(spec).run()
+        _quick_exit(0)
+    except SystemExit as exc:
+        if exc.code in (0, None):
+            _quick_exit(0)
+        _report(spec)
+    except BaseException:  # report everything, including KeyboardInterrupt from user code
+        _report(spec)
+
+
+def _quick_exit(code: int) -> None:
+    from pearl_core.runtime.learner import _quick_exit as quick
+
+    quick(code)
+
+
+def _report(spec: ActorSpec) -> None:
+    try:
+        spec.dcq.put(("error", spec.actor_id, traceback.format_exc()), timeout=5.0)
+    except Exception:
+        pass
+    os._exit(1)
+
+
+def actor_seeds(config: RunConfig, actor_id: int, incarnation: int, n_actors: int, n_envs: int,
+                offset: int = 0) -> tuple[list[int], int]:
+    """Reset seeds of an actor's environments and the seed of its exploration stream.
+
+    Environment ``j`` of actor ``i`` is global environment ``i * n_envs + j`` and
+    is reset with :func:`~pearl_core.runtime.wiring.actor_env_seeds` of that
+    index, so one actor with ``n`` environments replays the serial runtime's
+    ``n`` environments exactly. A restarted actor (``incarnation k``) takes the
+    next unused block of indices, so it never replays its predecessor's episodes.
+    Actor 0's first incarnation explores with ``config.seed`` (as the serial
+    runtime's trainer does); other actors derive distinct streams from it.
+    """
+    from pearl_core.runtime.wiring import actor_env_seeds
+
+    first = offset + (incarnation * n_actors + actor_id) * n_envs
+    trainer_seed = int(config.seed) if (actor_id, incarnation) == (0, 0) else int(
+        np.random.SeedSequence([int(config.seed), actor_id, incarnation]).generate_state(1)[0]
+    )
+    return actor_env_seeds(config, n_envs, first=first), trainer_seed
+
+
+class _Actor:
+    def __init__(self, spec: ActorSpec):
+        from pearl_core.runtime.wiring import Collector, build_trainer, make_env
+
+        self.spec = spec
+        self.ctrl = Control.attach(spec.control)
+        self.ring = SlotRing.attach(spec.ring)
+        self.weights = WeightBuffer.attach(spec.weights)
+        env_seeds, trainer_seed = actor_seeds(
+            spec.config, spec.actor_id, spec.incarnation, spec.n_actors, spec.n_envs, spec.env_seed_offset
+        )
+        envs = [make_env(spec.config.env_id, s) for s in env_seeds]
+        self.collector = Collector(envs, env_seeds)
+        # The host checked the trainer class already; actors skip the smoke test.
+        self.trainer = build_trainer(
+            spec.config, envs[0].observation_space, envs[0].action_space, seed=trainer_seed, check=False
+        )
+        self._w = self.weights.empty_like()
+        self.version = 0
+        self.parent = spec.parent_pid or os.getppid()
+
+    def stopping(self) -> bool:
+        return self.ctrl.stop or os.getppid() != self.parent
+
+    def pull_weights(self) -> None:
+        v = self.weights.read_into(self._w, newer_than=self.version)
+        if v is not None:
+            self.trainer.set_weights(self._w)
+            self.version = v
+
+    def run(self) -> None:
+        spec, ctrl, ring, trainer, collector = self.spec, self.ctrl, self.ring, self.trainer, self.collector
+        n, rows = spec.n_envs, spec.batch_rows
+        me = spec.actor_id
+        fill = 0  # transitions already in the current slot
+        n_eps = 0  # episode records in the current slot
+        slot: dict[str, np.ndarray] | None = None
+        vec_steps = 0
+        check = max(1, spec.weight_check_every)
+        self.pull_weights()
+        if not put_while(spec.dcq, ("ready", me), lambda: not self.stopping()):
+            return
+        throttled = 0
+
+        def ship() -> None:
+            nonlocal fill, n_eps, slot
+            seq = ring.commit()  # head moves before the message: a death in between only skips seq
+            if not put_while(spec.dcq, ("batch", me, seq, fill, n_eps), lambda: not self.stopping()):
+                raise SystemExit(0)
+            fill, n_eps, slot = 0, 0, None
+
+        while True:
+            if self.stopping():
+                return
+            # Throttle: the host keeps env_budget a little ahead of what the learner can use.
+            if ctrl.total_steps() + n > ctrl.env_budget:
+                if fill:
+                    ship()
+                throttled += 1
+                time.sleep(0.0005 if throttled < 50 else 0.002)  # poll fast at first, then back off
+                continue
+            throttled = 0
+            if vec_steps % check == 0:
+                self.pull_weights()
+            trainer.env_steps = ctrl.total_steps()
+            out = collector.step(trainer, explore=True)
+            vec_steps += 1
+            ctrl.actor_steps[me] += n
+
+            # Copy the n rows into the slot(s), splitting at the slot boundary.
+            start = 0
+            while start < n:
+                if slot is None:
+                    if not ring.wait_writable(stop=self.stopping):
+                        return
+                    slot = ring.slot(ring.head)
+                k = min(n - start, rows - fill)
+                src, dst = slice(start, start + k), slice(fill, fill + k)
+                slot["obs"][dst] = out.obs[src]
+                slot["action"][dst] = out.action[src]
+                slot["reward"][dst] = out.reward[src]
+                slot["next_obs"][dst] = out.next_obs[src]
+                slot["done"][dst] = out.done[src]
+                fill += k
+                start += k
+                if fill == rows and start < n:
+                    ship()
+            for ep in out.episodes:  # at most n per step; the slot has rows + n records
+                slot["ep_return"][n_eps] = ep.episode_return
+                slot["ep_length"][n_eps] = ep.length
+                n_eps += 1
+            if fill == rows:
+                ship()
