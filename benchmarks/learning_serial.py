@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jsonl", type=Path, default=None, help="append one JSON line per finished run")
     p.add_argument("--trainer-kwargs", type=json.loads, default={}, help="JSON dict of trainer hparams")
     p.add_argument("--progress", action="store_true", help="print progress lines")
+    p.add_argument("--out", type=Path, default=None, help="also write the table (markdown) to this file")
     args = p.parse_args(argv)
 
     jobs = []
@@ -132,9 +133,12 @@ def main(argv: list[str] | None = None) -> int:
             args.jsonl.parent.mkdir(parents=True, exist_ok=True)
             with open(args.jsonl, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row) + "\n")
+    report = f"command: `{' '.join(['python', *sys.argv])}`\n\n{table(rows)}\n"
     print()
-    print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}")
-    print(table(rows))
+    print(report)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(report, encoding="utf-8")
     return 0
 
 

@@ -12,6 +12,15 @@ is continuous and inside the bounds (the authors' prototype sent discrete
 Both networks have Polyak-averaged targets (``tau``); the critic minimises the
 importance-weighted squared TD error and returns ``|Q(s, a) - y|`` per sample,
 ``y = r + gamma * (1 - done) * Q'(s', mu'(s'))``, for prioritized replay.
+
+Defaults (hidden 256-256, Adam 1e-3 for both nets, gamma 0.98, tau 0.005,
+noise 0.1) follow rl-baselines3-zoo's Pendulum-v1 DDPG/TD3 settings, with the
+nets narrowed from 400-300 to 256-256 to halve the learner's CPU time. With a
+run config of ``batch_size=128, learning_starts=1000, replay_ratio=1.0,
+train_every=200`` (one burst of 200 updates per Pendulum episode, like the
+zoo's ``train_freq=(1, "episode"), gradient_steps=-1``) it reaches a mean
+return of -200 over 20 episodes in about 10k env steps (see
+``benchmarks/learning_serial.py``).
 """
 
 from __future__ import annotations
