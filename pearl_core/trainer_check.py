@@ -91,8 +91,6 @@ def _construct(trainer_cls: type, observation_space, action_space, hparams: Mapp
 
 
 def _check_shapes(trainer, observation_space, action_space) -> str:
-    import gymnasium.spaces as spaces
-
     cls = _name(type(trainer))
     found = getattr(trainer, "input_shape", None)
     if found is None:

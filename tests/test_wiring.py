@@ -6,7 +6,6 @@ change the priorities in the replay manager's tree, and sampling follows them.
 
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -109,6 +108,7 @@ def test_make_env_seeds_spaces():
     assert [a.action_space.sample() for _ in range(20)] == [b.action_space.sample() for _ in range(20)]
 
 
+@pytest.mark.filterwarnings("ignore:.*out of date:DeprecationWarning")
 @pytest.mark.parametrize("env_id, close", [("CartPol-v1", "CartPole-v1"), ("Pendulum-v0", "Pendulum-v1")])
 def test_make_env_unknown_id_lists_close_matches(env_id, close):
     with pytest.raises(SpecError, match="unknown gymnasium environment id") as info:

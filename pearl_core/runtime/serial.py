@@ -22,7 +22,6 @@ Usage::
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from pathlib import Path
