@@ -376,14 +376,28 @@ PYBIND11_MODULE(_sumtree, m) {
           py::arg("name"), "Select the sample kernel: 'auto', 'avx2' or 'baseline' (for testing).")
       .def(
           "_set_parallel_thresholds",
-          [](SumTree& t, size_t sample_min, size_t update_min, size_t get_min) {
+          [](SumTree& t, size_t sample_min, size_t update_min, size_t get_min, bool contention_guard) {
             std::lock_guard<std::mutex> lk(t.mu);
             t.tuning().sample_parallel_min = sample_min;
             t.tuning().update_parallel_min = update_min;
             t.tuning().get_parallel_min = get_min;
+            t.tuning().contention_guard = contention_guard;
           },
-          py::arg("sample_min"), py::arg("update_min"), py::arg("get_min"),
-          "Batch sizes from which sample/update/get split across threads (for benchmarking).")
+          py::arg("sample_min"), py::arg("update_min"), py::arg("get_min"), py::arg("contention_guard") = true,
+          "Batch sizes from which sample/update/get split across threads, and whether to fall back "
+          "to serial while the pool sees contention (for benchmarking and tests).")
+      .def("_parallel_stats",
+           [](SumTree& t) {
+             std::lock_guard<std::mutex> lk(t.mu);
+             const auto s = t.parallel_stats();
+             py::dict d;
+             d["parallel_calls"] = s.parallel_calls;
+             d["guarded_calls"] = s.guarded_calls;
+             d["strikes"] = s.strikes;
+             return d;
+           },
+           "Counters: batches split across threads, batches run serially because of contention, "
+           "contention strikes.")
       .def("_parallel_thresholds", [](SumTree& t) {
         std::lock_guard<std::mutex> lk(t.mu);
         return py::make_tuple(t.tuning().sample_parallel_min, t.tuning().update_parallel_min,

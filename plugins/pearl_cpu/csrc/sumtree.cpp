@@ -276,17 +276,30 @@ ThreadPool::~ThreadPool() {
   for (auto& t : threads_) t.join();
 }
 
-// Claim and run tasks of the current job until none is left.
-void ThreadPool::work() {
+// Claim and run tasks of the current job until none is left; returns how
+// many this thread ran.
+int ThreadPool::work() {
+  int ran = 0;
   for (;;) {
     const uint64_t v = claim_.fetch_add(1, std::memory_order_acq_rel);
     const uint32_t task = static_cast<uint32_t>(v), ntasks = static_cast<uint32_t>(v >> 32);
-    if (task >= ntasks) return;
+    if (task >= ntasks) return ran;
     // The job cannot finish (and fn_/ctx_ cannot change) before this claimed
     // task is counted in done_, so reading them now is safe.
     fn_(ctx_, static_cast<int>(task));
     done_.fetch_add(1, std::memory_order_acq_rel);
+    ++ran;
   }
+}
+
+void ThreadPool::strike(int64_t now) {
+  // Strikes within 10 s of each other double the pause (20 ms .. 1 s), so on
+  // a persistently oversubscribed machine the threads cost next to nothing.
+  const bool recent = last_strike_ns_ && now - last_strike_ns_ < 10000000000LL;
+  backoff_ns_ = recent ? std::min<int64_t>(2 * backoff_ns_, 1000000000) : 20000000;
+  last_strike_ns_ = now;
+  backoff_until_ns_ = now + backoff_ns_;
+  ++strikes_;
 }
 
 void ThreadPool::run_raw(int ntasks, void (*fn)(void*, int), void* ctx) {
@@ -307,28 +320,29 @@ void ThreadPool::run_raw(int ntasks, void (*fn)(void*, int), void* ctx) {
   }
   if (wake) cv_.notify_all();
   const int64_t t0 = now_ns();
-  work();
-  if (done_.load(std::memory_order_acquire) == ntasks) return;
-  // Only tasks a worker already claimed can be outstanding. If that worker was
-  // preempted (busy machine), stop burning the core it may be waiting for.
-  const int64_t t1 = now_ns();
-  for (unsigned spins = 0; done_.load(std::memory_order_acquire) != ntasks; ++spins) {
-    if (spins < 2048)
-      PEARL_PAUSE();
-    else
-      std::this_thread::yield();
+  const int mine = work();
+  if (done_.load(std::memory_order_acquire) != ntasks) {
+    // Only tasks a worker already claimed can be outstanding. If that worker
+    // was preempted (busy machine), stop burning the core it may be waiting for.
+    const int64_t t1 = now_ns();
+    for (unsigned spins = 0; done_.load(std::memory_order_acquire) != ntasks; ++spins) {
+      if (spins < 2048)
+        PEARL_PAUSE();
+      else
+        std::this_thread::yield();
+    }
+    const int64_t t2 = now_ns();
+    // A fair imbalance is at most about one task, i.e. comparable to our own
+    // share; waiting far longer means a worker was not running.
+    if (t2 - t1 > 200000 + 2 * (t1 - t0)) strike(t2);
+    return;
   }
-  const int64_t t2 = now_ns();
-  // A fair imbalance is at most about one task, i.e. comparable to our own
-  // share; waiting far longer means a worker was not running.
-  if (t2 - t1 > 200000 + 2 * (t1 - t0)) {
-    // Strikes within 10 s of each other double the pause (20 ms .. 1 s), so
-    // on a persistently oversubscribed machine the threads cost ~nothing.
-    const bool recent = last_strike_ns_ && t2 - last_strike_ns_ < 10000000000LL;
-    backoff_ns_ = recent ? std::min<int64_t>(2 * backoff_ns_, 1000000000) : 20000000;
-    last_strike_ns_ = t2;
-    backoff_until_ns_ = t2 + backoff_ns_;
-  }
+  // Workers that were awake (spinning) when the job was posted but ran less
+  // than a quarter of their fair share were not on a core: the machine has no
+  // idle core for them, and their spinning only takes time from everyone.
+  // (Workers that had to be woken up are given the benefit of the doubt.)
+  const int theirs = ntasks - mine;
+  if (!wake && 4 * theirs * n_ < ntasks * (n_ - 1)) strike(now_ns());
 }
 
 bool ThreadPool::busy() const { return backoff_until_ns_ != 0 && now_ns() < backoff_until_ns_; }
@@ -440,6 +454,22 @@ ThreadPool* SumTree::pool() {
   return pool_.get();
 }
 
+bool SumTree::go_parallel(size_t n, size_t threshold) {
+  if (threads_ <= 1 || n < threshold) return false;
+  if (tuning_.contention_guard && pool()->busy()) {
+    ++stats_.guarded_calls;
+    return false;
+  }
+  ++stats_.parallel_calls;
+  return true;
+}
+
+ParallelStats SumTree::parallel_stats() const {
+  ParallelStats s = stats_;
+  s.strikes = pool_ ? pool_->strikes() : 0;
+  return s;
+}
+
 int64_t SumTree::first_bad_index(const int64_t* idx, size_t n, uint64_t cap) {
   constexpr size_t BLK = 512;
   for (size_t b = 0; b < n; b += BLK) {
@@ -481,7 +511,7 @@ int64_t SumTree::first_bad_mass(const double* x, size_t n, double limit) {
 
 void SumTree::update(const int64_t* idx, const double* prio, size_t n) {
   if (n == 0) return;
-  if (threads_ > 1 && n >= tuning_.update_parallel_min && n < (size_t{1} << 32) && !pool()->busy())
+  if (n < (size_t{1} << 32) && go_parallel(n, tuning_.update_parallel_min))
     update_parallel(idx, prio, n);
   else
     update_serial(idx, prio, n);
@@ -547,7 +577,7 @@ void SumTree::get(const int64_t* idx, double* out, size_t n) {
       for (size_t k = b; k < e; ++k) out[k] = leaves[L_.leaf_pos(static_cast<uint64_t>(idx[k]))];
     }
   };
-  if (threads_ > 1 && n >= tuning_.get_parallel_min && !pool()->busy()) {
+  if (go_parallel(n, tuning_.get_parallel_min)) {
     const size_t chunk = size_t{1} << 14;
     const int ntasks = static_cast<int>((n + chunk - 1) / chunk);
     auto job = [&](int t) { gather(chunk * t, std::min(n, chunk * (t + 1))); };
@@ -558,7 +588,7 @@ void SumTree::get(const int64_t* idx, double* out, size_t n) {
 }
 
 void SumTree::sample(const double* x, int64_t* out, size_t n) {
-  if (threads_ > 1 && n >= tuning_.sample_parallel_min && !pool()->busy()) {
+  if (go_parallel(n, tuning_.sample_parallel_min)) {
     // ~4 tasks per thread (multiples of the 16-query block) for balance.
     const size_t want = (n + 4 * threads_ - 1) / (4 * threads_);
     const size_t chunk = std::max<size_t>(256, (want + 15) / 16 * 16);

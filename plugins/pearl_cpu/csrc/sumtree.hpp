@@ -85,12 +85,14 @@ namespace pearl_cpu {
 // and then sleep on a condition variable. Not reentrant: one run() at a time
 // (the tree's mutex guarantees that).
 //
-// Contention guard: a worker that is preempted while holding a claimed task
-// makes the caller wait for the OS to run it again (milliseconds on an
-// oversubscribed machine, far more than the batch takes serially). When the
-// caller had to wait much longer than its own share of the work, the pool
-// reports busy() for a while (20 ms, doubling up to 1 s while it keeps
-// happening) and callers run serially meanwhile.
+// Contention guard: on an oversubscribed machine the workers help little and
+// hurt a lot: a spinning worker takes CPU time from the caller, and one that
+// is preempted while holding a claimed task makes the caller wait for the OS
+// to run it again (milliseconds, far more than the batch takes serially). So
+// when awake workers ran less than a quarter of their share of a job, or the
+// caller waited much longer than its own share of the work, the pool reports
+// busy() for a while (20 ms, doubling up to 1 s while it keeps happening);
+// callers run serially meanwhile and the workers go to sleep.
 class ThreadPool {
  public:
   explicit ThreadPool(int nthreads);
@@ -100,6 +102,7 @@ class ThreadPool {
 
   int size() const { return n_; }
   bool busy() const;
+  uint64_t strikes() const { return strikes_; }
 
   template <class Fn>
   void run(int ntasks, Fn& fn) {
@@ -112,7 +115,8 @@ class ThreadPool {
     (*static_cast<Fn*>(ctx))(tid);
   }
   void run_raw(int ntasks, void (*fn)(void*, int), void* ctx);
-  void work();
+  int work();
+  void strike(int64_t now_ns);
   void worker();
 
   int n_;
@@ -129,6 +133,7 @@ class ThreadPool {
   int64_t backoff_until_ns_ = 0;  // steady clock; only touched by the caller of run()
   int64_t backoff_ns_ = 0;
   int64_t last_strike_ns_ = 0;
+  uint64_t strikes_ = 0;
 };
 
 // --------------------------------------------------------------------------
@@ -161,6 +166,13 @@ struct Tuning {
   size_t sample_parallel_min = 1024;
   size_t update_parallel_min = 1024;
   size_t get_parallel_min = 1u << 16;
+  bool contention_guard = true;  // honour ThreadPool::busy() (off: always split; tests)
+};
+
+struct ParallelStats {
+  uint64_t parallel_calls = 0;  // batches split across threads
+  uint64_t guarded_calls = 0;   // big enough, but run serially: pool busy()
+  uint64_t strikes = 0;         // times the pool detected contention
 };
 
 class SumTree {
@@ -178,6 +190,7 @@ class SumTree {
   int threads() const { return threads_; }
   void set_threads(int threads);  // caller holds mu
   Tuning& tuning() { return tuning_; }
+  ParallelStats parallel_stats() const;
   // Instruction set of the sample kernel: "auto" (AVX2 when the CPU has it),
   // "avx2" or "baseline". Returns false (and changes nothing) if unavailable.
   bool set_isa(const std::string& name);
@@ -213,6 +226,7 @@ class SumTree {
 
  private:
   ThreadPool* pool();
+  bool go_parallel(size_t n, size_t threshold);
   void update_serial(const int64_t* idx, const double* prio, size_t n);
   void update_parallel(const int64_t* idx, const double* prio, size_t n);
 
@@ -225,6 +239,7 @@ class SumTree {
   std::string isa_ = "baseline";
   std::unique_ptr<ThreadPool> pool_;
   uint64_t pool_fork_epoch_ = 0;
+  ParallelStats stats_;
   // per-thread scratch (grown, never shrunk): group indices and batch positions
   std::vector<std::vector<uint64_t>> groups_scratch_;
   std::vector<std::vector<uint32_t>> items_scratch_;

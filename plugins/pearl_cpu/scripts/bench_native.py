@@ -120,7 +120,7 @@ def run_thresholds(args) -> None:
         for b in (64, 128, 256, 512, 1024, 2048, 4096, 16384, 65536):
             tree._impl._set_parallel_thresholds(big, big, big)
             s = bench_cell(tree, op, b, args.seconds, args.repeats, args.stat)
-            tree._impl._set_parallel_thresholds(0, 0, 0)
+            tree._impl._set_parallel_thresholds(0, 0, 0, contention_guard=False)
             p = bench_cell(tree, op, b, args.seconds, args.repeats, args.stat)
             print(f"{op:>6} {b:>7} {fmt_rate(s):>9} {fmt_rate(p):>9}", flush=True)
 

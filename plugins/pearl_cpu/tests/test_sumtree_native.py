@@ -27,7 +27,7 @@ def make(capacity, fanout=16, threads=1, parallel=None):
     """A native tree; parallel=True forces the threaded paths even for tiny batches."""
     tree = CpuSumTree(capacity, fanout, threads=threads)
     if parallel is True:
-        tree._impl._set_parallel_thresholds(0, 0, 0)
+        tree._impl._set_parallel_thresholds(0, 0, 0, contention_guard=False)
     elif parallel is False:
         tree._impl._set_parallel_thresholds(NEVER, NEVER, NEVER)
     return tree
@@ -141,6 +141,9 @@ def test_threads_equal_serial_bit_for_bit(fanout):
         np.testing.assert_array_equal(threaded.sample(x), expect)
         np.testing.assert_array_equal(other.sample(x), expect)
         np.testing.assert_array_equal(threaded.get(idx), serial.get(idx))
+    for t in (threaded, other):  # the threaded paths really ran
+        assert t._impl._parallel_stats()["parallel_calls"] > 0
+    assert serial._impl._parallel_stats()["parallel_calls"] == 0
 
 
 @pytest.mark.parametrize("fanout", [2, 3, 4, 5, 8, 16, 24, 32, 64, 65])
