@@ -23,6 +23,13 @@ gradient_steps 128           replay_ratio=0.5``                     256 * 0.5 = 
 uniform replay               ``replay.kind="uniform"``              ReplayConfig (default is PER)
 ==========================  =====================================  ================================
 
+Exploration: SB3 decays ε over ``exploration_fraction * total_timesteps``; the
+zoo runs CartPole for ``n_timesteps = 5e4``, i.e. over 8k env steps. Here the
+runtime passes ``total_env_steps = stop.max_env_steps`` unless the run config
+sets it, so with a 100k budget ε would decay over 16k steps; pass
+``total_env_steps=50_000`` (or ``eps_decay_steps=8_000``) to match the zoo run
+exactly. Both solve CartPole; the zoo's shorter decay solves it sooner.
+
 Target network: SB3 counts ``target_update_interval`` in *env steps* and copies
 the online net into the target during collection, when the online net does not
 change; so with ``train_freq=256`` every burst of 128 gradient steps starts with
