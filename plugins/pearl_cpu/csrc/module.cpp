@@ -52,7 +52,8 @@ std::string float_repr(double v) {
 
 // ------------------------------------------------------------ array access
 struct ArrayView {
-  py::array arr;        // keeps the data alive
+  py::object arr;       // the ndarray; keeps the data alive (a py::array member
+                        // would allocate an empty array on construction)
   const char* data = nullptr;
   size_t n = 0;
   ssize_t stride = 0;
@@ -61,11 +62,11 @@ struct ArrayView {
   bool native = true;   // native byte order
 };
 
-py::array as_ndarray(py::handle h) {
-  if (py::detail::npy_api::get().PyArray_Check_(h.ptr())) return py::reinterpret_borrow<py::array>(h);
+py::object as_ndarray(py::handle h) {
+  if (py::detail::npy_api::get().PyArray_Check_(h.ptr())) return py::reinterpret_borrow<py::object>(h);
   PyObject* r = PyObject_CallOneArg(g_asarray, h.ptr());
   if (!r) throw py::error_already_set();
-  return py::reinterpret_steal<py::array>(r);
+  return py::reinterpret_steal<py::object>(r);
 }
 
 // np.asarray + the 1-D rule (_as_1d in the contract).

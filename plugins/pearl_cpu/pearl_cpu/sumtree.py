@@ -53,8 +53,14 @@ class CpuSumTree(SumTree):
         threads: threads used for large batches; ``None`` means ``os.cpu_count()``.
             Small batches always run on the calling thread.
 
-    Large batches release the GIL; operations on one tree are serialised by a
-    mutex, so the tree may be shared between Python threads.
+    Batches of 64 items or more release the GIL; operations on one tree are
+    serialised by a mutex, so the tree may be shared between Python threads.
+    Batches of >= 1024 items (sample, update) or >= 65536 (get) are split across
+    ``threads`` threads of a small pool owned by the tree (created on first use,
+    recreated after ``fork``). When the pool sees that its workers do not get a
+    core (an oversubscribed machine), it runs batches serially for a while.
+    Results never depend on the thread count: node values are recomputed from
+    their children, and each node is written by exactly one thread.
     """
 
     def __init__(self, capacity: int, fanout: int = 16, threads: int | None = None):
