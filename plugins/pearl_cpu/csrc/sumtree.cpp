@@ -454,15 +454,29 @@ ThreadPool* SumTree::pool() {
   return pool_.get();
 }
 
-bool SumTree::go_parallel(size_t n, size_t threshold) {
+bool SumTree::go_parallel(size_t n, size_t threshold, PathRace* race) {
   if (threads_ <= 1 || n < threshold) return false;
-  if (tuning_.contention_guard && pool()->busy()) {
+  if (tuning_.contention_guard && (pool()->busy() || (race && !race->pick_parallel()))) {
     ++stats_.guarded_calls;
     return false;
   }
   ++stats_.parallel_calls;
   return true;
 }
+
+namespace {
+// Times one call for a PathRace (only when the batch was eligible to split).
+struct RaceTimer {
+  PathRace* race;
+  bool par;
+  size_t n;
+  int64_t t0;
+  RaceTimer(PathRace* r, bool p, size_t items) : race(r), par(p), n(items), t0(r ? now_ns() : 0) {}
+  ~RaceTimer() {
+    if (race) race->record(par, static_cast<double>(now_ns() - t0) / static_cast<double>(n));
+  }
+};
+}  // namespace
 
 ParallelStats SumTree::parallel_stats() const {
   ParallelStats s = stats_;
@@ -511,7 +525,10 @@ int64_t SumTree::first_bad_mass(const double* x, size_t n, double limit) {
 
 void SumTree::update(const int64_t* idx, const double* prio, size_t n) {
   if (n == 0) return;
-  if (n < (size_t{1} << 32) && go_parallel(n, tuning_.update_parallel_min))
+  const bool eligible = threads_ > 1 && n >= tuning_.update_parallel_min && n < (size_t{1} << 32);
+  const bool par = eligible && go_parallel(n, tuning_.update_parallel_min, &race_update_);
+  RaceTimer timer(eligible && tuning_.contention_guard ? &race_update_ : nullptr, par, n);
+  if (par)
     update_parallel(idx, prio, n);
   else
     update_serial(idx, prio, n);
@@ -577,7 +594,7 @@ void SumTree::get(const int64_t* idx, double* out, size_t n) {
       for (size_t k = b; k < e; ++k) out[k] = leaves[L_.leaf_pos(static_cast<uint64_t>(idx[k]))];
     }
   };
-  if (go_parallel(n, tuning_.get_parallel_min)) {
+  if (go_parallel(n, tuning_.get_parallel_min, nullptr)) {
     const size_t chunk = size_t{1} << 14;
     const int ntasks = static_cast<int>((n + chunk - 1) / chunk);
     auto job = [&](int t) { gather(chunk * t, std::min(n, chunk * (t + 1))); };
@@ -588,7 +605,10 @@ void SumTree::get(const int64_t* idx, double* out, size_t n) {
 }
 
 void SumTree::sample(const double* x, int64_t* out, size_t n) {
-  if (go_parallel(n, tuning_.sample_parallel_min)) {
+  const bool eligible = threads_ > 1 && n >= tuning_.sample_parallel_min;
+  const bool par = eligible && go_parallel(n, tuning_.sample_parallel_min, &race_sample_);
+  RaceTimer timer(eligible && tuning_.contention_guard ? &race_sample_ : nullptr, par, n);
+  if (par) {
     // ~4 tasks per thread (multiples of the 16-query block) for balance.
     const size_t want = (n + 4 * threads_ - 1) / (4 * threads_);
     const size_t chunk = std::max<size_t>(256, (want + 15) / 16 * 16);

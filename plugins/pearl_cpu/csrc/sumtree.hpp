@@ -166,13 +166,34 @@ struct Tuning {
   size_t sample_parallel_min = 1024;
   size_t update_parallel_min = 1024;
   size_t get_parallel_min = 1u << 16;
-  bool contention_guard = true;  // honour ThreadPool::busy() (off: always split; tests)
+  bool contention_guard = true;  // honour ThreadPool::busy() and PathRace (off: always split; tests)
 };
 
 struct ParallelStats {
   uint64_t parallel_calls = 0;  // batches split across threads
-  uint64_t guarded_calls = 0;   // big enough, but run serially: pool busy()
+  uint64_t guarded_calls = 0;   // big enough, but run serially: pool busy() or slower
   uint64_t strikes = 0;         // times the pool detected contention
+};
+
+// Races the serial and the threaded path of one operation on big batches:
+// keeps a moving average of the time per item of each, takes the threaded one
+// only while it is at least 10% faster, and retries the other one every 32nd
+// call, so a machine whose other cores are busy (where splitting only adds
+// time slicing) settles on serial, and an idle one on threads.
+struct PathRace {
+  double serial_ns = 0.0, parallel_ns = 0.0;  // ns per item (0: not measured yet)
+  uint32_t calls = 0;
+  bool pick_parallel() {
+    ++calls;
+    if (parallel_ns == 0.0) return true;
+    if (serial_ns == 0.0) return false;
+    const bool par = parallel_ns < 0.9 * serial_ns;
+    return (calls % 32 == 0) ? !par : par;
+  }
+  void record(bool par, double ns_per_item) {
+    double& e = par ? parallel_ns : serial_ns;
+    e = e == 0.0 ? ns_per_item : 0.75 * e + 0.25 * ns_per_item;
+  }
 };
 
 class SumTree {
@@ -226,7 +247,7 @@ class SumTree {
 
  private:
   ThreadPool* pool();
-  bool go_parallel(size_t n, size_t threshold);
+  bool go_parallel(size_t n, size_t threshold, PathRace* race);
   void update_serial(const int64_t* idx, const double* prio, size_t n);
   void update_parallel(const int64_t* idx, const double* prio, size_t n);
 
@@ -240,6 +261,7 @@ class SumTree {
   std::unique_ptr<ThreadPool> pool_;
   uint64_t pool_fork_epoch_ = 0;
   ParallelStats stats_;
+  PathRace race_sample_, race_update_;
   // per-thread scratch (grown, never shrunk): group indices and batch positions
   std::vector<std::vector<uint64_t>> groups_scratch_;
   std::vector<std::vector<uint32_t>> items_scratch_;
