@@ -175,3 +175,45 @@ def test_rrq_is_request_reply():
         rrq.get_nowait()
     with pytest.raises(InvalidValueError, match="unknown request"):
         rrq.call(("delete", 1))
+
+
+# --------------------------------------------------------------------------- stop criteria, resume
+
+
+def test_greedy_evaluation_stops_the_run(tmp_path):
+    # FixedPolicy always pushes left: CartPole falls after ~10 steps, so any target below that is met
+    # at the first evaluation.
+    cfg = config(tmp_path, trainer="test_runtime_support:FixedPolicy", steps=100_000)
+    cfg = RunConfig.from_dict({**cfg.to_dict(), "stop": {"eval_return": 5.0, "eval_every": 128,
+                                                         "eval_episodes": 3, "max_env_steps": 100_000}})
+    plan = RuntimePlan(setting=2, n_actors=1, envs_per_actor=2, insert_batch=16, queue_size=4)
+    _, res = run_parallel(cfg, plan)
+    assert res.stop_reason == "eval_return" and res.solved
+    assert len(res.eval_history) == 1 and res.eval_history[0][1] >= 5.0
+    assert res.solved_at_env_steps == res.eval_history[0][0] >= 128
+    assert len(read_csv(tmp_path / "run" / "evals.csv")) == 1
+
+
+def test_mean_training_return_stops_the_run(tmp_path):
+    cfg = config(tmp_path, trainer="test_runtime_support:FixedPolicy", steps=100_000)
+    cfg = RunConfig.from_dict({**cfg.to_dict(), "stop": {"mean_return": 5.0, "window": 4, "max_env_steps": 100_000}})
+    plan = RuntimePlan(setting=1, n_actors=1, envs_per_actor=1, insert_batch=8, queue_size=4)
+    _, res = run_parallel(cfg, plan)
+    assert res.stop_reason == "mean_return" and res.solved
+    assert res.episodes >= 4 and res.final_mean_return >= 5.0
+
+
+def test_resume_continues_counters_and_replay(tmp_path):
+    plan1 = RuntimePlan(setting=1, n_actors=1, envs_per_actor=2, insert_batch=16, queue_size=4)
+    _, first = run_parallel(config(tmp_path, steps=256), plan1)
+    assert (first.env_steps, first.updates) == (256, owed(256))
+    # Continue the same run with a larger budget, now co-located (setting 2).
+    plan2 = RuntimePlan(setting=2, n_actors=1, envs_per_actor=2, insert_batch=16, queue_size=4)
+    rt = ParallelRuntime.from_checkpoint(first.checkpoint_path, config=config(tmp_path, steps=512), plan=plan2,
+                                         progress=False, plot=False, tensorboard=False)
+    second = rt.run()
+    assert (second.env_steps, second.updates) == (512, owed(512))
+    assert second.episodes > first.episodes
+    ck = load_checkpoint(second.checkpoint_path)
+    # The restored replay counts this segment's sample calls (the β schedule continues from the saved ones).
+    assert ck.replay["size"] == 512 and int(ck.replay["sample_steps"]) == owed(512) - owed(256)

@@ -171,7 +171,7 @@ class _Base:
             self.weights.publish(self.trainer.get_weights())
 
     def state_blob(self, with_replay: bool = False) -> bytes:
-        return dump_blob({"trainer": self.trainer.state_dict(), "replay": None})
+        return dump_blob({"trainer": self.trainer.state_dict(), "replay": None, "updates": self.updates})
 
     def fail(self) -> None:
         tb = traceback.format_exc()
@@ -286,7 +286,7 @@ class _Colocated(_Base):
         from pearl_core.runtime.wiring import replay_state
 
         replay = replay_state(self.replay) if with_replay else None
-        return dump_blob({"trainer": self.trainer.state_dict(), "replay": replay})
+        return dump_blob({"trainer": self.trainer.state_dict(), "replay": replay, "updates": self.updates})
 
     def handle(self, msg) -> bool:
         kind = msg[0]

@@ -349,12 +349,9 @@ class _Host:
         self.display: ProgressDisplay | None = None
         self.evaluator: Evaluator | None = None
 
-        self.log_dir = Path(cfg.log_dir)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        (self.log_dir / "config.json").write_text(cfg.to_json(indent=2))
-        (self.log_dir / "plan.json").write_text(plan.to_json(indent=2))
-
-        self.state = ck.state if ck is not None else RunState()
+        # A loaded checkpoint is never mutated: the run counts on a copy of its counters.
+        self.state = RunState.from_dict(ck.state.to_dict()) if ck is not None else RunState()
+        # Everything that can reject the config happens before anything is written to log_dir.
         env = make_env(cfg.env_id)
         spaces = (env.observation_space, env.action_space)
         env.close()
@@ -365,6 +362,7 @@ class _Host:
         if ck is not None:
             self.trainer.load_state_dict(ck.trainer_state)
             self.monitor.load_state_dict(ck.monitor)
+        self.log_dir = Path(cfg.log_dir)
         if ck is not None and ck.replay is None and self.state.env_steps:
             self.schedule = UpdateSchedule.from_config(cfg, continuous=True, base_env_steps=self.state.env_steps,
                                                        base_updates=self.state.updates)
@@ -383,6 +381,8 @@ class _Host:
         self.learn_s0 = self.state.learner_time_s
         self.pending_inserts: collections.deque = collections.deque()  # setting 2: forwards not yet sent
         self.state_reply: bytes | None = None
+        self.accepting = True  # False once the run ends: late actor rows are released uncounted
+        self.hold_actors = False  # True while waiting for a state snapshot
         self.learner_ready = False
         self.actor_ready = [False] * n_actors
         self.startup_s = 0.0
@@ -394,6 +394,9 @@ class _Host:
             self.evaluator = Evaluator.for_config(cfg) if self.monitor.evaluates else None
             if self.evaluator is not None and ck is not None:
                 self.evaluator.evaluations = len(self.state.eval_history)
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            (self.log_dir / "config.json").write_text(cfg.to_json(indent=2))
+            (self.log_dir / "plan.json").write_text(plan.to_json(indent=2))
             self.logger = RunLogger(self.log_dir, tensorboard=rt.tensorboard)
             self.display = ProgressDisplay(cfg.stop.max_env_steps, enabled=rt.progress, every_s=rt.display_every_s)
         except BaseException:
@@ -521,7 +524,8 @@ class _Host:
         waitables: dict[Any, tuple[str, int]] = {self.outbox.reader: ("ldq", -1)}
         if self.learner_proc is not None:
             waitables[self.learner_proc.sentinel] = ("learner_exit", -1)
-        if not self.pending_inserts:  # setting 2 backpressure: read actors only when forwards flowed
+        # Read actors only when forwards flowed (setting-2 backpressure) and no state snapshot is pending.
+        if not self.pending_inserts and not self.hold_actors:
             for a, q in enumerate(self.dcqs):
                 if q is not None:
                     waitables[q.reader] = ("dcq", a)
@@ -561,13 +565,15 @@ class _Host:
         ring = self.rings[a]
         self.received[a] += n
         take = n if self.max_env is None else max(0, min(n, self.max_env - st.env_steps))
+        if not self.accepting:  # the run is ending: counters and replay are frozen
+            take = 0
         s = ring.slot(seq)
         if self.plan.setting == 1:
             if take:
                 self.rrq.call(("insert", s["obs"][:take], s["action"][:take], s["reward"][:take],
                                s["next_obs"][:take], s["done"][:take]))
         # Episodes first (their returns are in the slot), then the slot goes back / onward.
-        if n_eps and take == n:
+        if n_eps and take == n and take:
             st.env_steps += take
             wall = self.wall()
             rets, lens = s["ep_return"][:n_eps].tolist(), s["ep_length"][:n_eps].tolist()
@@ -627,6 +633,8 @@ class _Host:
 
     def feed_learner(self) -> None:
         """Setting 1: keep up to ``max_in_flight + 1`` sampled batches at the learner."""
+        if not self.accepting:  # the run is ending
+            return
         cap = self.plan.max_in_flight + 1
         owed = self.owed(self.state.env_steps)
         b = self.cfg.batch_size
@@ -681,16 +689,33 @@ class _Host:
     def request_state(self, with_replay: bool, timeout: float = 120.0) -> dict:
         """Ask the learner for its trainer state (and, setting 2, replay contents); pump until it answers."""
         self.state_reply = None
-        self.inbox.put(("state", with_replay), timeout=timeout)
         deadline = time.monotonic() + timeout
-        while self.state_reply is None:
-            if time.monotonic() > deadline:
-                raise LearnerError(f"the learner did not answer a state request within {timeout:.0f} s.")
-            self.pump(0.05)
-            if self.plan.setting == 1:
-                self.feed_learner()
+        # No actor rows are taken until the answer arrives, so the env-step count saved with it
+        # matches the replay contents the worker snapshots.
+        self.hold_actors = True
+        try:
+            self.send_to_learner(("state", with_replay), deadline)
+            while self.state_reply is None:
+                if time.monotonic() > deadline:
+                    raise LearnerError(f"the learner did not answer a state request within {timeout:.0f} s.")
+                self.pump(0.05)
+                if self.plan.setting == 1:
+                    self.feed_learner()
+        finally:
+            self.hold_actors = False
         blob, self.state_reply = self.state_reply, None
         return load_blob(blob)
+
+    def send_to_learner(self, msg: tuple, deadline: float) -> None:
+        """Put on the learner's inbox without ever blocking the host: pump while it is full."""
+        while True:
+            try:
+                self.inbox.put_nowait(msg)
+                return
+            except queue.Full:
+                if time.monotonic() > deadline:
+                    raise LearnerError(f"the learner's queue stayed full; could not send {msg[0]!r}.") from None
+                self.pump(0.01)
 
     def sync_host_trainer(self) -> None:
         """Load the latest published weights into the host's trainer copy (for evaluation)."""
@@ -723,15 +748,17 @@ class _Host:
         """Checkpoint: the learner's trainer state, counters, monitor and (if asked) the replay."""
         want_replay = self.cfg.save_replay
         replay = None
+        updates = self.current_updates()
         if trainer_state is None:
             got = self.request_state(with_replay=want_replay and self.plan.setting == 2)
             trainer_state = got["trainer"]
             replay = got.get("replay")
+            updates = got["updates"]  # the learner's own count at the snapshot
         if want_replay and self.plan.setting == 1:
             replay = replay_state(self.replay)
         self.trainer.load_state_dict(trainer_state)
         st = self.state
-        st.updates = self.current_updates()
+        st.updates = updates
         st.wall_time_s = self.wall()
         path = self.log_dir / CHECKPOINT_NAME
         save_checkpoint(path, trainer=self.trainer, state=st, monitor=self.monitor, config=self.cfg,
@@ -789,10 +816,11 @@ class _Host:
     def _quiesce(self) -> None:
         """Stop producing work: actors idle, the worker stops training, in-flight batches finish."""
         self.ctrl.env_budget = 0
+        self.accepting = False
         if self.plan.setting == 2:
             self.ctrl.update_budget = 0
         deadline = time.monotonic() + 60.0
-        while self.inflight and time.monotonic() < deadline:
+        while (self.inflight or self.pending_inserts) and time.monotonic() < deadline:
             self.pump(0.05)
 
     def finish(self, decision: StopDecision) -> RunResult:
