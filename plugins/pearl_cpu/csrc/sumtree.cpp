@@ -308,6 +308,7 @@ void ThreadPool::run_raw(int ntasks, void (*fn)(void*, int), void* ctx) {
     for (int t = 0; t < ntasks; ++t) fn(ctx, t);
     return;
   }
+  ++runs_;  // the first runs may start before the new workers do: no strikes then
   fn_ = fn;
   ctx_ = ctx;
   done_.store(0, std::memory_order_relaxed);
@@ -334,7 +335,7 @@ void ThreadPool::run_raw(int ntasks, void (*fn)(void*, int), void* ctx) {
     const int64_t t2 = now_ns();
     // A fair imbalance is at most about one task, i.e. comparable to our own
     // share; waiting far longer means a worker was not running.
-    if (t2 - t1 > 200000 + 2 * (t1 - t0)) strike(t2);
+    if (runs_ > 2 && t2 - t1 > 200000 + 2 * (t1 - t0)) strike(t2);
     return;
   }
   // Workers that were awake (spinning) when the job was posted but ran less
@@ -342,7 +343,7 @@ void ThreadPool::run_raw(int ntasks, void (*fn)(void*, int), void* ctx) {
   // idle core for them, and their spinning only takes time from everyone.
   // (Workers that had to be woken up are given the benefit of the doubt.)
   const int theirs = ntasks - mine;
-  if (!wake && 4 * theirs * n_ < ntasks * (n_ - 1)) strike(now_ns());
+  if (!wake && runs_ > 2 && 4 * theirs * n_ < ntasks * (n_ - 1)) strike(now_ns());
 }
 
 bool ThreadPool::busy() const { return backoff_until_ns_ != 0 && now_ns() < backoff_until_ns_; }

@@ -134,6 +134,7 @@ class ThreadPool {
   int64_t backoff_ns_ = 0;
   int64_t last_strike_ns_ = 0;
   uint64_t strikes_ = 0;
+  uint64_t runs_ = 0;
 };
 
 // --------------------------------------------------------------------------
@@ -164,7 +165,7 @@ struct Layout {
 // (scripts/RESULTS.md).
 struct Tuning {
   size_t sample_parallel_min = 1024;
-  size_t update_parallel_min = 1024;
+  size_t update_parallel_min = 256;
   size_t get_parallel_min = 1u << 16;
   bool contention_guard = true;  // honour ThreadPool::busy() and PathRace (off: always split; tests)
 };
@@ -190,7 +191,9 @@ struct PathRace {
     const bool par = parallel_ns < 0.9 * serial_ns;
     return (calls % 32 == 0) ? !par : par;
   }
+  uint32_t parallel_runs = 0;
   void record(bool par, double ns_per_item) {
+    if (par && parallel_runs++ == 0) return;  // the first one also started the threads
     double& e = par ? parallel_ns : serial_ns;
     e = e == 0.0 ? ns_per_item : 0.75 * e + 0.25 * ns_per_item;
   }
