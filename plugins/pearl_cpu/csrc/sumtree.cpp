@@ -320,6 +320,7 @@ void ThreadPool::run_raw(int ntasks, void (*fn)(void*, int), void* ctx) {
     wake = sleepers_ > 0;
   }
   if (wake) cv_.notify_all();
+  last_cold_ = wake || runs_ <= 2;
   const int64_t t0 = now_ns();
   const int mine = work();
   if (done_.load(std::memory_order_acquire) != ntasks) {
@@ -469,12 +470,16 @@ namespace {
 // Times one call for a PathRace (only when the batch was eligible to split).
 struct RaceTimer {
   PathRace* race;
+  const ThreadPool* pool;
   bool par;
   size_t n;
   int64_t t0;
-  RaceTimer(PathRace* r, bool p, size_t items) : race(r), par(p), n(items), t0(r ? now_ns() : 0) {}
+  RaceTimer(PathRace* r, const ThreadPool* p, bool parallel, size_t items)
+      : race(r), pool(p), par(parallel), n(items), t0(r ? now_ns() : 0) {}
   ~RaceTimer() {
-    if (race) race->record(par, static_cast<double>(now_ns() - t0) / static_cast<double>(n));
+    if (race)
+      race->record(par, par && pool->last_run_cold(),
+                   static_cast<double>(now_ns() - t0) / static_cast<double>(n));
   }
 };
 }  // namespace
@@ -528,7 +533,7 @@ void SumTree::update(const int64_t* idx, const double* prio, size_t n) {
   if (n == 0) return;
   const bool eligible = threads_ > 1 && n >= tuning_.update_parallel_min && n < (size_t{1} << 32);
   const bool par = eligible && go_parallel(n, tuning_.update_parallel_min, &race_update_);
-  RaceTimer timer(eligible && tuning_.contention_guard ? &race_update_ : nullptr, par, n);
+  RaceTimer timer(eligible && tuning_.contention_guard ? &race_update_ : nullptr, pool_.get(), par, n);
   if (par)
     update_parallel(idx, prio, n);
   else
@@ -608,7 +613,7 @@ void SumTree::get(const int64_t* idx, double* out, size_t n) {
 void SumTree::sample(const double* x, int64_t* out, size_t n) {
   const bool eligible = threads_ > 1 && n >= tuning_.sample_parallel_min;
   const bool par = eligible && go_parallel(n, tuning_.sample_parallel_min, &race_sample_);
-  RaceTimer timer(eligible && tuning_.contention_guard ? &race_sample_ : nullptr, par, n);
+  RaceTimer timer(eligible && tuning_.contention_guard ? &race_sample_ : nullptr, pool_.get(), par, n);
   if (par) {
     // ~4 tasks per thread (multiples of the 16-query block) for balance.
     const size_t want = (n + 4 * threads_ - 1) / (4 * threads_);

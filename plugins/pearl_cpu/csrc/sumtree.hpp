@@ -103,6 +103,8 @@ class ThreadPool {
   int size() const { return n_; }
   bool busy() const;
   uint64_t strikes() const { return strikes_; }
+  // Whether the last run() had to start or wake its workers.
+  bool last_run_cold() const { return last_cold_; }
 
   template <class Fn>
   void run(int ntasks, Fn& fn) {
@@ -135,6 +137,7 @@ class ThreadPool {
   int64_t last_strike_ns_ = 0;
   uint64_t strikes_ = 0;
   uint64_t runs_ = 0;
+  bool last_cold_ = true;
 };
 
 // --------------------------------------------------------------------------
@@ -189,11 +192,22 @@ struct PathRace {
     if (parallel_ns == 0.0) return true;
     if (serial_ns == 0.0) return false;
     const bool par = parallel_ns < 0.9 * serial_ns;
-    return (calls % 32 == 0) ? !par : par;
+    // Probe the losing path every 32nd call; the threaded path twice in a row,
+    // since its first run may only wake the sleeping workers (not recorded).
+    const uint32_t k = calls % 32;
+    return (k == 0 || (!par && k == 1)) ? !par : par;
   }
-  uint32_t parallel_runs = 0;
-  void record(bool par, double ns_per_item) {
-    if (par && parallel_runs++ == 0) return;  // the first one also started the threads
+  // cold: a threaded run that had to start or wake its workers. After a warm
+  // one it says nothing about the steady state and is not recorded; after a
+  // cold one it is the steady state (calls further apart than the workers
+  // stay awake).
+  bool last_par_cold = false;
+  void record(bool par, bool cold, double ns_per_item) {
+    if (par) {
+      const bool skip = cold && !last_par_cold;
+      last_par_cold = cold;
+      if (skip) return;
+    }
     double& e = par ? parallel_ns : serial_ns;
     e = e == 0.0 ? ns_per_item : 0.75 * e + 0.25 * ns_per_item;
   }
