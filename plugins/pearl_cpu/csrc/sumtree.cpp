@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cfloat>
 #include <chrono>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -25,8 +24,6 @@
 #define PEARL_PAUSE() std::this_thread::yield()
 #endif
 
-#define PEARL_LIKELY(x) __builtin_expect(!!(x), 1)
-#define PEARL_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 #define PEARL_KERNEL_NS base
 #include "sample_kernel.hpp"
@@ -438,6 +435,8 @@ SumTree::~SumTree() {
 void SumTree::set_threads(int threads) {
   if (threads < 1) throw std::invalid_argument("threads must be >= 1");
   threads_ = threads;
+  race_sample_ = PathRace{};
+  race_update_ = PathRace{};
   if (pool_ && pool_->size() != threads) {
     if (pool_fork_epoch_ != g_fork_epoch.load()) (void)pool_.release();
     pool_.reset();
