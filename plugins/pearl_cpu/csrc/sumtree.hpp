@@ -181,28 +181,44 @@ struct ParallelStats {
 
 // Races the serial and the threaded path of one operation on big batches:
 // keeps a moving average of the time per item of each, takes the threaded one
-// only while it is at least 10% faster, and probes the other one every 32nd
-// call, so a machine whose other cores are busy (where splitting only adds
-// time slicing) settles on serial, and an idle one on threads. The probes
-// cost about 1/32 of the difference.
+// only while it is at least 10% faster, and probes the other one now and then,
+// so a machine whose other cores are busy (where splitting only adds time
+// slicing) settles on serial, and an idle one on threads. Probes come every
+// 32 calls after the winner changes, and twice as far apart each time they
+// confirm it (up to every 1024 calls), so they cost little either way.
 struct PathRace {
   double serial_ns = 0.0, parallel_ns = 0.0;  // ns per item (0: not measured yet)
-  uint32_t calls = 0;
+  bool winner_parallel = true;
+  uint32_t interval = 32, countdown = 32, probes_left = 0;
+  bool last_par_cold = false;
+
   bool pick_parallel() {
-    ++calls;
     if (parallel_ns == 0.0) return true;
     if (serial_ns == 0.0) return false;
     const bool par = parallel_ns < 0.9 * serial_ns;
-    // Probe the losing path every 32nd call; the threaded path twice in a row,
-    // since its first run may only wake the sleeping workers (not recorded).
-    const uint32_t k = calls % 32;
-    return (k == 0 || (!par && k == 1)) ? !par : par;
+    if (par != winner_parallel) {
+      winner_parallel = par;
+      interval = countdown = 32;
+      probes_left = 0;
+    }
+    if (probes_left > 0) {
+      --probes_left;
+      return !par;
+    }
+    if (--countdown == 0) {
+      interval = interval < 1024 ? 2 * interval : interval;
+      countdown = interval;
+      // The threaded path is probed twice in a row: its first run may only
+      // wake the sleeping workers (and is then not recorded).
+      probes_left = par ? 0 : 1;
+      return !par;
+    }
+    return par;
   }
   // cold: a threaded run that had to start or wake its workers. After a warm
   // one it says nothing about the steady state and is not recorded; after a
   // cold one it is the steady state (calls further apart than the workers
   // stay awake).
-  bool last_par_cold = false;
   void record(bool par, bool cold, double ns_per_item) {
     if (par) {
       const bool skip = cold && !last_par_cold;
