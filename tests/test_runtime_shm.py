@@ -25,7 +25,7 @@ from pearl_core.runtime.shm import (
     WeightBuffer,
     list_segments,
 )
-from test_runtime_support import HERE, no_leaks  # noqa: F401 - fixture
+from test_runtime_support import no_leaks  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

@@ -2,28 +2,33 @@
 ship experience through a shared-memory slot ring.
 
 One actor process runs ``plan.envs_per_actor`` gymnasium environments in lock
-step and chooses all their actions with one batched call of its own trainer
-copy::
+step with the serial runtime's :class:`~pearl_core.runtime.wiring.Collector`
+(one batched ``get_action`` per step) and its own trainer copy::
 
     loop until the host says stop (or the host process is gone):
         wait while sum(actor_steps) + n_envs > env_budget     # replay-ratio throttle
         every weight_check_every steps: pull newer weights from the WeightBuffer
         trainer.env_steps = sum(actor_steps)                   # global exploration schedule
-        actions = trainer.get_action(obs, explore=True)
-        step every env; write (obs, action, reward, next_obs, done) rows into the
-        current slot; record finished episodes (return, length) in the slot
-        slot full -> ring.commit() and DCQ.put(("batch", seq, rows, episodes))
+        out = collector.step(trainer, explore=True)            # every env steps once
+        copy out's (obs, action, reward, next_obs, done) rows into the current slot,
+        record finished episodes (return, length) in the slot
+        slot full -> ring.commit(); DCQ.put(("batch", actor, seq, rows, episodes))
 
 ``done`` is gymnasium's ``terminated`` (a time-limit truncation still bootstraps),
-and ``next_obs`` is the true last observation of an episode, never the reset one.
+and ``next_obs`` is the true last observation of an episode, never the reset one
+(the Collector's rules, so serial and parallel runs store the same rows).
 
 The DCQ is a :class:`~pearl_core.runtime.shm.PipeQueue` per actor; its messages
-hold only slot numbers. A full ring (the host is behind) blocks the actor: that
-is the backpressure. When the actor cannot step (throttled or stopping) it
-ships its partly filled slot, so no transition waits for a full slot.
+hold only slot numbers: ``("ready", actor)`` once built, ``("batch", actor, seq,
+rows, episodes)``, ``("error", actor, traceback)``. A full ring (the host is
+behind) blocks the actor: that is the backpressure. When the actor cannot step
+(throttled or stopping) it ships its partly filled slot, so no transition waits
+for a full slot.
 
-Errors: an exception in the loop is sent to the host as ``("error", traceback)``
-and the process exits with code 1; the host decides whether to restart it.
+Errors: an exception in the loop is sent to the host as ``("error", actor,
+traceback)`` and the process exits with code 1; the host decides whether to
+restart it. An actor exits by itself when the host's stop flag is set or its
+parent process changes (the host died).
 """
 
 from __future__ import annotations

@@ -54,7 +54,6 @@ from multiprocessing.connection import wait as mp_wait
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from pearl_core.errors import InvalidValueError, PearlError, SpecError
 from pearl_core.replay import ReplayManager, StorageSpec
