@@ -92,6 +92,20 @@ def test_priorities_follow_td_errors(tmp_path, setting):
     assert (prio < 1.0).sum() > 50
 
 
+@pytest.mark.parametrize("setting", [1, 2])
+def test_actors_receive_the_learners_weights(tmp_path, setting):
+    marker = tmp_path / "seen"
+    cfg = config(tmp_path, trainer="test_runtime_support:WeightEcho")
+    cfg = RunConfig.from_dict({**cfg.to_dict(), "weight_sync_every": 5,
+                               "trainer_kwargs": {"seen_at": 20, "marker": str(marker)}})
+    plan = RuntimePlan(setting=setting, n_actors=1, envs_per_actor=2, insert_batch=8, queue_size=4)
+    _, res = run_parallel(cfg, plan)
+    assert res.updates == owed(512)
+    # An actor acted with a copy whose update counter came from the learner (published every 5 updates).
+    seen = float(marker.read_text().split()[0])
+    assert seen >= 20 and seen % 5 == 0
+
+
 # --------------------------------------------------------------------------- serial oracle
 
 

@@ -201,3 +201,30 @@ class KillLearner(LinearQ):
         if self.updates + 1 >= self.kill_at:
             os.kill(os.getpid(), 9)
         return super().update_policy(batch, weights)
+
+
+class WeightEcho(LinearQ):
+    """Counts its updates in ``q.bias[0]``; an actor that sees a count >= ``seen_at`` writes ``marker``.
+
+    Proves that weights flow learner -> WeightBuffer -> actors during a run.
+    """
+
+    def __init__(self, observation_space, action_space, *, seen_at: int = 10, marker: str = "", **kw):
+        super().__init__(observation_space, action_space, **kw)
+        self.seen_at = seen_at
+        self.marker = marker
+
+    def update_policy(self, batch, weights):
+        import torch
+
+        result = super().update_policy(batch, weights)
+        with torch.no_grad():
+            self.q.bias[0] = float(self.updates)
+        return result
+
+    def get_action(self, obs, explore):
+        if explore and self.marker and float(self.q.bias[0].detach()) >= self.seen_at:
+            with open(self.marker, "a") as fh:
+                fh.write(f"{float(self.q.bias[0].detach())}\n")
+            self.marker = ""
+        return super().get_action(obs, explore)
