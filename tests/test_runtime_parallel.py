@@ -76,10 +76,11 @@ def test_tiny_run_end_to_end(tmp_path, setting):
     assert read_csv(log_dir / "metrics.csv")
 
 
-@pytest.mark.parametrize("setting", [1, 2])
-def test_priorities_follow_td_errors(tmp_path, setting):
+@pytest.mark.parametrize("setting,max_in_flight", [(1, 0), (1, 2), (2, 1)])
+def test_priorities_follow_td_errors(tmp_path, setting, max_in_flight):
     cfg = config(tmp_path)
-    plan = RuntimePlan(setting=setting, n_actors=1, envs_per_actor=2, insert_batch=16, queue_size=4)
+    plan = RuntimePlan(setting=setting, n_actors=1, envs_per_actor=2, insert_batch=16, queue_size=4,
+                       max_in_flight=max_in_flight)
     _, res = run_parallel(cfg, plan)
     ck = load_checkpoint(res.checkpoint_path)
     prio = np.asarray(ck.replay["priorities"])
