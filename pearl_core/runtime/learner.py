@@ -1,4 +1,8 @@
-"""The learner side of the parallel runtime, in both protocol settings.
+"""The learner and replay-manager side of the parallel runtime, in both protocol settings.
+
+The RRQ — :class:`ReplayServer` answers insert / sample / update requests on a
+replay manager; :class:`LocalRRQ` is the request/reply queue pair for a replay
+manager that lives in the host process (setting 1 on a CPU-only machine).
 
 Setting 1 — :func:`run_learner`, a process that only trains. The host samples
 from the replay manager and hands the learner batches through shared memory::
@@ -32,6 +36,7 @@ when training raised (``blob``: the trainer's state if it could still be saved).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import io
 import os
@@ -43,7 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from pearl_core.replay.base import check_td_errors
+from pearl_core.errors import InvalidValueError
+from pearl_core.replay.base import ReplayManager, check_td_errors
 from pearl_core.replay.storage import Batch
 from pearl_core.runtime.config import RunConfig, RuntimePlan
 from pearl_core.runtime.shm import (
@@ -59,6 +65,8 @@ from pearl_core.runtime.shm import (
 
 __all__ = [
     "LearnerSpec",
+    "LocalRRQ",
+    "ReplayServer",
     "batch_fields",
     "dump_blob",
     "load_blob",
@@ -219,6 +227,81 @@ def _guard(cls, spec: LearnerSpec) -> None:
         except Exception:
             pass
         os._exit(1)
+
+
+# --------------------------------------------------------------------------- RRQ (replay manager side)
+
+
+class ReplayServer:
+    """The replay manager's side of the RRQ: one request in, one reply out.
+
+    Requests (tuples) and replies:
+
+    ============================================  ===================================
+    request                                       reply
+    ============================================  ===================================
+    ``("insert", obs, action, reward, next_obs,   ``("inserted", slots)``: rows enter
+    done)``                                       at the running max priority
+    ``("sample", batch_size)``                    ``("sampled", SampledBatch)``
+    ``("update", indices, td_errors)``            ``("updated", n)``: priorities
+                                                  ``(|td| + eps) ** alpha``
+    ============================================  ===================================
+
+    Errors of the replay (bad input) propagate to the caller unchanged.
+    """
+
+    def __init__(self, replay: ReplayManager):
+        self.replay = replay
+
+    def handle(self, request: tuple) -> tuple:
+        op = request[0]
+        if op == "insert":
+            return ("inserted", self.replay.add(*request[1:6]))
+        if op == "sample":
+            return ("sampled", self.replay.sample(request[1]))
+        if op == "update":
+            self.replay.update_priorities(request[1], request[2])
+            return ("updated", len(request[1]))
+        raise InvalidValueError(
+            f"ReplayServer: unknown request {op!r}; expected 'insert', 'sample' or 'update'."
+        )
+
+
+class LocalRRQ:
+    """The RRQ for a replay manager that lives in the host process.
+
+    ``put(request)`` has the server answer at once and queues the reply;
+    ``get()`` returns replies in request order. Bounded: more than ``maxsize``
+    unread replies raise :class:`queue.Full`. A replay manager in another
+    process or on a device would offer the same two calls over a real queue
+    pair; the host loop does not change.
+    """
+
+    def __init__(self, server: ReplayServer, maxsize: int = 8):
+        self.server = server
+        self.maxsize = maxsize
+        self._replies: collections.deque = collections.deque()
+
+    def put(self, item: tuple, block: bool = True, timeout: float | None = None) -> None:
+        if len(self._replies) >= self.maxsize:
+            raise queue.Full
+        self._replies.append(self.server.handle(item))
+
+    def put_nowait(self, item: tuple) -> None:
+        self.put(item, block=False)
+
+    def get(self, block: bool = True, timeout: float | None = None) -> tuple:
+        if not self._replies:
+            raise queue.Empty
+        return self._replies.popleft()
+
+    def get_nowait(self) -> tuple:
+        return self.get(block=False)
+
+    def call(self, request: tuple) -> tuple:
+        """``put`` then ``get``: one request, its reply."""
+        self.put(request)
+        return self.get()
 
 
 # --------------------------------------------------------------------------- setting 1

@@ -55,8 +55,8 @@ from pathlib import Path
 from typing import Any
 
 
-from pearl_core.errors import InvalidValueError, PearlError, SpecError
-from pearl_core.replay import ReplayManager, StorageSpec
+from pearl_core.errors import PearlError, SpecError
+from pearl_core.replay import StorageSpec
 from pearl_core.runtime.actors import ActorSpec, experience_fields, run_actor
 from pearl_core.runtime.config import RunConfig, RuntimePlan
 from pearl_core.runtime.control import (
@@ -72,7 +72,16 @@ from pearl_core.runtime.control import (
     plot_learning_curve,
     save_checkpoint,
 )
-from pearl_core.runtime.learner import LearnerSpec, batch_fields, dump_blob, load_blob, run_colocated, run_learner
+from pearl_core.runtime.learner import (
+    LearnerSpec,
+    LocalRRQ,
+    ReplayServer,
+    batch_fields,
+    dump_blob,
+    load_blob,
+    run_colocated,
+    run_learner,
+)
 from pearl_core.runtime.shm import Control, PipeQueue, ShmArena, SlotRing, WeightBuffer
 from pearl_core.runtime.wiring import (
     Evaluator,
@@ -119,81 +128,6 @@ class ActorError(WorkerError):
 
 class LearnerError(WorkerError):
     """The learner (setting 1) or the replay + learner worker (setting 2) failed."""
-
-
-# --------------------------------------------------------------------------- RRQ
-
-
-class ReplayServer:
-    """The replay manager's side of the RRQ: one request in, one reply out.
-
-    Requests (tuples) and replies:
-
-    ============================================  ===================================
-    request                                       reply
-    ============================================  ===================================
-    ``("insert", obs, action, reward, next_obs,   ``("inserted", slots)``: rows enter
-    done)``                                       at the running max priority
-    ``("sample", batch_size)``                    ``("sampled", SampledBatch)``
-    ``("update", indices, td_errors)``            ``("updated", n)``: priorities
-                                                  ``(|td| + eps) ** alpha``
-    ============================================  ===================================
-
-    Errors of the replay (bad input) propagate to the caller unchanged.
-    """
-
-    def __init__(self, replay: ReplayManager):
-        self.replay = replay
-
-    def handle(self, request: tuple) -> tuple:
-        op = request[0]
-        if op == "insert":
-            return ("inserted", self.replay.add(*request[1:6]))
-        if op == "sample":
-            return ("sampled", self.replay.sample(request[1]))
-        if op == "update":
-            self.replay.update_priorities(request[1], request[2])
-            return ("updated", len(request[1]))
-        raise InvalidValueError(
-            f"ReplayServer: unknown request {op!r}; expected 'insert', 'sample' or 'update'."
-        )
-
-
-class LocalRRQ:
-    """The RRQ for a replay manager that lives in the host process.
-
-    ``put(request)`` has the server answer at once and queues the reply;
-    ``get()`` returns replies in request order. Bounded: more than ``maxsize``
-    unread replies raise :class:`queue.Full`. A replay manager in another
-    process or on a device would offer the same two calls over a real queue
-    pair; the host loop does not change.
-    """
-
-    def __init__(self, server: ReplayServer, maxsize: int = 8):
-        self.server = server
-        self.maxsize = maxsize
-        self._replies: collections.deque = collections.deque()
-
-    def put(self, item: tuple, block: bool = True, timeout: float | None = None) -> None:
-        if len(self._replies) >= self.maxsize:
-            raise queue.Full
-        self._replies.append(self.server.handle(item))
-
-    def put_nowait(self, item: tuple) -> None:
-        self.put(item, block=False)
-
-    def get(self, block: bool = True, timeout: float | None = None) -> tuple:
-        if not self._replies:
-            raise queue.Empty
-        return self._replies.popleft()
-
-    def get_nowait(self) -> tuple:
-        return self.get(block=False)
-
-    def call(self, request: tuple) -> tuple:
-        """``put`` then ``get``: one request, its reply."""
-        self.put(request)
-        return self.get()
 
 
 # --------------------------------------------------------------------------- runtime
