@@ -167,6 +167,15 @@ def test_replay_ratio_is_kept_throughout(tmp_path, setting):
     assert res.updates == owed(1024)
 
 
+def test_low_replay_ratio_with_a_tiny_slack_does_not_stall(tmp_path):
+    # One update per 50 env steps, but actors may only run 8 steps ahead: the runtime widens the
+    # slack to reach each next update instead of waiting forever.
+    cfg = RunConfig.from_dict({**config(tmp_path).to_dict(), "replay_ratio": 0.02})
+    plan = RuntimePlan(setting=2, n_actors=1, envs_per_actor=2, insert_batch=8, queue_size=4)
+    _, res = run_parallel(cfg, plan, actor_slack=8)
+    assert res.env_steps == 512 and res.updates == math.floor((512 - LS) * 0.02)
+
+
 # --------------------------------------------------------------------------- RRQ
 
 

@@ -148,7 +148,9 @@ class ParallelRuntime:
         max_restarts: restarts allowed per actor slot before the run fails.
         weight_check_every: actor vector steps between looks at the weight version.
         actor_slack: env steps actors may run ahead of what the learner has
-            consumed (``None``: two DCQ batches per actor).
+            consumed (``None``: two DCQ batches per actor); never less than
+            ``1 / replay_ratio`` plus one step of every environment, so the
+            learner's next update is always reachable.
 
     Attributes:
         faults: after (or during) a run, one ``(wall_s, who, what)`` entry per
@@ -303,7 +305,10 @@ class _Host:
             self.schedule = UpdateSchedule.from_config(cfg, continuous=True)
 
         n_actors, n_envs = plan.n_actors, plan.envs_per_actor
-        self.slack = rt.actor_slack or 2 * n_actors * max(plan.insert_batch, n_envs)
+        # Actors must always be allowed to reach the env step that owes the next update, or
+        # a low replay ratio would leave the learner waiting for data the throttle withholds.
+        self.slack = max(rt.actor_slack or 2 * n_actors * max(plan.insert_batch, n_envs),
+                         math.ceil(1.0 / cfg.replay_ratio) + n_actors * n_envs)
         self.received = [0] * n_actors  # rows received from each actor slot
         self.restarts = [0] * n_actors
         self.last_error: list[str] = [""] * n_actors
