@@ -105,6 +105,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds to wait for a child to exit on its own before terminating it.
 JOIN_TIMEOUT_S = 5.0
+#: Seconds the workers may take to import, build their environments and trainer, and report ready.
+STARTUP_TIMEOUT_S = 300.0
 
 
 class WorkerError(PearlError):
@@ -340,6 +342,7 @@ class _Host:
         except BaseException:
             self.close()
             raise
+        self._start_counts = (self.state.env_steps, self.state.updates)
         self._wall_base = self.state.wall_time_s
         self._t0 = time.perf_counter()
         self._next_metrics = (self.state.env_steps // rt.metrics_every + 1) * rt.metrics_every
@@ -403,6 +406,13 @@ class _Host:
             self.pump(0.05)
             if self.interrupted is not None:
                 break
+            if time.perf_counter() - t > STARTUP_TIMEOUT_S:
+                waiting = ([] if self.learner_ready else ["the learner"]) + [
+                    f"actor {a}" for a, ok in enumerate(self.actor_ready) if not ok]
+                raise _Stop(WorkerError(
+                    f"{', '.join(waiting)} did not finish starting within {STARTUP_TIMEOUT_S:.0f} s "
+                    "(building environments and the trainer). Fix: check that the environment and the "
+                    "trainer can be built in a fresh process (importable trainer class, no blocking I/O)."))
         self.startup_s = time.perf_counter() - t
         log.info("parallel runtime: %d actor(s) and the learner started in %.1f s", self.plan.n_actors,
                  self.startup_s)
@@ -784,21 +794,23 @@ class _Host:
                                     checkpoint_path=str(path))
 
     def _fail(self, stop: _Stop) -> None:
-        """Write what can be saved before the error propagates."""
+        """Write what can be saved before the error propagates (nothing if the run never progressed,
+        so a failed start cannot overwrite the checkpoint it was resuming from)."""
         log.error("%s", stop.error)
+        if (self.state.env_steps, self.current_updates()) == self._start_counts:
+            return
         try:
             self.ctrl.env_budget = 0
-            state = None
             if stop.trainer_blob is not None:
-                state = load_blob(stop.trainer_blob)["trainer"]
-            elif isinstance(stop.error, ActorError) and self.learner_proc is not None and self.learner_proc.is_alive():
+                self.save(load_blob(stop.trainer_blob)["trainer"])
+            elif not isinstance(stop.error, LearnerError) and self.learner_proc is not None \
+                    and self.learner_proc.is_alive():
                 self._quiesce()
-                state = self.request_state(with_replay=False, timeout=30.0)["trainer"]
-            if state is None:
+                self.save()  # the learner's own state (and the worker's replay if asked)
+            else:
                 # The learner died without a word: keep the weights the actors last received.
                 self.sync_host_trainer()
-                state = self.trainer.state_dict()
-            self.save(state)
+                self.save(self.trainer.state_dict())
         except Exception as exc:  # noqa: BLE001 - the original error matters more
             log.error("could not write a checkpoint after the failure: %s", exc)
 
