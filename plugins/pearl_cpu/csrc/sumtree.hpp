@@ -181,7 +181,7 @@ struct ParallelStats {
 
 // Races the serial and the threaded path of one operation on big batches:
 // keeps a moving average of the time per item of each, takes the threaded one
-// only while it is at least 10% faster, and probes the other one now and then,
+// only while it is clearly faster, and probes the other one now and then,
 // so a machine whose other cores are busy (where splitting only adds time
 // slicing) settles on serial, and an idle one on threads. Probes come every
 // 32 calls after the winner changes, and twice as far apart each time they
@@ -195,7 +195,9 @@ struct PathRace {
   bool pick_parallel() {
     if (parallel_ns == 0.0) return true;
     if (serial_ns == 0.0) return false;
-    const bool par = parallel_ns < 0.9 * serial_ns;
+    // Hysteresis: the threaded path must be 15% faster to win, and loses
+    // again only when it is less than 5% faster, so noise does not flip it.
+    const bool par = parallel_ns < (winner_parallel ? 0.95 : 0.85) * serial_ns;
     if (par != winner_parallel) {
       winner_parallel = par;
       interval = countdown = 32;
@@ -226,7 +228,7 @@ struct PathRace {
       if (skip) return;
     }
     double& e = par ? parallel_ns : serial_ns;
-    e = e == 0.0 ? ns_per_item : 0.75 * e + 0.25 * ns_per_item;
+    e = e == 0.0 ? ns_per_item : 0.875 * e + 0.125 * ns_per_item;
   }
 };
 
