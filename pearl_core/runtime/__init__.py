@@ -1,5 +1,26 @@
-"""The runtime: actors, learner, replay and the host protocol that connects them."""
+"""The runtime: actors, learner, replay and the host protocol that connects them.
+
+* :class:`SerialRuntime` — one process; the oracle the parallel runtime is tested against.
+* :class:`ParallelRuntime` — actor processes, the host loop over DCQ/RRQ/LAQ/LDQ,
+  setting 1 (RM and learner through the host) or 2 (co-located), chosen by the plan.
+
+Both take a :class:`RunConfig` (what to train) and a :class:`RuntimePlan` (where
+and how) and return a :class:`~pearl_core.runtime.control.RunResult`.
+"""
 
 from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
 
-__all__ = ["ReplayConfig", "RunConfig", "RuntimePlan", "StopCriteria"]
+__all__ = ["ParallelRuntime", "ReplayConfig", "RunConfig", "RuntimePlan", "SerialRuntime", "StopCriteria"]
+
+
+def __getattr__(name):
+    # The runtimes import torch and gymnasium; load them only when asked for.
+    if name == "SerialRuntime":
+        from pearl_core.runtime.serial import SerialRuntime
+
+        return SerialRuntime
+    if name == "ParallelRuntime":
+        from pearl_core.runtime.parallel import ParallelRuntime
+
+        return ParallelRuntime
+    raise AttributeError(f"module 'pearl_core.runtime' has no attribute {name!r}")
