@@ -6,12 +6,18 @@ Solved = a greedy evaluation of 20 episodes, run every 5k env steps, averages >=
 Logs, the learning curve (PNG) and a final checkpoint go to runs/demo/.
 """
 
+import argparse
+
 from pearl_core.algorithms import DQN
 from pearl_core.composer import HardwareSpec, make_plan, workload_for_env
 from pearl_core.runtime import ReplayConfig, RunConfig, StopCriteria
 from pearl_core.runtime import ParallelRuntime
 
 if __name__ == "__main__":  # actors are spawned processes: keep the entry point guarded
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--max-env-steps", type=int, default=100_000, help="budget (default 100k)")
+    parser.add_argument("--log-dir", default="runs/demo")
+    args = parser.parse_args()
     config = RunConfig(
         env_id="CartPole-v1",
         trainer="pearl_core.algorithms:DQN",
@@ -19,8 +25,9 @@ if __name__ == "__main__":  # actors are spawned processes: keep the entry point
         replay=ReplayConfig("prioritized", capacity=100_000, fanout=16),
         batch_size=64,
         replay_ratio=0.5,
-        stop=StopCriteria(eval_return=475.0, eval_every=5_000, eval_episodes=20, max_env_steps=100_000),
-        log_dir="runs/demo",
+        stop=StopCriteria(eval_return=475.0, eval_every=5_000, eval_episodes=20, max_env_steps=args.max_env_steps),
+        learning_starts=min(1_000, args.max_env_steps // 2),
+        log_dir=args.log_dir,
     )
     workload = workload_for_env(config.env_id, config.batch_size, trainer=DQN)
     plan = make_plan(HardwareSpec.detect(), workload, "throughput")
