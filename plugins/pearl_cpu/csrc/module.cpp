@@ -338,6 +338,15 @@ PYBIND11_MODULE(_sumtree, m) {
   m.attr("MASS_DRIFT_RTOL") = g_mass_drift_rtol;
   m.attr("RELEASE_GIL_MIN") = kReleaseGilMin;
 
+  // The serial-vs-threaded chooser, exposed so its logic can be unit tested.
+  py::class_<pearl_cpu::PathRace>(m, "_PathRace")
+      .def(py::init<>())
+      .def("pick_parallel", &pearl_cpu::PathRace::pick_parallel)
+      .def("record", &pearl_cpu::PathRace::record, py::arg("parallel"), py::arg("cold"),
+           py::arg("ns_per_item"))
+      .def_readonly("serial_ns", &pearl_cpu::PathRace::serial_ns)
+      .def_readonly("parallel_ns", &pearl_cpu::PathRace::parallel_ns);
+
   py::class_<SumTree>(m, "SumTree")
       .def(py::init([](uint64_t capacity, uint64_t fanout, int threads) {
              if (threads < 1)

@@ -317,7 +317,7 @@ void ThreadPool::run_raw(int ntasks, void (*fn)(void*, int), void* ctx) {
     wake = sleepers_ > 0;
   }
   if (wake) cv_.notify_all();
-  last_cold_ = wake || runs_ <= 2;
+  last_cold_ = wake || runs_ == 1;
   const int64_t t0 = now_ns();
   const int mine = work();
   if (done_.load(std::memory_order_acquire) != ntasks) {

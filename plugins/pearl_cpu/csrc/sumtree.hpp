@@ -217,17 +217,21 @@ struct PathRace {
     }
     return par;
   }
-  // cold: a threaded run that had to start or wake its workers. After a warm
-  // one it says nothing about the steady state and is not recorded; after a
-  // cold one it is the steady state (calls further apart than the workers
-  // stay awake).
+  // cold: a threaded run that had to start or wake its workers. It is not
+  // recorded, unless the call just before was a cold threaded run too: then
+  // calls come further apart than the workers stay awake, and cold runs are
+  // the steady state.
   void record(bool par, bool cold, double ns_per_item) {
-    if (par) {
-      const bool skip = cold && !last_par_cold;
-      last_par_cold = cold;
-      if (skip) return;
-    }
+    const bool skip = par && cold && !last_par_cold;
+    last_par_cold = par && cold;
+    if (skip) return;
     double& e = par ? parallel_ns : serial_ns;
+    if (e != 0.0 && par != winner_parallel &&
+        (ns_per_item < 0.75 * e || ns_per_item > 1.25 * e) && countdown > 32) {
+      // A probe that disagrees with its average: the machine changed. Probe
+      // again soon instead of waiting out a long interval.
+      interval = countdown = 32;
+    }
     e = e == 0.0 ? ns_per_item : 0.875 * e + 0.125 * ns_per_item;
   }
 };

@@ -415,6 +415,53 @@ def test_huge_fanout_is_one_group():
     assert_same(tree, ref, rng)
 
 
+# ------------------------------------------------------- serial vs threaded
+def drive_race(race, serial_ns, parallel_ns, calls, cold=lambda i: False):
+    """Feed a PathRace the given costs; return how many calls it ran threaded."""
+    threaded = 0
+    for i in range(calls):
+        par = race.pick_parallel()
+        threaded += par
+        race.record(par, par and cold(i), parallel_ns if par else serial_ns)
+    return threaded
+
+
+def test_path_race_settles_on_the_faster_path_and_rarely_probes():
+    from pearl_cpu._sumtree import _PathRace
+
+    fast_threads = _PathRace()
+    assert drive_race(fast_threads, serial_ns=20.0, parallel_ns=11.0, calls=5000) > 4900
+    busy_cores = _PathRace()
+    assert drive_race(busy_cores, serial_ns=20.0, parallel_ns=30.0, calls=5000) < 60
+    close = _PathRace()  # 10% apart: inside the hysteresis band, no flapping either way
+    assert not 100 < drive_race(close, serial_ns=20.0, parallel_ns=18.0, calls=5000) < 4900
+
+
+def test_path_race_follows_a_change_of_machine_load():
+    from pearl_cpu._sumtree import _PathRace
+
+    race = _PathRace()
+    drive_race(race, serial_ns=20.0, parallel_ns=30.0, calls=3000)  # busy: serial
+    # the other core frees up: the first probe that disagrees shortens the
+    # probe interval again, and the race switches within a few hundred calls
+    assert drive_race(race, serial_ns=20.0, parallel_ns=10.0, calls=3000) > 2000
+    assert race.parallel_ns < 0.85 * race.serial_ns
+
+
+def test_path_race_ignores_a_lone_cold_threaded_run():
+    from pearl_cpu._sumtree import _PathRace
+
+    race = _PathRace()
+    race.record(False, False, 20.0)
+    race.record(True, True, 500.0)  # woke the workers: not the steady state
+    assert race.parallel_ns == 0.0
+    race.record(True, False, 10.0)
+    assert race.parallel_ns == 10.0
+    race.record(True, True, 40.0)  # cold after warm: skipped
+    race.record(True, True, 40.0)  # cold after cold: calls are far apart, it counts
+    assert race.parallel_ns == pytest.approx(10.0 * 0.875 + 40.0 * 0.125)
+
+
 # --------------------------------------------------------------- concurrency
 def test_concurrent_python_threads_are_serialised():
     cap = 50_000
