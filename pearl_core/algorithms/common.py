@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
 from pearl_core.errors import SpecError
+from pearl_core.trainer import Trainer
 
 __all__ = [
     "adam",
@@ -124,3 +125,27 @@ def check_positive(value, owner: str, name: str, *, allow_none: bool = False, in
     if not (out > 0 and math.isfinite(out)):
         raise SpecError(f"{owner}: {name} = {value!r}; expected {kind} > 0.")
     return out
+
+
+class CountedTrainer(Trainer):
+    """A trainer that counts its updates and owns a numpy exploration stream ``_rng``.
+
+    Its checkpoints add both to :meth:`Trainer.state_dict`, so a resumed run
+    continues the update count (target-network schedule) and the exploration noise.
+    """
+
+    updates: int = 0
+    _rng: np.random.Generator
+
+    def state_dict(self) -> dict[str, Any]:
+        """Networks, optimizers, counters and the exploration random stream."""
+        out = super().state_dict()
+        out["updates"] = self.updates
+        out["rng"] = self._rng.bit_generator.state
+        return out
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.updates = int(state.get("updates", 0))
+        if "rng" in state:
+            self._rng.bit_generator.state = state["rng"]

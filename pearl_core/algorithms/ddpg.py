@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from pearl_core.algorithms.common import (
+    CountedTrainer,
     adam,
     check_hidden,
     check_positive,
@@ -43,12 +44,12 @@ from pearl_core.algorithms.common import (
     polyak_update,
 )
 from pearl_core.errors import SpecError
-from pearl_core.trainer import Trainer, UpdateResult
+from pearl_core.trainer import UpdateResult
 
 __all__ = ["DDPG"]
 
 
-class DDPG(Trainer):
+class DDPG(CountedTrainer):
     """DDPG with target networks, Gaussian exploration and per-sample TD errors.
 
     Args:
@@ -219,16 +220,3 @@ class DDPG(Trainer):
     def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         """Load actor parameters produced by :meth:`get_weights`."""
         load_module_weights(self.actor, weights)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Networks, optimizers, counters and the exploration random stream."""
-        out = super().state_dict()
-        out["updates"] = self.updates
-        out["rng"] = self._rng.bit_generator.state
-        return out
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.updates = int(state.get("updates", 0))
-        if "rng" in state:
-            self._rng.bit_generator.state = state["rng"]

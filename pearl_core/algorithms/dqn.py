@@ -52,6 +52,7 @@ import torch
 import torch.nn.functional as F
 
 from pearl_core.algorithms.common import (
+    CountedTrainer,
     adam,
     check_hidden,
     check_positive,
@@ -63,12 +64,12 @@ from pearl_core.algorithms.common import (
     polyak_update,
 )
 from pearl_core.errors import SpecError
-from pearl_core.trainer import Trainer, UpdateResult
+from pearl_core.trainer import UpdateResult
 
 __all__ = ["DQN"]
 
 
-class DQN(Trainer):
+class DQN(CountedTrainer):
     """DQN with a target network, optional double-DQN targets and an ε-greedy schedule.
 
     Args:
@@ -242,16 +243,3 @@ class DQN(Trainer):
     def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         """Load online Q-network parameters produced by :meth:`get_weights`."""
         load_module_weights(self.q_net, weights)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Networks, optimizer, counters and the ε-greedy random stream."""
-        out = super().state_dict()
-        out["updates"] = self.updates
-        out["rng"] = self._rng.bit_generator.state
-        return out
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.updates = int(state.get("updates", 0))
-        if "rng" in state:
-            self._rng.bit_generator.state = state["rng"]
