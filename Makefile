@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.pearl-installed
 # Conformance examples per Hypothesis test in `make test` (thousands in all).
-EXAMPLES ?= 300
+EXAMPLES ?= 500
 
 PLUGIN_SOURCES := $(wildcard pyproject.toml plugins/*/pyproject.toml plugins/pearl_cpu/CMakeLists.txt plugins/pearl_cpu/csrc/*)
 
