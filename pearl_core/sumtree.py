@@ -138,8 +138,14 @@ def _as_1d(values, what: str) -> np.ndarray:
     return arr
 
 
-def check_indices(indices, capacity: int, what: str = "indices") -> np.ndarray:
-    """Return ``indices`` as a 1-D ``int64`` array, or raise without side effects."""
+def check_indices(indices, capacity: int, what: str = "indices", *, bound: str = "capacity",
+                  fix: str = "") -> np.ndarray:
+    """Return ``indices`` as a 1-D ``int64`` array in ``[0, capacity)``, or raise without side effects.
+
+    ``bound`` names the upper limit in the out-of-range message and ``fix`` is
+    appended to it (callers with a narrower valid range, e.g. filled replay
+    slots, pass their own).
+    """
     arr = _as_1d(indices, what)
     if arr.size == 0:
         if arr.dtype.kind not in "iuf":
@@ -154,7 +160,7 @@ def check_indices(indices, capacity: int, what: str = "indices") -> np.ndarray:
     if bad.any():
         pos = int(np.argmax(bad))
         raise InvalidIndexError(
-            f"{what}[{pos}] = {arr[pos]} is out of range; expected 0 <= index < capacity = {capacity}."
+            f"{what}[{pos}] = {arr[pos]} is out of range; expected 0 <= index < {bound} = {capacity}.{fix}"
         )
     return arr.astype(np.int64, copy=False)
 

@@ -17,7 +17,8 @@ import operator
 
 import numpy as np
 
-from pearl_core.errors import InvalidDTypeError, InvalidIndexError, InvalidValueError, SpecError
+from pearl_core.errors import InvalidDTypeError, InvalidValueError, SpecError
+from pearl_core.sumtree import check_indices
 
 __all__ = ["Batch", "DataStorage", "StorageSpec", "check_filled_indices"]
 
@@ -161,26 +162,10 @@ def check_filled_indices(indices, size: int, capacity: int, what: str = "indices
         InvalidDTypeError: not integers.
         InvalidIndexError: an index outside ``[0, size)`` (names the first one).
     """
-    arr = np.asarray(indices)
-    if arr.ndim != 1:
-        raise InvalidValueError(
-            f"{what} must be a 1-D array; found shape {arr.shape}. Fix: pass a flat array (arr.ravel())."
-        )
-    if arr.size == 0:
-        return np.empty(0, dtype=np.int64)
-    if arr.dtype.kind not in "iu":
-        raise InvalidDTypeError(
-            f"{what} must be an integer array; found dtype {arr.dtype}. "
-            f"Fix: convert explicitly, e.g. np.asarray({what}, dtype=np.int64)."
-        )
-    bad = (arr < 0) | (arr >= size)
-    if bad.any():
-        pos = int(np.argmax(bad))
-        raise InvalidIndexError(
-            f"{what}[{pos}] = {arr[pos]} is not a filled slot; expected 0 <= index < size = {size} "
-            f"(capacity {capacity}). Fix: use the indices returned by add() or sample()."
-        )
-    return arr.astype(np.int64, copy=False)
+    return check_indices(
+        indices, size, what, bound="size",
+        fix=f" Only filled slots are valid (capacity {capacity}). Fix: use the indices returned by add() or sample().",
+    )
 
 
 def _cast(arr: np.ndarray, target: np.dtype, name: str) -> np.ndarray:
