@@ -116,5 +116,28 @@ class Backend(abc.ABC):
         """
         return None
 
+    def profile_cells(self, device: "DeviceSpec", workload: "Workload", *, iterations: int = 1000,
+                      warmup: int = 50) -> "DeviceRow | None":
+        """Measure a *present* device of this kind on synthetic data.
+
+        Optional: the default returns ``None`` and the composer falls back to
+        :meth:`analytic_cells`. Called only when :meth:`availability` says yes and
+        the spec's device is one this backend detects. The composer caches the
+        returned row on disk, keyed by backend name and version, device and
+        workload, so implementations need not cache.
+
+        Args:
+            device: the device as the spec (or detection) describes it.
+            workload: batch sizes, replay configuration and learner layers.
+            iterations: timed iterations per cell (medians are reported).
+            warmup: untimed iterations before timing.
+
+        Returns:
+            A :class:`~pearl_core.composer.matrix.DeviceRow` for ``device.name`` with
+            ``"profiled"`` cells (compute only, like :meth:`analytic_cells`) and the
+            tuning found (thread split, streams, ...) in ``config``.
+        """
+        return None
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name!r} kind={self.device_kind!r}>"
