@@ -1,9 +1,12 @@
-"""The FPGA backend (skeleton).
+"""The FPGA backend: pipelined OpenCL kernels through dpctl, analytic cost model.
 
-This version registers the backend and reports honestly why it cannot be used.
-The pipelined OpenCL kernels, their dpctl execution on the FPGA Emulation Device
-and the analytic cost model arrive with the FPGA backend issue. No bitstream is
-built or run by this plugin.
+What runs here is **functional emulation — no bitstream built or run**. The
+kernels (``pearl_fpga/kernels/*.cl``) execute on the Intel FPGA Emulation Device
+when the ``pearl-fpga[emulator]`` extra is installed, else on an OpenCL CPU
+device; both are CPUs underneath. The composer's FPGA cells therefore always
+come from the analytic model (:mod:`pearl_fpga.model`, the paper's Eq. 2-6):
+this backend deliberately has no ``profile_cells``, so an emulator timing can
+never be reported as an FPGA timing.
 """
 
 from __future__ import annotations
@@ -11,16 +14,18 @@ from __future__ import annotations
 from typing import Any
 
 from pearl_core.backend import Availability, Backend, DeviceInfo
-from pearl_core.errors import BackendUnavailableError
-from pearl_core.sumtree import SumTree
+from pearl_core.errors import BackendUnavailableError, InvalidValueError
+from pearl_core.sumtree import SumTree, check_capacity_fanout
 
-NOT_SHIPPED = "this version of pearl-fpga ships no FPGA kernels yet"
+from pearl_fpga.runtime import EMULATION_NOTE
 
 
 def probe_dpctl() -> str | None:
     """Return why dpctl cannot be used here, or ``None`` if it imports."""
     try:
-        import dpctl  # noqa: F401
+        from pearl_fpga.runtime import import_dpctl
+
+        import_dpctl()
     except ImportError as exc:
         return f"dpctl is not installed ({exc}); install it with `pip install pearl-fpga[emulator]`"
     except Exception as exc:  # noqa: BLE001 - a broken OpenCL runtime raises at import
@@ -28,23 +33,65 @@ def probe_dpctl() -> str | None:
     return None
 
 
+def probe_runtime():
+    """``(runtime, None)`` when a usable OpenCL device is reached (kernels built), else ``(None, why)``."""
+    problem = probe_dpctl()
+    if problem:
+        return None, problem
+    from pearl_fpga.runtime import DpctlRuntime, kernel_source
+
+    try:
+        rt = DpctlRuntime.default()
+        rt.kernel(kernel_source("sumtree.cl"), "rm_sample_level")  # the device must build our kernels
+    except Exception as exc:  # noqa: BLE001 - no device, no fp64, or a driver that cannot build
+        return None, (f"dpctl imports but no usable OpenCL device was reached ({exc}). Fix: install "
+                      "`pearl-fpga[emulator]` into this environment (it brings the FPGA Emulation Device); "
+                      "OCL_ICD_FILENAMES, if you set it, must name existing OpenCL drivers")
+    return rt, None
+
+
 class FpgaBackend(Backend):
-    """FPGAs through OpenCL/SYCL kernels driven by dpctl (kernels not shipped yet)."""
+    """FPGAs through OpenCL kernels driven by dpctl (functional emulation — no bitstream built or run)."""
 
     name = "fpga"
     device_kind = "fpga"
 
     def availability(self) -> Availability:
-        problem = probe_dpctl()
-        return Availability.no(problem or f"dpctl imports, but {NOT_SHIPPED}")
+        _, problem = probe_runtime()
+        return Availability.no(problem) if problem else Availability.yes()
 
     def devices(self) -> list[DeviceInfo]:
-        return []
+        rt, problem = probe_runtime()
+        if problem:
+            return []
+        dev = rt.queue.sycl_device
+        return [DeviceInfo(
+            name="fpga-emu0",
+            kind=self.device_kind,
+            backend=self.name,
+            description=f"{dev.name}: {EMULATION_NOTE}",
+            details={"runtime": rt.description, "driver": dev.driver_version, "fp64": bool(dev.has_aspect_fp64),
+                     "timings": "analytic model only (emulator timings are CPU timings)"},
+        )]
 
     def make_sum_tree(self, capacity: int, fanout: int = 16, **options: Any) -> SumTree:
-        raise BackendUnavailableError(
-            f"backend 'fpga' cannot make a sum tree: {self.availability().reason}.", backend=self.name
-        )
+        """A :class:`~pearl_fpga.sumtree.PipelinedSumTree`; option ``runtime`` picks another OpenCL runtime."""
+        capacity, fanout = check_capacity_fanout(capacity, fanout)
+        runtime = options.pop("runtime", None)
+        if options:
+            raise InvalidValueError(
+                f"backend 'fpga' got unknown sum-tree options {sorted(options)}; expected only 'runtime'. "
+                "Fix: drop them."
+            )
+        if runtime is None:
+            rt, problem = probe_runtime()
+            if problem:
+                raise BackendUnavailableError(f"backend 'fpga' cannot make a sum tree: {problem}.",
+                                              backend=self.name)
+            runtime = rt
+        from pearl_fpga.sumtree import PipelinedSumTree
+
+        return PipelinedSumTree(capacity, fanout, runtime=runtime)
 
     def analytic_cells(self, device, workload):
         """The paper's Eq. 2-6 model of a described FPGA (:func:`pearl_fpga.model.device_row`); no device touched."""
