@@ -24,6 +24,7 @@ from pearl_core.composer.algorithm import (
     iteration_messages,
     place_storage,
 )
+from pearl_core.composer.api import ComposedRun, Composer, ComposerError, RuntimeGen
 from pearl_core.composer.costs import fill_matrix, row_for_device
 from pearl_core.composer.matrix import AssignmentMatrix, CostCell, DeviceRow
 from pearl_core.composer.plan import Plan, make_plan
@@ -34,6 +35,9 @@ __all__ = [
     "METRICS",
     "AssignmentMatrix",
     "Candidate",
+    "ComposedRun",
+    "Composer",
+    "ComposerError",
     "CostCell",
     "DSOption",
     "Decision",
@@ -44,6 +48,7 @@ __all__ = [
     "LinkSpec",
     "Message",
     "Plan",
+    "RuntimeGen",
     "Workload",
     "algorithm1",
     "evaluate_candidate",

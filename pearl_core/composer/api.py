@@ -1,0 +1,465 @@
+"""The optimizer construction program: :class:`Composer` and :func:`RuntimeGen` (the paper's Listing 1).
+
+::
+
+    from pearl_core.algorithms import DQN
+    from pearl_core.composer import Composer, RuntimeGen
+
+    if __name__ == "__main__":
+        composer = Composer(hardware=None, metric="throughput")      # None: the devices detected here
+        composer.set_actors("CartPole-v1", n_actors=1)
+        composer.set_train_function(DQN, batch_size=64, replay_ratio=0.5, learning_starts=1_000)
+        composer.set_replay("prioritized", capacity=100_000, fanout=16)
+        composer.set_stop(eval_return=475.0, max_env_steps=100_000)
+        plan = composer.run()                  # matrix (profiled + analytic), Algorithm 1, the choice
+        RuntimeGen(plan, "runtime.py")         # then: python runtime.py
+
+Order: ``set_actors`` first (the trainer is checked against its environment),
+then ``set_train_function``; ``set_replay`` is required too and may come at any
+point before ``run()``; ``set_stop``/``set_run`` are optional (default: stop
+after 100k env steps; logs in ``runs/pearl``). Every setter validates its
+arguments at once and raises a :class:`~pearl_core.errors.PearlError` saying
+what was wrong, expected vs found, and the fix; a rejected call changes nothing.
+
+Where the run settings live: batch size, replay ratio (learner updates per env
+step) and learning starts belong to the train function (they say how the
+learner consumes experience); the replay kind, capacity and fanout (and PER's
+α/β) to ``set_replay``; the stop criteria to ``set_stop``; seed, log directory
+and checkpoints to ``set_run``.
+
+The workload's insertion batch ``BS_i`` (experiences inserted per learner
+iteration) defaults to ``round(1 / replay_ratio)``: with a replay ratio ``r``
+every update is matched by ``1/r`` env steps, all of which are inserted.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from pearl_core.composer.algorithm import METRICS
+from pearl_core.composer.runtimegen import (
+    atomic_write_text,
+    literal,
+    refuse_while_loading,
+    trainer_reference,
+    write_program,
+)
+from pearl_core.composer.spec import HardwareSpec
+from pearl_core.errors import InvalidValueError, PearlError, SpecError, TrainerError
+
+if TYPE_CHECKING:
+    from pearl_core.composer.plan import Plan
+    from pearl_core.composer.workload import Workload
+    from pearl_core.plugins import PluginRegistry
+    from pearl_core.runtime.config import RunConfig, RuntimePlan
+
+__all__ = ["Composer", "ComposerError", "ComposedRun", "RuntimeGen"]
+
+
+class ComposerError(PearlError, ValueError):
+    """A Composer method was called out of order, without a required setting, or with a bad value."""
+
+
+@dataclass(frozen=True)
+class ComposedRun:
+    """What :meth:`Composer.run` composed, kept so that :func:`RuntimeGen` can write the program.
+
+    Attributes:
+        config: the run config (what to train), as it was when ``run()`` ran.
+        runtime_plan: ``plan.runtime_plan()`` with the composer's overrides (envs per actor).
+        user_script: path of the script defining the trainer, when it lives in ``__main__``.
+    """
+
+    config: "RunConfig"
+    runtime_plan: "RuntimePlan"
+    user_script: str | None = None
+
+
+# Plans composed in this process, by content hash, so that RuntimeGen(plan, path) needs no config.
+_COMPOSED: dict[str, list[ComposedRun]] = {}
+
+
+def _int(where: str, name: str, value: Any, minimum: int, fix: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ComposerError(f"{where}: {name} = {value!r} is invalid; expected an int >= {minimum}. Fix: {fix}.")
+    return value
+
+
+def _num(where: str, name: str, value: Any, fix: str, *, low: float = 0.0, low_open: bool = True,
+         high: float | None = None) -> float:
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    ok = ok and (value > low if low_open else value >= low) and (high is None or value <= high)
+    if not ok:
+        rng = f"{'>' if low_open else '>='} {low}" + (f" and <= {high}" if high is not None else "")
+        raise ComposerError(f"{where}: {name} = {value!r} is invalid; expected a finite number {rng}. Fix: {fix}.")
+    return float(value)
+
+
+class Composer:
+    """Compose a training run: where the replay manager, learner and Data Storage run, and the program.
+
+    Args:
+        hardware: ``None`` (the devices the installed backends detect), a path
+            to a hardware-spec TOML file (``docs/hardware-spec.md``), or a
+            :class:`~pearl_core.composer.spec.HardwareSpec`.
+        metric: ``"throughput"`` (samples/s) or ``"power_efficiency"`` (samples/J).
+        profile_iterations: iterations per profiled cell (present devices, cached on disk).
+        cache_dir: profiling cache directory (default: the profiler's own).
+        registry: plugin registry (default: the installed plugins).
+    """
+
+    def __init__(self, hardware: "str | os.PathLike[str] | HardwareSpec | None" = None,
+                 metric: str = "throughput", *, profile_iterations: int = 1000,
+                 cache_dir: "str | os.PathLike[str] | None" = None, registry: "PluginRegistry | None" = None):
+        w = "Composer"
+        if metric not in METRICS:
+            close = difflib.get_close_matches(str(metric), METRICS, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"use one of {list(METRICS)}"
+            raise ComposerError(f"{w}: metric = {metric!r} is unknown; expected one of {list(METRICS)}. Fix: {hint}.")
+        self.profile_iterations = _int(w, "profile_iterations", profile_iterations, 1, "e.g. 1000")
+        if hardware is None:
+            self.spec = HardwareSpec.detect(registry)
+        elif isinstance(hardware, HardwareSpec):
+            self.spec = hardware
+        elif isinstance(hardware, (str, os.PathLike)):
+            if not Path(hardware).is_file():
+                raise ComposerError(f"{w}: hardware = {str(hardware)!r} is not a file; expected a hardware-spec "
+                                    "TOML file (docs/hardware-spec.md). Fix: check the path, or pass "
+                                    "hardware=None to use the devices detected here.")
+            self.spec = HardwareSpec.load(hardware)
+        else:
+            raise ComposerError(f"{w}: hardware = {hardware!r} ({type(hardware).__name__}); expected None, a path "
+                                "to a TOML spec or a HardwareSpec. Fix: e.g. "
+                                "Composer(hardware='examples/hardware/this-machine.toml').")
+        self.metric = metric
+        self.cache_dir = cache_dir
+        self.registry = registry
+        self._env_id: str | None = None
+        self._spaces: tuple[Any, Any] | None = None
+        self._n_actors = 1
+        self._envs_per_actor = 1
+        self._insert_batch: int | None = None
+        self._trainer: type | None = None
+        self._trainer_kwargs: dict[str, Any] = {}
+        self._learner: dict[str, Any] = {}
+        self._replay: Any = None
+        self._stop: Any = None
+        self._run: dict[str, Any] = {}
+        self._composed: dict[str, ComposedRun] = {}
+
+    # ------------------------------------------------------------------ setters
+    def set_actors(self, env_id: str, n_actors: int = 1, *, envs_per_actor: int = 1,
+                   insert_batch: int | None = None) -> "Composer":
+        """The environment (a gymnasium id) and the actor processes that step it.
+
+        Args:
+            env_id: e.g. ``"CartPole-v1"``; checked by creating it once.
+            n_actors: actor processes (on the host CPU).
+            envs_per_actor: environments each actor steps together (batched inference).
+            insert_batch: ``BS_i`` for the cost models, experiences inserted per
+                learner iteration (default ``round(1 / replay_ratio)``).
+        """
+        w = "Composer.set_actors"
+        if not isinstance(env_id, str) or not env_id.strip():
+            raise ComposerError(f"{w}: env_id = {env_id!r}; expected a gymnasium id such as 'CartPole-v1'.")
+        n_actors = _int(w, "n_actors", n_actors, 1, "use at least one actor, e.g. n_actors=1")
+        envs_per_actor = _int(w, "envs_per_actor", envs_per_actor, 1, "e.g. envs_per_actor=1")
+        if insert_batch is not None:
+            insert_batch = _int(w, "insert_batch", insert_batch, 1, "leave it None to derive it from the replay ratio")
+        spaces = _env_spaces(env_id, w)
+        if self._trainer is not None and self._env_id != env_id:
+            # The trainer was checked against the previous environment: check it against this one too.
+            _check_trainer(self._trainer, spaces, self._trainer_kwargs, "Composer.set_actors", env_id)
+        self._env_id, self._spaces = env_id, spaces
+        self._n_actors, self._envs_per_actor, self._insert_batch = n_actors, envs_per_actor, insert_batch
+        return self
+
+    def set_train_function(self, trainer: "type | str", batch_size: int = 64, *, replay_ratio: float = 0.5,
+                           learning_starts: int = 1_000, weight_sync_every: int = 10,
+                           **trainer_kwargs: Any) -> "Composer":
+        """The trainer class (policy model + training algorithm) and how the learner consumes experience.
+
+        Args:
+            trainer: a :class:`~pearl_core.trainer.Trainer` subclass, or its
+                import path ``"package.module:ClassName"``.
+            batch_size: ``BS``, experiences per learner update.
+            replay_ratio: learner updates per env step (0.5: one update every 2 steps).
+            learning_starts: env steps collected before the first update.
+            weight_sync_every: learner updates between weight pushes to the actors.
+            **trainer_kwargs: the trainer's hyper-parameters (plain literals only:
+                they are written into the generated program).
+
+        The trainer is built and smoke-tested against the environment of
+        :meth:`set_actors` (:func:`pearl_core.trainer_check.check_trainer`).
+        """
+        w = "Composer.set_train_function"
+        if self._spaces is None:
+            raise ComposerError(f"{w} was called before set_actors; the trainer is checked against the "
+                                "environment. Fix: call composer.set_actors('<env id>', ...) first.")
+        batch_size = _int(w, "batch_size", batch_size, 1, "e.g. batch_size=64")
+        replay_ratio = _num(w, "replay_ratio", replay_ratio, "e.g. replay_ratio=0.5 (one update per 2 env steps)")
+        learning_starts = _int(w, "learning_starts", learning_starts, 0, "e.g. learning_starts=1000")
+        weight_sync_every = _int(w, "weight_sync_every", weight_sync_every, 1, "e.g. weight_sync_every=10")
+        if isinstance(trainer, str):
+            from pearl_core.runtime.wiring import load_trainer_class
+
+            try:
+                trainer = load_trainer_class(trainer)
+            except SpecError as exc:
+                raise ComposerError(f"{w}: {exc}") from exc
+        if not isinstance(trainer, type):
+            raise ComposerError(f"{w}: trainer = {trainer!r} ({type(trainer).__name__}); expected a trainer class "
+                                "(e.g. pearl_core.algorithms.DQN) or an import path 'package.module:ClassName'. "
+                                "Fix: pass the class itself, not an instance.")
+        for key, value in trainer_kwargs.items():
+            try:
+                literal(value, f"trainer_kwargs[{key!r}]")
+            except InvalidValueError as exc:
+                raise ComposerError(f"{w}: {exc}") from None
+        trainer_reference(trainer)  # a class the generated program can import (clear error otherwise)
+        _check_trainer(trainer, self._spaces, trainer_kwargs, w, self._env_id)
+        self._trainer, self._trainer_kwargs = trainer, dict(trainer_kwargs)
+        self._learner = {"batch_size": batch_size, "replay_ratio": replay_ratio, "learning_starts": learning_starts,
+                         "weight_sync_every": weight_sync_every}
+        return self
+
+    def set_replay(self, kind: str = "prioritized", capacity: int = 100_000, fanout: int = 16, *,
+                   alpha: float = 0.6, beta: float = 0.4, beta_final: float = 1.0, beta_steps: int | None = None,
+                   eps: float = 1e-6) -> "Composer":
+        """Uniform or prioritized replay, its capacity and (prioritized) the sum-tree fanout and α/β."""
+        from pearl_core.runtime.config import ReplayConfig
+
+        w = "Composer.set_replay"
+        if kind not in ("prioritized", "uniform"):
+            close = difflib.get_close_matches(str(kind), ["prioritized", "uniform"], n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "use 'prioritized' or 'uniform'"
+            raise ComposerError(f"{w}: kind = {kind!r} is unknown; expected 'prioritized' or 'uniform'. Fix: {hint}.")
+        capacity = _int(w, "capacity", capacity, 1, "e.g. capacity=100_000")
+        fanout = _int(w, "fanout", fanout, 2, "the sum tree needs fanout >= 2, e.g. fanout=16")
+        if beta_steps is not None:
+            _int(w, "beta_steps", beta_steps, 1, "leave it None to anneal over the run")
+        _num(w, "alpha", alpha, "e.g. alpha=0.6", low_open=False)
+        _num(w, "beta", beta, "e.g. beta=0.4", low_open=False, high=1.0)
+        _num(w, "beta_final", beta_final, "e.g. beta_final=1.0", low_open=False, high=1.0)
+        _num(w, "eps", eps, "e.g. eps=1e-6")
+        try:
+            self._replay = ReplayConfig(kind, capacity, fanout, float(alpha), float(beta), float(beta_final),
+                                        beta_steps, float(eps))
+        except SpecError as exc:
+            raise ComposerError(f"{w}: {exc}") from exc
+        return self
+
+    def set_stop(self, *, eval_return: float | None = None, eval_every: int = 5_000, eval_episodes: int = 20,
+                 mean_return: float | None = None, window: int = 20, max_env_steps: int | None = None,
+                 max_updates: int | None = None, max_wall_time_s: float | None = None) -> "Composer":
+        """When training ends: the first criterion met wins (default, without this call: 100k env steps)."""
+        from pearl_core.runtime.config import StopCriteria
+
+        w = "Composer.set_stop"
+        for name, value in (("eval_return", eval_return), ("mean_return", mean_return)):
+            if value is not None:
+                _num(w, name, value, "a finite return threshold", low=-math.inf)
+        for name, value in (("max_env_steps", max_env_steps), ("max_updates", max_updates)):
+            if value is not None:
+                _int(w, name, value, 1, f"e.g. {name}=100_000")
+        if max_wall_time_s is not None:
+            _num(w, "max_wall_time_s", max_wall_time_s, "seconds, e.g. 600")
+        _int(w, "eval_every", eval_every, 1, "env steps between evaluations, e.g. 5000")
+        _int(w, "eval_episodes", eval_episodes, 1, "e.g. 20")
+        _int(w, "window", window, 1, "episodes in the moving mean, e.g. 20")
+        try:
+            self._stop = StopCriteria(mean_return, window, eval_return, eval_every, eval_episodes, max_env_steps,
+                                      max_updates, max_wall_time_s)
+        except SpecError as exc:
+            raise ComposerError(f"{w}: {exc} Fix: give at least a budget, e.g. set_stop(max_env_steps=100_000).") \
+                from exc
+        return self
+
+    def set_run(self, *, seed: int = 0, log_dir: str = "runs/pearl", checkpoint_every: int | None = None,
+                save_replay: bool = False) -> "Composer":
+        """Seed, log directory (CSV logs, curve, checkpoint, result.json) and checkpoint cadence."""
+        w = "Composer.set_run"
+        _int(w, "seed", seed, 0, "e.g. seed=0")
+        if not isinstance(log_dir, (str, os.PathLike)) or not str(log_dir):
+            raise ComposerError(f"{w}: log_dir = {log_dir!r}; expected a directory path. Fix: e.g. 'runs/demo'.")
+        if checkpoint_every is not None:
+            _int(w, "checkpoint_every", checkpoint_every, 1, "env steps between checkpoints, or None")
+        if not isinstance(save_replay, bool):
+            raise ComposerError(f"{w}: save_replay = {save_replay!r}; expected True or False.")
+        self._run = {"seed": seed, "log_dir": os.fspath(log_dir), "checkpoint_every": checkpoint_every,
+                     "save_replay": save_replay}
+        return self
+
+    # ------------------------------------------------------------------ composing
+    def _missing(self, what: str) -> None:
+        missing = []
+        if self._env_id is None:
+            missing.append("set_actors('<env id>', n_actors=...)")
+        if self._trainer is None:
+            missing.append("set_train_function(TrainerClass, batch_size=...)")
+        if self._replay is None:
+            missing.append("set_replay('prioritized' | 'uniform', capacity=..., fanout=...)")
+        if missing:
+            raise ComposerError(f"{what} needs the environment, the train function and the replay; missing: "
+                                f"{', '.join(missing)}. Fix: call " + ", then ".join(missing) + f" before {what}.")
+
+    def run_config(self) -> "RunConfig":
+        """The :class:`~pearl_core.runtime.config.RunConfig` of the current settings."""
+        from pearl_core.runtime.config import RunConfig, StopCriteria
+
+        self._missing("Composer.run_config()")
+        assert self._trainer is not None and self._env_id is not None
+        path, _ = trainer_reference(self._trainer)
+        try:
+            return RunConfig(env_id=self._env_id, trainer=path, trainer_kwargs=dict(self._trainer_kwargs),
+                             replay=self._replay, stop=self._stop or StopCriteria(max_env_steps=100_000),
+                             train_every=256, **self._learner, **self._run)
+        except SpecError as exc:
+            raise ComposerError(f"Composer: the settings do not make a valid run config: {exc}") from exc
+
+    def workload(self) -> "Workload":
+        """The :class:`~pearl_core.composer.workload.Workload` the cost models and Algorithm 1 plan for."""
+        from pearl_core.composer.workload import workload_for_env
+
+        self._missing("Composer.workload()")
+        insert_batch = self._insert_batch or max(1, round(1.0 / self._learner["replay_ratio"]))
+        return workload_for_env(self._env_id or "", self._learner["batch_size"], trainer=self._trainer,
+                                trainer_kwargs=self._trainer_kwargs, replay=self._replay.kind,
+                                capacity=self._replay.capacity, fanout=self._replay.fanout,
+                                n_actors=self._n_actors, insert_batch=insert_batch)
+
+    def run(self, profile: bool = True, *, save: "str | os.PathLike[str] | None" = None) -> "Plan":
+        """Fill the Primitive Device Assignment Matrix, run Algorithm 1, and return the :class:`Plan`.
+
+        Args:
+            profile: measure the cells of present devices (cached on disk by the
+                profiler); ``False`` uses the analytic models only.
+            save: also write the plan's JSON there (atomically: on any error no
+                file is left, an existing file is untouched).
+        """
+        from pearl_core.composer.plan import make_plan
+        from pearl_core.composer.profiling import profiler_for
+
+        refuse_while_loading("Composer.run()")
+        self._missing("Composer.run()")
+        config = self.run_config()
+        wl = self.workload()
+        profiler = None
+        if profile:
+            profiler = profiler_for(self.spec, registry=self.registry, iterations=self.profile_iterations,
+                                    cache_dir=self.cache_dir)
+        plan = make_plan(self.spec, wl, self.metric, registry=self.registry, profiler=profiler)
+        try:
+            runtime_plan = plan.runtime_plan(envs_per_actor=self._envs_per_actor)
+        except SpecError as exc:
+            raise ComposerError(f"Composer.run(): the plan chose RM on {plan.rm_device!r} and learner on "
+                                f"{plan.learner_device!r}, which the runtime cannot run: {exc}") from exc
+        _, script = trainer_reference(self._trainer)  # type: ignore[arg-type]
+        composed = ComposedRun(config, runtime_plan, script)
+        if save is not None:
+            atomic_write_text(save, plan.to_json())
+        key = plan.content_hash()
+        self._composed[key] = composed
+        runs = _COMPOSED.setdefault(key, [])
+        if composed not in runs:
+            runs.append(composed)
+        return plan
+
+    def RuntimeGen(self, plan: "Plan", path: "str | os.PathLike[str]" = "runtime.py") -> Path:  # noqa: N802 - the paper's name
+        """Write the standalone program for ``plan`` (returned by this composer's :meth:`run`) to ``path``."""
+        composed = self._composed.get(_hash(plan))
+        if composed is None:
+            raise ComposerError("Composer.RuntimeGen: this plan was not returned by this composer's run(). Fix: "
+                                "plan = composer.run(); composer.RuntimeGen(plan, 'runtime.py').")
+        return RuntimeGen(plan, path, composed)
+
+
+def _hash(plan: Any) -> str:
+    from pearl_core.composer.plan import Plan
+
+    if not isinstance(plan, Plan):
+        raise ComposerError(f"RuntimeGen: plan = {plan!r} ({type(plan).__name__}); expected the Plan that "
+                            "Composer.run() returned.")
+    return plan.content_hash()
+
+
+def RuntimeGen(plan: "Plan", path: "str | os.PathLike[str]" = "runtime.py",  # noqa: N802 - the paper's name
+               composed: "ComposedRun | RunConfig | None" = None) -> Path:
+    """Write the standalone training program for ``plan`` to ``path`` (atomically) and return the path.
+
+    Args:
+        plan: a plan from :meth:`Composer.run`.
+        path: the program to write (``python <path>`` trains).
+        composed: what to train. Default: the settings of the :class:`Composer`
+            that returned ``plan`` in this process. A
+            :class:`~pearl_core.runtime.config.RunConfig` may be given for a plan
+            made otherwise (e.g. with :func:`~pearl_core.composer.plan.make_plan`).
+
+    The program's layout and its safety rules are described in
+    :mod:`pearl_core.composer.runtimegen`.
+    """
+    from pearl_core.runtime.config import RunConfig
+
+    refuse_while_loading("RuntimeGen")
+    key = _hash(plan)
+    if isinstance(composed, RunConfig):
+        script = None
+        if composed.trainer.partition(":")[0] == "__main__":
+            raise ComposerError("RuntimeGen: the run config names a trainer in '__main__'; pass the class to a "
+                                "Composer instead (it knows the script), or move the trainer into a module.")
+        composed = ComposedRun(composed, plan.runtime_plan(), script)
+    elif composed is None:
+        runs = _COMPOSED.get(key, [])
+        if not runs:
+            raise ComposerError("RuntimeGen: this plan was not composed by a Composer in this process, so the "
+                                "settings of the run (trainer, replay ratio, stop criteria) are unknown. Fix: "
+                                "plan = composer.run(); RuntimeGen(plan, path), or pass a RunConfig as the third "
+                                "argument.")
+        if len(runs) > 1:
+            raise ComposerError("RuntimeGen: two composers made this same plan with different run settings. Fix: "
+                                "call composer.RuntimeGen(plan, path) on the composer you mean.")
+        composed = runs[0]
+    elif not isinstance(composed, ComposedRun):
+        raise ComposerError(f"RuntimeGen: composed = {composed!r}; expected None, a RunConfig or a ComposedRun.")
+    try:
+        return write_program(plan, path, composed.config, composed.runtime_plan, user_script=composed.user_script)
+    except InvalidValueError as exc:
+        raise ComposerError(str(exc)) from exc
+
+
+# ----------------------------------------------------------------------------- helpers
+def _env_spaces(env_id: str, where: str) -> tuple[Any, Any]:
+    try:
+        import gymnasium as gym
+    except ImportError as exc:  # pragma: no cover - the rl extra is installed in dev
+        raise ComposerError(f"{where} needs gymnasium. Fix: pip install 'pearl-core[rl]'.") from exc
+    if env_id not in gym.envs.registry:
+        close = difflib.get_close_matches(env_id, list(gym.envs.registry), n=3)
+        hint = f"did you mean {close}?" if close else "use a registered id such as 'CartPole-v1'"
+        raise ComposerError(f"{where}: env_id = {env_id!r} is not a registered gymnasium environment. Fix: {hint} "
+                            "(or import the package that registers it first).")
+    try:
+        env = gym.make(env_id)
+    except Exception as exc:  # noqa: BLE001 - gymnasium raises several error types
+        raise ComposerError(f"{where}: environment {env_id!r} cannot be created ({type(exc).__name__}: {exc}). "
+                            "Fix: install its dependencies or choose another id.") from exc
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
+
+
+def _check_trainer(trainer: type, spaces: tuple[Any, Any], kwargs: Mapping[str, Any], where: str,
+                   env_id: str | None) -> None:
+    from pearl_core.trainer_check import check_trainer
+
+    try:
+        check_trainer(trainer, spaces[0], spaces[1], **kwargs)
+    except TrainerError as exc:
+        raise ComposerError(f"{where}: trainer {trainer.__qualname__} does not fit {env_id!r}: {exc}") from exc
+

@@ -1,0 +1,514 @@
+"""RuntimeGen: write the composed plan as a readable, standalone training program.
+
+:func:`render_program` turns a :class:`~pearl_core.composer.plan.Plan`, the
+:class:`~pearl_core.runtime.config.RunConfig` it was composed for and the
+:class:`~pearl_core.runtime.config.RuntimePlan` it chose into Python source;
+:func:`write_program` writes it atomically. The program:
+
+* starts with a comment header: the PEARL version, the inputs (environment,
+  trainer, batch, replay, hardware, metric), the plan hash and the choice;
+* imports ``pearl_core``, checks the chosen backends with
+  :func:`pearl_core.plugins.get_backend` (which imports their plugins) and
+  imports the trainer by its ``"module:qualname"`` path;
+* rebuilds ``RUN_CONFIG`` and ``RUNTIME_PLAN`` from literals and runs
+  :class:`~pearl_core.runtime.ParallelRuntime` under ``if __name__ == "__main__":``
+  (actors are spawned processes);
+* accepts ``--max-env-steps``, ``--max-wall-time-s``, ``--log-dir``, ``--seed``,
+  ``--quiet`` and ``--show-plan``; writes ``composer_plan.json`` and
+  ``result.json`` into the log directory next to the runtime's own logs.
+
+**Safety.** Every value that comes from the user (environment id, trainer
+path, keyword arguments, file paths, names) is emitted by :func:`literal`,
+which accepts only plain ``str``/``int``/``float``/``bool``/``None`` and
+lists/tuples/dicts of them (exact types, so a ``str`` subclass with its own
+``__repr__`` cannot smuggle code) and writes them with the builtin ``repr``.
+Header comments use :func:`ascii` so no value can end a comment line. Nothing
+is ever spliced into code as raw text.
+
+**The embedded plan.** The full plan JSON is embedded as a string literal
+(``PLAN_JSON``, one ``repr``'d line per JSON line) rather than referenced by
+path: the program stays standalone (copy it to another machine, nothing is
+left behind), ``--show-plan`` can print it, and the program checks its hash
+against ``PLAN_HASH`` so an edited plan is reported.
+
+**Trainers defined in the user's script.** A trainer class whose module is
+``__main__`` cannot be imported by name from the generated program (nor from
+its spawned workers). The program instead loads the script *file* under the
+module name ``pearl_user_script`` (:func:`load_script_module`); the script's
+``if __name__ == "__main__":`` block does not run then. A script whose
+top-level code composes or runs (calls ``Composer``, ``RuntimeGen`` or
+``.run(...)`` outside that guard) is rejected at generation time, and a class
+defined interactively (no script file) or inside a function is rejected with
+a fix: move it into a module.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import sys
+import tempfile
+from dataclasses import fields
+from pathlib import Path
+from string import Template
+from typing import TYPE_CHECKING, Any
+
+from pearl_core.errors import InvalidValueError, PearlError
+
+if TYPE_CHECKING:
+    from pearl_core.composer.plan import Plan
+    from pearl_core.runtime.config import RunConfig, RuntimePlan
+
+__all__ = ["USER_SCRIPT_MODULE", "atomic_write_text", "literal", "load_script_module", "render_program",
+           "trainer_reference", "write_program"]
+
+#: Module name under which a generated program loads the user's script (trainer defined in ``__main__``).
+USER_SCRIPT_MODULE = "pearl_user_script"
+
+_MAX_DEPTH = 20
+_PLAIN = "a plain literal: str, int, float (finite), bool, None, or lists/tuples/dicts of them with str keys"
+
+# Set while load_script_module executes a user's script: composing from inside it would recurse.
+_LOADING_SCRIPT: list[str] = []
+
+
+# ----------------------------------------------------------------------------- literals
+def literal(value: Any, where: str = "value") -> str:
+    """Python source for ``value`` that ``ast.literal_eval`` turns back into an equal value.
+
+    Raises:
+        InvalidValueError: ``value`` (or something inside it) is not a plain
+            literal; the message names where it was found.
+    """
+    return _emit(value, where, 0)
+
+
+def _reject(value: Any, where: str, why: str) -> InvalidValueError:
+    shown = repr(value) if type(value) in (str, int, float, bool, type(None)) else f"<{type(value).__name__}>"
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return InvalidValueError(f"RuntimeGen: {where} = {shown} {why}; expected {_PLAIN}. Fix: pass plain values "
+                             "(e.g. a list of ints instead of a numpy array, a str instead of a Path).")
+
+
+def _emit(value: Any, where: str, depth: int) -> str:
+    if depth > _MAX_DEPTH:
+        raise _reject(value, where, f"is nested deeper than {_MAX_DEPTH} levels (or contains itself)")
+    t = type(value)
+    if value is None or t is bool:
+        return repr(value)
+    if t is int:
+        return int.__repr__(value)
+    if t is float:
+        if not math.isfinite(value):
+            raise _reject(value, where, "is not finite")
+        return float.__repr__(value)
+    if t is str:
+        return str.__repr__(value)
+    if t is list:
+        return "[" + ", ".join(_emit(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)) + "]"
+    if t is tuple:
+        items = [_emit(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    if t is dict:
+        parts = []
+        for k, v in value.items():
+            if type(k) is not str:
+                raise _reject(k, f"a key of {where}", "is not a str")
+            parts.append(f"{str.__repr__(k)}: {_emit(v, f'{where}[{k!r}]', depth + 1)}")
+        return "{" + ", ".join(parts) + "}"
+    raise _reject(value, where, f"is a {t.__module__}.{t.__qualname__}")
+
+
+def _comment(value: Any) -> str:
+    """Text safe inside a ``#`` comment: ASCII only, never a line break."""
+    return ascii(value)
+
+
+# ----------------------------------------------------------------------------- files
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` via a temporary file in the same directory and an atomic rename.
+
+    Either the whole new file is there afterwards, or (on any error) the old
+    state is: the temporary file is removed.
+    """
+    out = Path(path)
+    parent = out.parent
+    if not parent.is_dir():
+        raise InvalidValueError(f"cannot write {str(out)!r}: directory {str(parent)!r} does not exist. "
+                                "Fix: create it first or choose another path.")
+    if out.is_dir():
+        raise InvalidValueError(f"cannot write {str(out)!r}: it is a directory; expected a file path. "
+                                "Fix: name a file, e.g. runtime.py.")
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return out
+
+
+# ----------------------------------------------------------------------------- trainers
+def trainer_reference(cls: type) -> tuple[str, str | None]:
+    """``("module:qualname", script_path_or_None)`` naming ``cls`` for a generated program.
+
+    A class defined in the running script (``__main__``) is named
+    ``pearl_user_script:<qualname>`` and the script's absolute path is
+    returned; the generated program loads that file (:func:`load_script_module`).
+
+    Raises:
+        InvalidValueError: the class is defined inside a function, or in
+            ``__main__`` without a script file (REPL, notebook), or in a script
+            whose top-level code composes/runs (it would run again on import).
+    """
+    module, qualname = getattr(cls, "__module__", None), getattr(cls, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        raise InvalidValueError(f"RuntimeGen: trainer {cls!r} has no __module__/__qualname__; expected a class.")
+    if "<locals>" in qualname:
+        raise InvalidValueError(f"RuntimeGen: trainer class {qualname} is defined inside a function, so the "
+                                "generated program cannot import it. Fix: define it at module level.")
+    if module != "__main__" and module != USER_SCRIPT_MODULE:
+        return f"{module}:{qualname}", None
+    if module == USER_SCRIPT_MODULE:  # composing from a program that itself loaded the script
+        main = sys.modules.get(USER_SCRIPT_MODULE)
+    else:
+        main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path or not os.path.isfile(path):
+        raise InvalidValueError(
+            f"RuntimeGen: trainer class {qualname} is defined in __main__ without a script file (an interactive "
+            "session or a notebook), so the generated program cannot import it. Fix: move the class into a "
+            "module (e.g. my_trainers.py next to your program) and import it from there.")
+    path = os.path.abspath(path)
+    check_script_guarded(path)
+    return f"{USER_SCRIPT_MODULE}:{qualname}", path
+
+
+_COMPOSING_CALLS = ("Composer", "RuntimeGen", "run")
+
+
+def check_script_guarded(path: str) -> None:
+    """Reject a script whose top-level code (outside ``if __name__ == "__main__":``) composes or runs.
+
+    The generated program imports such a script to reach the trainer class; its
+    unguarded calls would run again there (and in every spawned worker).
+    """
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError) as exc:
+        raise InvalidValueError(f"RuntimeGen: cannot read the script {path!r} that defines the trainer "
+                                f"({type(exc).__name__}: {exc}).") from exc
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(stmt, ast.If) and _is_main_guard(stmt.test):
+            continue
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+                if name in _COMPOSING_CALLS:
+                    raise InvalidValueError(
+                        f"RuntimeGen: the trainer class is defined in the script {path!r}, which calls {name}(...) "
+                        f"at top level (line {node.lineno}). The generated program imports that script to reach the "
+                        "trainer, so this call would run again in it and in every worker. Fix: put the composer "
+                        "calls under `if __name__ == \"__main__\":`, or move the trainer into its own module.")
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    if not isinstance(test, ast.Compare) or len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
+    consts = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
+    return len(names) == 1 and len(consts) == 1
+
+
+def load_script_module(path: str, name: str = USER_SCRIPT_MODULE) -> Any:
+    """Import the script at ``path`` as module ``name`` (once per process) and return it.
+
+    Its ``if __name__ == "__main__":`` block does not run. Generated programs
+    call this at top level so that the host and every spawned worker can import
+    a trainer class that the user defined in their script.
+    """
+    if name in sys.modules:
+        return sys.modules[name]
+    if not os.path.isfile(path):
+        raise PearlError(f"the script {path!r} that defines the trainer class is not there any more; the generated "
+                         "program loads the trainer from it. Fix: restore the script, or move the trainer into a "
+                         "module and run the composer again.")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise PearlError(f"the script {path!r} cannot be loaded as a module; expected a .py file. "
+                         "Fix: move the trainer into a module and run the composer again.")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    _LOADING_SCRIPT.append(path)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    finally:
+        _LOADING_SCRIPT.pop()
+    return module
+
+
+def refuse_while_loading(what: str) -> None:
+    """Raise if called while :func:`load_script_module` runs a user's script (it would recurse)."""
+    if _LOADING_SCRIPT:
+        raise PearlError(f"{what} was called while a generated program was importing {_LOADING_SCRIPT[-1]!r} to "
+                         "reach the trainer class. Fix: put the composer calls of that script under "
+                         "`if __name__ == \"__main__\":`.")
+
+
+# ----------------------------------------------------------------------------- the program
+_TEMPLATE = Template('''\
+# Generated by PEARL ${version} (pearl_core.composer.RuntimeGen): a standalone training program.
+# It is ordinary Python: read it, edit it, keep it with your results.
+# Run:  python <this file> [--max-env-steps N] [--max-wall-time-s S] [--log-dir DIR] [--seed S]
+#                          [--quiet] [--show-plan]
+#
+# Inputs
+${inputs}
+#
+# Plan sha256 ${plan_hash}
+${choice}
+#
+# The full plan (hardware, matrix, every candidate, the choice) is embedded at the end as
+# PLAN_JSON; `--show-plan` prints it and checks it against PLAN_HASH.
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+
+from pearl_core.composer import Plan
+from pearl_core.plugins import get_backend
+from pearl_core.runtime import ParallelRuntime, ReplayConfig, RunConfig, RuntimePlan, StopCriteria
+from pearl_core.runtime.wiring import load_trainer_class
+${script_block}
+PEARL_VERSION = ${version_lit}
+PLAN_HASH = ${hash_lit}
+
+# Backends that drive the chosen devices; get_backend imports each plugin and checks it can run here.
+BACKENDS = ${backends_lit}
+
+# What to train.
+RUN_CONFIG = RunConfig(
+${run_config}
+)
+
+# Where and how it runs: the composer's choice.
+RUNTIME_PLAN = RuntimePlan(
+${runtime_plan}
+)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Train with the plan PEARL composed (" + PLAN_HASH[:12] + ").")
+    parser.add_argument("--max-env-steps", type=int, default=None,
+                        help="env-step budget (default: " + str(RUN_CONFIG.stop.max_env_steps) + ")")
+    parser.add_argument("--max-wall-time-s", type=float, default=None,
+                        help="wall-time budget in seconds (default: " + str(RUN_CONFIG.stop.max_wall_time_s) + ")")
+    parser.add_argument("--log-dir", default=None, help="logs, checkpoint, result.json (default: "
+                        + RUN_CONFIG.log_dir + ")")
+    parser.add_argument("--seed", type=int, default=None, help="base seed (default: " + str(RUN_CONFIG.seed) + ")")
+    parser.add_argument("--quiet", action="store_true", help="no progress display")
+    parser.add_argument("--show-plan", action="store_true", help="print the embedded plan JSON and exit")
+    return parser.parse_args(argv)
+
+
+def write_json(path: str, value: object) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(value, fh, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    plan = Plan.from_json(PLAN_JSON)
+    if plan.content_hash() != PLAN_HASH:
+        print("warning: PLAN_JSON differs from the plan this program was generated from (hash mismatch)",
+              file=sys.stderr)
+    if args.show_plan:
+        print(PLAN_JSON)
+        print("plan hash:", plan.content_hash())
+        return 0
+    for name in BACKENDS:
+        get_backend(name)
+    load_trainer_class(RUN_CONFIG.trainer)  # fail here, before any worker starts
+    stop = RUN_CONFIG.stop
+    if args.max_env_steps is not None:
+        stop = dataclasses.replace(stop, max_env_steps=args.max_env_steps)
+    if args.max_wall_time_s is not None:
+        stop = dataclasses.replace(stop, max_wall_time_s=args.max_wall_time_s)
+    config = dataclasses.replace(RUN_CONFIG, stop=stop, log_dir=args.log_dir or RUN_CONFIG.log_dir,
+                                 seed=RUN_CONFIG.seed if args.seed is None else args.seed)
+    print("PEARL " + PEARL_VERSION + ": plan " + PLAN_HASH[:12] + ", RM on " + plan.rm_device + ", learner on "
+          + plan.learner_device + ", Data Storage on " + plan.ds_device + ", setting " + str(plan.setting))
+    os.makedirs(config.log_dir, exist_ok=True)
+    write_json(os.path.join(config.log_dir, "composer_plan.json"), json.loads(PLAN_JSON))
+
+    result = ParallelRuntime(config, RUNTIME_PLAN, progress=not args.quiet).run()
+
+    write_json(os.path.join(result.log_dir, "result.json"),
+               {"plan_hash": PLAN_HASH, "pearl_version": PEARL_VERSION, **dataclasses.asdict(result)})
+    print("stopped by " + result.stop_reason + " (" + result.stop_detail + ")")
+    if result.solved:
+        print(f"solved at {result.solved_at_env_steps} env steps, {result.solved_at_wall_s:.1f} s")
+    else:
+        print("not solved within the budget")
+    print(f"throughput: {result.env_steps_per_s:.0f} env steps/s, {result.updates_per_s:.0f} updates/s, "
+          f"{result.samples_per_s:.0f} samples trained/s over {result.wall_time_s:.1f} s")
+    print("logs, learning curve, checkpoint and result.json in " + result.log_dir)
+    return 0
+
+
+# The plan, as `Plan.to_json()` wrote it (sorted keys).
+PLAN_JSON = (
+${plan_json}
+)
+
+
+if __name__ == "__main__":  # actors are spawned processes: only the host runs main()
+    sys.exit(main())
+''')
+
+_SCRIPT_BLOCK = Template('''\
+from pearl_core.composer.runtimegen import load_script_module
+
+# The trainer class is defined in the script that composed this program. It is loaded from that
+# file as module ${module_lit} (the script's `if __name__ == "__main__":` block does not run); this
+# runs at import time so that spawned workers can import the trainer too.
+USER_SCRIPT = ${path_lit}
+load_script_module(USER_SCRIPT, ${module_lit})
+''')
+
+
+def _fields_block(obj: Any, where: str, nested: dict[str, str] | None = None, indent: str = "    ") -> str:
+    """``name=<literal>,`` lines (one per dataclass field of ``obj``; nested values as indented calls)."""
+    lines = []
+    for f in fields(obj):
+        assert f.name.isidentifier()  # our own dataclasses' field names, never user input
+        value = getattr(obj, f.name)
+        if nested and f.name in nested:
+            inner = _fields_block(value, f"{where}.{f.name}", None, indent + "    ")
+            lines.append(f"{indent}{f.name}={nested[f.name]}(\n{inner}\n{indent}),")
+            continue
+        if f.name == "trainer_kwargs":
+            value = dict(value)
+        lines.append(f"{indent}{f.name}={literal(value, f'{where}.{f.name}')},")
+    return "\n".join(lines)
+
+
+def check_consistent(plan: "Plan", config: "RunConfig", runtime_plan: "RuntimePlan") -> None:
+    """Raise if the run config or runtime plan describe another workload than the plan."""
+    wl = plan.workload
+    pairs = [("environment id", wl.get("env_id"), config.env_id), ("batch size", wl.get("batch_size"),
+             config.batch_size), ("replay kind", wl.get("replay"), config.replay.kind),
+             ("replay capacity", wl.get("capacity"), config.replay.capacity),
+             ("sum-tree fanout", wl.get("fanout"), config.replay.fanout),
+             ("actors", wl.get("n_actors"), runtime_plan.n_actors)]
+    for what, planned, given in pairs:
+        if planned != given:
+            raise InvalidValueError(f"RuntimeGen: the plan was composed for {what} {planned!r} but the run config "
+                                    f"says {given!r}. Fix: run the composer again with these settings (or pass "
+                                    "the config the plan was made for).")
+
+
+def render_program(plan: "Plan", config: "RunConfig", runtime_plan: "RuntimePlan", *,
+                   user_script: str | None = None) -> str:
+    """The generated program's source text (see the module docstring).
+
+    Args:
+        plan: the composer's plan (embedded, hashed, summarised in the header).
+        config: what to train (``config.trainer`` is a ``"module:qualname"`` path).
+        runtime_plan: the plan's :meth:`~pearl_core.composer.plan.Plan.runtime_plan`,
+            possibly with overrides.
+        user_script: absolute path of the script that defines the trainer when
+            ``config.trainer`` names :data:`USER_SCRIPT_MODULE`.
+    """
+    from pearl_core.composer.plan import Plan
+    from pearl_core.runtime.config import RunConfig, RuntimePlan
+
+    for name, obj, cls in (("plan", plan, Plan), ("config", config, RunConfig), ("runtime_plan", runtime_plan,
+                                                                                  RuntimePlan)):
+        if not isinstance(obj, cls):
+            raise InvalidValueError(f"RuntimeGen: {name} is a {type(obj).__name__}; expected a {cls.__name__}.")
+    check_consistent(plan, config, runtime_plan)
+    module = config.trainer.partition(":")[0]
+    if module == USER_SCRIPT_MODULE and not user_script:
+        raise InvalidValueError(f"RuntimeGen: trainer {config.trainer!r} lives in the user's script but no script "
+                                "path was given. Fix: pass user_script=<path of the script>.")
+    if user_script and module != USER_SCRIPT_MODULE:
+        raise InvalidValueError(f"RuntimeGen: user_script was given but trainer {config.trainer!r} is not in "
+                                f"module {USER_SCRIPT_MODULE!r}.")
+
+    plan_hash = plan.content_hash()
+    dec, ch, wl, spec = plan.decision, plan.chosen, plan.workload, plan.spec
+    kinds = {d["name"]: d["kind"] for d in spec["device"]}
+    used = [kinds[plan.rm_device], kinds[plan.learner_device], kinds[plan.ds_device]]
+    backends = tuple(dict.fromkeys(plan.backends.get(k, k) for k in used))
+    devices = ", ".join(f"{d['name']} ({d['kind']})" for d in spec["device"])
+    inputs = [
+        f"#   environment   {_comment(config.env_id)}, {runtime_plan.n_actors} actor(s) x "
+        f"{runtime_plan.envs_per_actor} env(s)",
+        f"#   trainer       {_comment(config.trainer)}",
+        f"#   trainer args  {_comment(dict(config.trainer_kwargs))}",
+        f"#   learner       batch {config.batch_size}, replay ratio {config.replay_ratio!r}, learning starts "
+        f"{config.learning_starts}",
+        f"#   replay        {_comment(config.replay.kind)}, capacity {config.replay.capacity}, fanout "
+        f"{config.replay.fanout}",
+        f"#   stop          {_comment({k: v for k, v in config.stop.to_dict().items() if v is not None})}",
+        f"#   hardware      {_comment(spec.get('name') or '')}: {_comment(devices)}",
+        f"#   metric        {_comment(dec.metric)}",
+    ]
+    if user_script:
+        inputs.append(f"#   script        {_comment(user_script)}")
+    choice = [
+        f"#   RM on {_comment(plan.rm_device)}, learner on {_comment(plan.learner_device)}, Data Storage on "
+        f"{_comment(plan.ds_device)}, setting {plan.setting} "
+        + ("(co-located)" if plan.setting == 2 else "(through the host)"),
+        f"#   predicted {ch.iteration_s * 1e6:,.1f} us per iteration, {ch.throughput:,.0f} samples/s, "
+        f"{ch.power_w:,.1f} W; {len([c for c in dec.candidates if c.feasible])} feasible candidate(s)",
+        f"#   backends {_comment(backends)}",
+    ]
+    plan_lines = plan.to_json(indent=1).splitlines(keepends=True)
+    plan_json = "\n".join("    " + str.__repr__(line) for line in plan_lines)
+    script_block = ""
+    if user_script:
+        script_block = "\n" + _SCRIPT_BLOCK.substitute(path_lit=literal(user_script, "user_script"),
+                                                        module_lit=literal(USER_SCRIPT_MODULE))
+    from pearl_core import __version__
+
+    text = _TEMPLATE.substitute(
+        version=_comment(__version__).strip("'"), inputs="\n".join(inputs), plan_hash=plan_hash,
+        choice="\n".join(choice), script_block=script_block, version_lit=literal(__version__, "version"),
+        hash_lit=literal(plan_hash), backends_lit=literal(backends, "backends"),
+        run_config=_fields_block(config, "config", {"replay": "ReplayConfig", "stop": "StopCriteria"}),
+        runtime_plan=_fields_block(runtime_plan, "runtime_plan"), plan_json=plan_json)
+    ast.parse(text)  # a bug here must never produce a file that does not parse
+    return text
+
+
+def write_program(plan: "Plan", path: str | os.PathLike[str], config: "RunConfig", runtime_plan: "RuntimePlan",
+                  *, user_script: str | None = None) -> Path:
+    """Render the program and write it to ``path`` atomically; returns the path."""
+    text = render_program(plan, config, runtime_plan, user_script=user_script)
+    return atomic_write_text(path, text)
