@@ -63,6 +63,10 @@ from pearl_core.composer.cli import plan_command  # noqa: E402 - registered belo
 
 app.command("plan")(plan_command)
 
+from pearl_core.composer.compose_cli import compose_command  # noqa: E402
+
+app.command("compose")(compose_command)
+
 
 def main() -> None:  # console-script entry point
     app()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Optional
+from typing import NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -25,7 +25,8 @@ from pearl_core.composer.spec import HardwareSpec
 from pearl_core.composer.workload import Workload, workload_for_env
 from pearl_core.errors import PearlError
 
-__all__ = ["grid_values", "plan_command", "render_plan", "save_grid_png"]
+__all__ = ["fail", "grid_values", "parse_trainer_kwargs", "plan_command", "render_plan", "save_grid_png",
+           "write_plan_outputs"]
 
 _CELL_HEADERS = {"rm_sample": "sample", "rm_update": "update", "rm_insert": "insert", "learner": "learner",
                  "co_rm_sample": "co sample", "co_rm_update": "co update", "co_rm_insert": "co insert",
@@ -225,28 +226,54 @@ def plan_command(
     console = Console(width=max(132, Console().width))
     try:
         spec = HardwareSpec.load(hardware) if hardware is not None else HardwareSpec.detect()
-        kwargs = json.loads(trainer_kwargs) if trainer_kwargs else None
-        if kwargs is not None and not isinstance(kwargs, dict):
-            raise PearlError(f"--trainer-kwargs = {trainer_kwargs!r}; expected a JSON object such as '{{\"lr\": 0.001}}'.")
+        kwargs = parse_trainer_kwargs(trainer_kwargs)
         wl = workload_for_env(env_id, batch_size, trainer=trainer, trainer_kwargs=kwargs, hidden_sizes=hidden,
                               replay=replay, capacity=capacity, fanout=fanout, n_actors=n_actors,
                               insert_batch=insert_batch)
         plan = make_plan(spec, wl, metric)
-    except json.JSONDecodeError as exc:
-        console.print(f"[red]error:[/red] --trainer-kwargs is not valid JSON ({escape(str(exc))}).", soft_wrap=True)
-        raise typer.Exit(2) from None
     except PearlError as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
-        raise typer.Exit(2) from None
+        fail(console, exc)
     render_plan(plan, console)
-    if png is not None:
-        try:
-            console.print(f"grid written to {escape(str(save_grid_png(plan, png)))}")
-        except (PearlError, OSError) as exc:
-            console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
-            raise typer.Exit(2) from None
-    if json_out is not None:
-        tmp = json_out.with_name(json_out.name + ".tmp")
-        tmp.write_text(plan.to_json(), encoding="utf-8")
-        tmp.replace(json_out)  # atomic: never a half-written plan
-        console.print(f"plan written to {escape(str(json_out))}")
+    write_plan_outputs(plan, console, png, json_out)
+
+
+def fail(console: Console, exc: BaseException | str) -> NoReturn:
+    """Print ``error: <message>`` and exit with status 2 (the CLI's bad-input status)."""
+    console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def parse_trainer_kwargs(text: Optional[str]) -> Optional[dict]:
+    """The ``--trainer-kwargs`` JSON object (``None`` when not given), or a :class:`PearlError`."""
+    if not text:
+        return None
+    try:
+        kwargs = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PearlError(f"--trainer-kwargs is not valid JSON ({exc}).") from None
+    if not isinstance(kwargs, dict):
+        raise PearlError(f"--trainer-kwargs = {text!r}; expected a JSON object such as '{{\"lr\": 0.001}}'.")
+    return kwargs
+
+
+def write_plan_outputs(plan: Plan, console: Console, png: Optional[Path], json_out: Optional[Path]) -> list[Path]:
+    """Write ``--png`` and ``--json`` when given (the JSON atomically); returns the paths written.
+
+    On an error, removes what it wrote, prints the error and exits with status 2.
+    """
+    written: list[Path] = []
+    try:
+        if png is not None:
+            written.append(save_grid_png(plan, png))
+            console.print(f"grid written to {escape(str(png))}")
+        if json_out is not None:
+            tmp = json_out.with_name(json_out.name + ".tmp")
+            tmp.write_text(plan.to_json(), encoding="utf-8")
+            tmp.replace(json_out)  # atomic: never a half-written plan
+            written.append(json_out)
+            console.print(f"plan written to {escape(str(json_out))}")
+    except (PearlError, OSError) as exc:
+        for path in written:
+            path.unlink(missing_ok=True)
+        fail(console, exc)
+    return written

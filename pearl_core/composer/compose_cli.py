@@ -1,0 +1,101 @@
+"""``pearl compose``: plan like ``pearl plan``, then write the training program (RuntimeGen).
+
+It takes every option of ``pearl plan`` (the parameters of
+:func:`pearl_core.composer.cli.plan_command` are reused as they are, so the two
+commands cannot drift apart) plus ``-o/--output`` and a few run settings::
+
+    pearl compose --env CartPole-v1 -b 64 --replay prioritized -o runtime.py
+    python runtime.py --max-env-steps 2000
+
+Errors print ``error: ...`` and exit with status 2; no file is left behind.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from pearl_core.composer.api import Composer
+from pearl_core.composer.cli import fail, parse_trainer_kwargs, plan_command, render_plan, write_plan_outputs
+from pearl_core.composer.workload import hidden_layers
+from pearl_core.errors import PearlError
+
+__all__ = ["compose_command"]
+
+_EXTRA = (
+    ("output", Path, typer.Option(..., "--output", "-o", help="The program to write, e.g. runtime.py.")),
+    ("profile", bool, typer.Option(True, "--profile/--no-profile", help="Measure the present devices' cells "
+                                   "(cached on disk); --no-profile uses the analytic models only.")),
+    ("replay_ratio", float, typer.Option(0.5, "--replay-ratio", help="Learner updates per env step.")),
+    ("learning_starts", int, typer.Option(1_000, "--learning-starts", help="Env steps before the first update.")),
+    ("max_env_steps", int, typer.Option(100_000, "--max-env-steps", help="Env-step budget of the run.")),
+    ("eval_return", Optional[float], typer.Option(None, "--eval-return", help="Stop when a greedy evaluation "
+                                                  "averages at least this (e.g. 475 for CartPole-v1).")),
+    ("log_dir", str, typer.Option("runs/pearl", "--log-dir", help="Where the program writes logs and results.")),
+)
+
+
+def compose_command(**options: Any) -> None:
+    """Plan where the replay manager, learner and Data Storage run, then write the training program."""
+    o = options
+    console = Console(width=max(132, Console().width))
+    output: Path = o["output"]
+    try:
+        composer = Composer(o["hardware"], o["metric"])
+        composer.set_actors(o["env_id"], o["n_actors"], insert_batch=o["insert_batch"])
+        kwargs = parse_trainer_kwargs(o["trainer_kwargs"]) or {}
+        trainer = o["trainer"] or _default_trainer(composer)
+        if o["hidden"] is not None:
+            sizes = list(hidden_layers(o["hidden"]))
+            from pearl_core.algorithms import DDPG
+
+            if isinstance(trainer, type) and issubclass(trainer, DDPG):
+                kwargs.update(actor_hidden=sizes, critic_hidden=sizes)
+            else:
+                kwargs["hidden_sizes"] = sizes
+        composer.set_train_function(trainer, o["batch_size"], replay_ratio=o["replay_ratio"],
+                                    learning_starts=o["learning_starts"], **kwargs)
+        composer.set_replay(o["replay"], o["capacity"], o["fanout"])
+        composer.set_stop(eval_return=o["eval_return"], max_env_steps=o["max_env_steps"])
+        composer.set_run(log_dir=o["log_dir"])
+        plan = composer.run(profile=o["profile"])
+        render_plan(plan, console)
+        program = composer.RuntimeGen(plan, output)
+    except (PearlError, OSError) as exc:
+        fail(console, exc)
+    try:
+        write_plan_outputs(plan, console, o["png"], o["json_out"])
+    except typer.Exit:
+        program.unlink(missing_ok=True)  # all or nothing
+        raise
+    console.print(f"program written to {escape(str(program))}; run it with: python {escape(str(program))}")
+
+
+def _default_trainer(composer: Composer) -> type:
+    """The built-in DQN for discrete actions, DDPG for continuous ones (as ``pearl plan`` does)."""
+    import gymnasium.spaces as spaces
+
+    from pearl_core.algorithms import DDPG, DQN
+
+    assert composer._spaces is not None  # noqa: SLF001 - set by set_actors above
+    return DQN if isinstance(composer._spaces[1], spaces.Discrete) else DDPG  # noqa: SLF001
+
+
+def _signature() -> tuple[inspect.Signature, dict[str, Any]]:
+    """``pearl plan``'s parameters followed by the extra ones, with resolved annotations (typer reads both)."""
+    hints = typing.get_type_hints(plan_command)
+    params = [p.replace(annotation=hints[p.name]) for p in inspect.signature(plan_command).parameters.values()]
+    params += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=ann)
+               for name, ann, default in _EXTRA]
+    annotations = {p.name: p.annotation for p in params}
+    annotations["return"] = None
+    return inspect.Signature(params, return_annotation=None), annotations
+
+
+compose_command.__signature__, compose_command.__annotations__ = _signature()  # type: ignore[attr-defined]
