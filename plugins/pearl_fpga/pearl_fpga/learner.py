@@ -1,0 +1,370 @@
+"""The MLP learner pipeline (``kernels/learner.cl``) and a DQN trainer that trains through it.
+
+:class:`MLPPipeline` runs an ``nn.Linear``/ReLU stack as the paper's learner
+pipeline: forward stages per layer, a loss stage, backward (BW) and weight
+gradient (WA) stages per layer in reverse, a reduction of the ``dp`` pipelines'
+gradient accumulators, gradient clipping and the weight update (Adam or SGD).
+``dp`` is the number of parallel pipelines (global dimension 0 of every stage),
+``uf`` the per-stage unroll (``-DUF``); the analytic model
+(:func:`pearl_fpga.model.learner_design`) says which values an FPGA would fit.
+
+:class:`FpgaDQN` is :class:`pearl_core.algorithms.dqn.DQN` with
+``update_policy`` executed by the pipeline: same hyper-parameters, same loss
+(importance-weighted Huber, or MSE with ``huber_delta=0``), same target-network
+schedule, same clipping and Adam. After each step the new weights are copied into
+the torch ``q_net`` so that acting, ``get_weights`` and checkpoints see them.
+
+All of it is functional emulation on the OpenCL device chosen by
+:mod:`pearl_fpga.runtime`; its timings are not FPGA timings.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from pearl_core.errors import InvalidValueError, SpecError
+
+from pearl_fpga.runtime import Runtime, kernel_source
+
+__all__ = ["FpgaDQN", "MLPPipeline", "linear_relu_dims"]
+
+F32 = np.float32
+
+
+def linear_relu_dims(module) -> list[int]:
+    """``[in, h1, ..., out]`` of an ``nn.Sequential`` of ``Linear, ReLU, ..., Linear``, or raise SpecError."""
+    import torch.nn as nn
+
+    mods = list(module.children()) if isinstance(module, nn.Sequential) else [module]
+    dims: list[int] = []
+    for k, m in enumerate(mods):
+        want_linear = k % 2 == 0
+        if want_linear and isinstance(m, nn.Linear) and m.bias is not None:
+            if dims and dims[-1] != m.in_features:
+                raise SpecError(f"layer {k} takes {m.in_features} inputs; the previous layer gives {dims[-1]}.")
+            dims = dims or [m.in_features]
+            dims.append(m.out_features)
+        elif not want_linear and isinstance(m, nn.ReLU):
+            continue
+        else:
+            raise SpecError(
+                f"the FPGA learner pipeline maps Linear(bias=True) -> ReLU -> ... -> Linear stacks; module {k} "
+                f"is {type(m).__name__}. Fix: use the CPU or CUDA learner for this network."
+            )
+    if len(dims) < 2 or not isinstance(mods[-1], nn.Linear):
+        raise SpecError("the FPGA learner pipeline needs a stack that ends with nn.Linear.")
+    return dims
+
+
+class MLPPipeline:
+    """Forward, loss, backward and weight update of a ReLU MLP as OpenCL pipeline stages.
+
+    Args:
+        dims: ``[in, hidden..., out]`` (ReLU after every layer but the last).
+        dp: parallel pipelines (each keeps its own gradient accumulators).
+        uf: per-stage unroll factor (compile-time ``-DUF``).
+        runtime: OpenCL runtime (default: :meth:`pearl_fpga.runtime.DpctlRuntime.default`).
+    """
+
+    NORM_CHUNK = 256
+
+    def __init__(self, dims: Sequence[int], *, dp: int = 1, uf: int = 1, runtime: Runtime | None = None):
+        dims = [int(d) for d in dims]
+        if len(dims) < 2 or min(dims) < 1:
+            raise InvalidValueError(f"MLP dims must be >= 2 positive sizes; found {dims}.")
+        for name, value in (("dp", dp), ("uf", uf)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidValueError(f"MLPPipeline {name} must be an integer >= 1; found {value!r}.")
+        if runtime is None:
+            from pearl_fpga.runtime import DpctlRuntime
+
+            runtime = DpctlRuntime.default()
+        self.rt, self.dims, self.dp, self.uf = runtime, dims, dp, uf
+        self.offsets: list[int] = []
+        n = 0
+        for a, b in zip(dims, dims[1:]):
+            self.offsets.append(n)
+            n += a * b + b
+        self.n_params = n
+        src, opts = kernel_source("learner.cl"), f"-DUF={uf}"
+        self.k = {name: runtime.kernel(src, name, opts) for name in (
+            "fw_linear", "dqn_loss", "bw_linear", "wa_linear", "grad_reduce", "sqnorm_partial", "clip_coef",
+            "adam_step", "sgd_step", "polyak")}
+        self.params = self.new_params()
+        self.grad = runtime.alloc(4 * n)
+        self.grad_part = runtime.alloc(4 * n * dp)
+        self.m, self.v = self.new_params(), self.new_params()
+        self.n_parts = -(-n // self.NORM_CHUNK)
+        self.norm_part = runtime.alloc(4 * self.n_parts)
+        self.coef = runtime.alloc(8)
+        self._scratch: dict[tuple, list] = {}
+
+    # -- parameters ---------------------------------------------------------------------------
+    @property
+    def layers(self) -> int:
+        return len(self.dims) - 1
+
+    def new_params(self, arrays: Sequence[tuple[np.ndarray, np.ndarray]] | None = None):
+        """A zeroed (or loaded) parameter buffer in the flat layout."""
+        buf = self.rt.alloc(4 * self.n_params)
+        self.write_params(buf, arrays)
+        return buf
+
+    def flatten(self, arrays: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        if len(arrays) != self.layers:
+            raise InvalidValueError(f"expected {self.layers} (weight, bias) pairs; found {len(arrays)}.")
+        parts = []
+        for k, (w, b) in enumerate(arrays):
+            a, o = self.dims[k], self.dims[k + 1]
+            if np.shape(w) != (o, a) or np.shape(b) != (o,):
+                raise InvalidValueError(f"layer {k}: expected weight ({o}, {a}) and bias ({o},); "
+                                        f"found {np.shape(w)} and {np.shape(b)}.")
+            parts += [np.asarray(w, F32).ravel(), np.asarray(b, F32).ravel()]
+        return np.concatenate(parts)
+
+    def unflatten(self, flat: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        out = []
+        for k, off in enumerate(self.offsets):
+            a, o = self.dims[k], self.dims[k + 1]
+            out.append((flat[off:off + o * a].reshape(o, a).copy(), flat[off + o * a:off + o * a + o].copy()))
+        return out
+
+    def write_params(self, buf, arrays=None) -> None:
+        flat = np.zeros(self.n_params, F32) if arrays is None else self.flatten(arrays)
+        self.rt.write(buf, flat)
+
+    def read_flat(self, buf) -> np.ndarray:
+        return self.rt.read(buf, np.empty(self.n_params, F32))
+
+    def read_params(self, buf=None) -> list[tuple[np.ndarray, np.ndarray]]:
+        return self.unflatten(self.read_flat(self.params if buf is None else buf))
+
+    # -- stages ---------------------------------------------------------------------------------
+    def _acts(self, role: str, batch: int) -> list:
+        """Activation buffers ``[input, layer 1 out, ..., layer L out]`` for ``batch`` samples."""
+        key = (role, batch)
+        if key not in self._scratch:
+            self._scratch[key] = [self.rt.alloc(4 * batch * d) for d in self.dims]
+        return self._scratch[key]
+
+    def _dp(self, batch: int) -> int:
+        return max(1, min(self.dp, batch))
+
+    def enqueue_forward(self, params, acts: list, batch: int) -> None:
+        """FW stages: ``acts[0]`` holds the input; ``acts[l+1]`` receives layer ``l``'s output."""
+        dp = self._dp(batch)
+        for k, off in enumerate(self.offsets):
+            a, o = self.dims[k], self.dims[k + 1]
+            relu = np.int32(k < self.layers - 1)
+            self.rt.launch(self.k["fw_linear"], [dp * o], [acts[k], np.int64(a), params, np.int64(off),
+                                                           acts[k + 1], np.int64(o), np.int64(batch), relu,
+                                                           np.int64(dp)])
+
+    def enqueue_backward(self, acts: list, grads: list, batch: int) -> None:
+        """WA and BW stages in reverse layer order, then the reduction over pipelines into ``self.grad``.
+
+        ``grads[L]`` holds dloss/d(output); ``grads[l]`` (``l >= 1``) receives dloss/d(acts[l]).
+        """
+        dp = self._dp(batch)
+        n = np.int64(self.n_params)
+        for k in reversed(range(self.layers)):
+            a, o, off = self.dims[k], self.dims[k + 1], self.offsets[k]
+            self.rt.launch(self.k["wa_linear"], [dp * o], [grads[k + 1], np.int64(o), acts[k], np.int64(a),
+                                                           self.grad_part, n, np.int64(off), np.int64(batch),
+                                                           np.int64(dp)])
+            if k > 0:
+                self.rt.launch(self.k["bw_linear"], [dp * a], [grads[k + 1], np.int64(o), self.params,
+                                                               np.int64(off), acts[k], grads[k], np.int64(a),
+                                                               np.int64(batch), np.int64(dp)])
+        self.rt.launch(self.k["grad_reduce"], [self.n_params], [self.grad_part, np.int64(dp), n, self.grad])
+
+    def enqueue_clip(self, max_norm: float | None) -> None:
+        """Norm of ``self.grad`` and torch's clip coefficient (1 when ``max_norm`` is None)."""
+        self.rt.launch(self.k["sqnorm_partial"], [self.n_parts], [self.grad, np.int64(self.n_params),
+                                                                   np.int64(self.NORM_CHUNK), self.norm_part])
+        self.rt.launch(self.k["clip_coef"], [1], [self.norm_part, np.int64(self.n_parts),
+                                                  F32(max_norm or 0.0), self.coef])
+
+    def enqueue_adam(self, step: int, lr: float, betas=(0.9, 0.999), eps: float = 1e-8) -> None:
+        b1, b2 = betas
+        step_size = lr / (1.0 - b1 ** step)
+        bc2_sqrt = math.sqrt(1.0 - b2 ** step)
+        self.rt.launch(self.k["adam_step"], [self.n_params], [
+            self.params, self.grad, self.coef, self.m, self.v, np.int64(self.n_params),
+            F32(b1), F32(b2), F32(eps), F32(step_size), F32(bc2_sqrt)])
+
+    def enqueue_sgd(self, lr: float) -> None:
+        self.rt.launch(self.k["sgd_step"], [self.n_params], [self.params, self.grad, self.coef,
+                                                             np.int64(self.n_params), F32(lr)])
+
+    def enqueue_polyak(self, target, tau: float) -> None:
+        self.rt.launch(self.k["polyak"], [self.n_params], [target, self.params, np.int64(self.n_params), F32(tau)])
+
+    # -- convenience (tests, users) ----------------------------------------------------------------
+    def forward(self, x: np.ndarray, params=None) -> np.ndarray:
+        """Network output for a ``(batch, in)`` array."""
+        x = np.ascontiguousarray(x, F32).reshape(len(x), -1)
+        acts = self._acts("forward", len(x))
+        self.rt.write(acts[0], x)
+        self.enqueue_forward(self.params if params is None else params, acts, len(x))
+        return self.rt.read(acts[-1], np.empty((len(x), self.dims[-1]), F32))
+
+    def dqn_loss_and_grads(self, obs, action, reward, next_obs, done, weights, *, target_params, gamma: float,
+                           huber_delta: float = 1.0, double_dqn: bool = False):
+        """Run every stage up to the reduced gradient; return ``(loss, td, q, grad arrays)`` (no update)."""
+        batch = len(obs)
+        q, td, loss = self.enqueue_dqn(obs, action, reward, next_obs, done, weights, target_params=target_params,
+                                       gamma=gamma, huber_delta=huber_delta, double_dqn=double_dqn)
+        return loss, td, q, self.unflatten(self.rt.read(self.grad, np.empty(self.n_params, F32)))
+
+    def enqueue_dqn(self, obs, action, reward, next_obs, done, weights, *, target_params, gamma: float,
+                    huber_delta: float, double_dqn: bool):
+        """Upload a batch and run FW (target and online), the DQN loss, WA/BW and the reduction.
+
+        Returns host arrays ``(q(s, .), td, loss)`` read after the loss stage.
+        """
+        rt, batch, n_act = self.rt, len(obs), self.dims[-1]
+        online, target = self._acts("online", batch), self._acts("target", batch)
+        rt.write(online[0], np.ascontiguousarray(obs, F32).reshape(batch, -1))
+        rt.write(target[0], np.ascontiguousarray(next_obs, F32).reshape(batch, -1))
+        io = self._io(batch)
+        rt.write(io["act"], np.ascontiguousarray(action, np.int64).reshape(-1))
+        rt.write(io["rew"], np.ascontiguousarray(reward, F32).reshape(-1))
+        rt.write(io["done"], np.ascontiguousarray(done, F32).reshape(-1))
+        rt.write(io["w"], np.ascontiguousarray(weights, F32).reshape(-1))
+        self.enqueue_forward(target_params, target, batch)
+        q_sel = target[-1]
+        if double_dqn:
+            nxt = self._acts("online_next", batch)
+            rt.copy(nxt[0], target[0], 4 * batch * self.dims[0])
+            self.enqueue_forward(self.params, nxt, batch)
+            q_sel = nxt[-1]
+        self.enqueue_forward(self.params, online, batch)
+        grads = self._acts("grads", batch)
+        rt.launch(self.k["dqn_loss"], [batch], [
+            online[-1], target[-1], q_sel, np.int64(n_act), io["act"], io["rew"], io["done"], io["w"],
+            F32(gamma), F32(huber_delta), np.int64(batch), grads[-1], io["td"], io["loss"]])
+        self.enqueue_backward(online, grads, batch)
+        q = rt.read(online[-1], np.empty((batch, n_act), F32))
+        td = rt.read(io["td"], np.empty(batch, F32))
+        loss = rt.read(io["loss"], np.empty(batch, F32))
+        return q, td, float(loss.astype(np.float64).sum() / batch)
+
+    def _io(self, batch: int) -> dict:
+        key = ("io", batch)
+        if key not in self._scratch:
+            self._scratch[key] = {name: self.rt.alloc((8 if name == "act" else 4) * batch)
+                                  for name in ("act", "rew", "done", "w", "td", "loss")}
+        return self._scratch[key]
+
+
+def _dqn_base():
+    from pearl_core.algorithms.dqn import DQN
+
+    return DQN
+
+
+class FpgaDQN(_dqn_base()):
+    """DQN whose gradient step runs on the FPGA learner pipeline (emulated; see the module docstring).
+
+    Args: those of :class:`~pearl_core.algorithms.dqn.DQN` (``device`` must stay ``"cpu"``), plus
+        dp: parallel learner pipelines; uf: per-stage unroll; runtime: OpenCL runtime.
+    """
+
+    def __init__(self, observation_space, action_space, *, dp: int = 1, uf: int = 1,
+                 runtime: Runtime | None = None, **kwargs):
+        if kwargs.get("device", "cpu") != "cpu":
+            raise SpecError(f"FpgaDQN keeps its torch copy on the CPU; found device={kwargs['device']!r}.")
+        super().__init__(observation_space, action_space, **kwargs)
+        self.pipeline = MLPPipeline(linear_relu_dims(self.q_net), dp=dp, uf=uf, runtime=runtime)
+        self.target_params = self.pipeline.new_params()
+        group = self.optimizer.param_groups[0]
+        self._lr, self._betas, self._adam_eps = float(group["lr"]), tuple(group["betas"]), float(group["eps"])
+        self._adam_steps = 0
+        self._push()
+
+    # -- host <-> device ---------------------------------------------------------------------------
+    @staticmethod
+    def _pairs(net) -> list[tuple[np.ndarray, np.ndarray]]:
+        import torch.nn as nn
+
+        return [(m.weight.detach().numpy(), m.bias.detach().numpy()) for m in net if isinstance(m, nn.Linear)]
+
+    def _copy_into(self, net, pairs) -> None:
+        import torch
+        import torch.nn as nn
+
+        with torch.no_grad():
+            for m, (w, b) in zip([m for m in net if isinstance(m, nn.Linear)], pairs):
+                m.weight.copy_(torch.from_numpy(w))
+                m.bias.copy_(torch.from_numpy(b))
+
+    def _push(self) -> None:
+        """Upload q_net, target_net and the Adam moments (from the torch optimizer's state, if any)."""
+        p = self.pipeline
+        p.write_params(p.params, self._pairs(self.q_net))
+        p.write_params(self.target_params, self._pairs(self.target_net))
+        state = [self.optimizer.state.get(t, {}) for t in self._params]
+        if all("exp_avg" in s for s in state):
+            flat = lambda key: np.concatenate([s[key].detach().numpy().ravel() for s in state]).astype(F32)  # noqa: E731
+            p.rt.write(p.m, flat("exp_avg"))
+            p.rt.write(p.v, flat("exp_avg_sq"))
+            self._adam_steps = int(float(state[0]["step"]))
+        else:
+            p.write_params(p.m)
+            p.write_params(p.v)
+            self._adam_steps = 0
+
+    def _pull_optimizer(self) -> None:
+        """Mirror the device's Adam moments into the torch optimizer (for checkpoints)."""
+        import torch
+
+        if self._adam_steps == 0:
+            return
+        p = self.pipeline
+        m, v = p.unflatten(p.read_flat(p.m)), p.unflatten(p.read_flat(p.v))
+        tensors = iter(self._params)
+        for (mw, mb), (vw, vb) in zip(m, v):
+            for mm, vv in ((mw, vw), (mb, vb)):
+                t = next(tensors)
+                self.optimizer.state[t] = {"step": torch.tensor(float(self._adam_steps)),
+                                           "exp_avg": torch.from_numpy(mm), "exp_avg_sq": torch.from_numpy(vv)}
+
+    # -- learning ------------------------------------------------------------------------------------
+    def update_policy(self, batch, weights: np.ndarray):
+        from pearl_core.trainer import UpdateResult
+
+        p = self.pipeline
+        if self.updates % self.target_update_every == 0:
+            p.enqueue_polyak(self.target_params, 1.0 if self.tau >= 1.0 else self.tau)
+        action = np.asarray(batch.action, dtype=np.int64).reshape(-1) - self.action_start
+        obs = np.asarray(batch.obs).reshape(len(action), -1)
+        next_obs = np.asarray(batch.next_obs).reshape(len(action), -1)
+        q, td, loss = p.enqueue_dqn(obs, action, batch.reward, next_obs, np.asarray(batch.done, np.float32),
+                                    weights, target_params=self.target_params, gamma=self.gamma,
+                                    huber_delta=self.huber_delta, double_dqn=self.double_dqn)
+        p.enqueue_clip(self.max_grad_norm)
+        self._adam_steps += 1
+        p.enqueue_adam(self._adam_steps, self._lr, self._betas, self._adam_eps)
+        self._copy_into(self.q_net, p.read_params())
+        if self.updates % self.target_update_every == 0:
+            self._copy_into(self.target_net, p.read_params(self.target_params))
+        self.updates += 1
+        q_sa = q[np.arange(len(action)), action]
+        return UpdateResult(td_errors=td.astype(np.float32), metrics={"loss": loss, "q_mean": float(q_sa.mean())})
+
+    # -- weights and state -----------------------------------------------------------------------------
+    def set_weights(self, weights) -> None:
+        super().set_weights(weights)
+        self.pipeline.write_params(self.pipeline.params, self._pairs(self.q_net))
+
+    def state_dict(self):
+        self._pull_optimizer()
+        return super().state_dict()
+
+    def load_state_dict(self, state) -> None:
+        super().load_state_dict(state)
+        self._push()
