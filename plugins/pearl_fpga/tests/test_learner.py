@@ -96,7 +96,7 @@ def test_fpga_dqn_update_steps_match_torch_dqn():
     """Ten full steps (target copies, clipping active, Adam) from the same start stay within float tolerance."""
     obs_space = gym.spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
     act_space = gym.spaces.Discrete(2)
-    kw = dict(hidden_sizes=(64, 64), target_update_every=3, max_grad_norm=0.5, lr=1e-3, seed=0)
+    kw = dict(hidden_sizes=(64, 64), target_update_every=3, max_grad_norm=0.22, lr=1e-3, seed=0)
     torch.manual_seed(3)
     ref = DQN(obs_space, act_space, **kw)
     dev = FpgaDQN(obs_space, act_space, dp=4, uf=2, **kw)
@@ -112,7 +112,7 @@ def test_fpga_dqn_update_steps_match_torch_dqn():
         np.testing.assert_allclose(r_dev.td_errors, r_ref.td_errors, rtol=1e-3, atol=1e-4)
         assert r_dev.metrics["loss"] == pytest.approx(r_ref.metrics["loss"], rel=1e-3, abs=1e-5)
         coefs.append(dev.pipeline.rt.read(dev.pipeline.coef, np.empty(2, np.float32))[0])
-    assert min(coefs) < 1.0  # the clipping stage was exercised, not only the pass-through
+    assert min(coefs) < 1.0 < max(coefs) + 1e-6  # clipping both active and idle (norms here ~0.19-0.30)
     for (a, b_), (c, d) in zip(pairs(dev.q_net), pairs(ref.q_net)):
         np.testing.assert_allclose(a, c, rtol=1e-3, atol=1e-5)
         np.testing.assert_allclose(b_, d, rtol=1e-3, atol=1e-5)
