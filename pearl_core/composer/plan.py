@@ -29,11 +29,13 @@ from pearl_core.composer.backends import backend_for_kind
 from pearl_core.composer.costs import Profiler, fill_matrix
 from pearl_core.composer.matrix import AssignmentMatrix
 from pearl_core.composer.spec import HardwareSpec
+from pearl_core.composer.tuning import host_variants, pick_variant
 from pearl_core.composer.workload import Workload
 from pearl_core.errors import SpecError
 
 if TYPE_CHECKING:
     from pearl_core.plugins import PluginRegistry
+    from pearl_core.composer.tuning import Variant
     from pearl_core.runtime.config import RuntimePlan
 
 __all__ = ["PLAN_FORMAT", "Plan", "make_plan"]
@@ -58,6 +60,10 @@ class Plan:
         decision: Algorithm 1's candidates, DS options and choice.
         backends: backend name per device kind (``{"cpu": "cpu", "cuda": "cuda"}``).
         pearl_version: version of pearl-core that made the plan.
+        tuning: when the RM and the learner share the host CPU, the runtime
+            variants (setting 1 / 2, thread split) with their predictions and the
+            chosen one (:mod:`pearl_core.composer.tuning`): ``{"variants": [...],
+            "chosen": index}``; empty otherwise.
     """
 
     spec: Mapping[str, Any]
@@ -66,8 +72,10 @@ class Plan:
     decision: Decision
     backends: Mapping[str, str] = field(default_factory=dict)
     pearl_version: str = ""
+    tuning: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "tuning", _freeze(dict(self.tuning)))
         object.__setattr__(self, "spec", _freeze(dict(self.spec)))
         object.__setattr__(self, "workload", _freeze(dict(self.workload)))
         object.__setattr__(self, "backends", dict(self.backends))
@@ -87,8 +95,22 @@ class Plan:
 
     @property
     def setting(self) -> int:
-        """1: RM and learner talk through the host; 2: co-located on one device."""
-        return self.decision.setting
+        """1: RM and learner talk through the host; 2: co-located on one device (the tuned variant's, if any)."""
+        v = self.variant
+        return v.setting if v is not None else self.decision.setting
+
+    @property
+    def variants(self) -> "tuple[Variant, ...]":
+        """The host-CPU runtime variants considered (empty unless RM and learner share the host)."""
+        from pearl_core.composer.tuning import Variant
+
+        return tuple(Variant.from_dict(v) for v in self.tuning.get("variants", ()))
+
+    @property
+    def variant(self) -> "Variant | None":
+        """The chosen host-CPU variant, or ``None``."""
+        vs, i = self.variants, self.tuning.get("chosen")
+        return vs[i] if vs and isinstance(i, int) else None
 
     @property
     def metric(self) -> str:
@@ -149,6 +171,9 @@ class Plan:
             values["rm_threads"] = rm_t
         if isinstance(ln_t, int) and self._device(self.learner_device)["kind"] == "cpu":
             values["learner_threads"] = ln_t
+        v = self.variant
+        if v is not None:
+            values.update(setting=v.setting, learner_threads=v.learner_threads, rm_threads=v.rm_threads)
         values.update(overrides)
         return RuntimePlan(**values)
 
@@ -156,7 +181,7 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return {"format": PLAN_FORMAT, "pearl_version": self.pearl_version, "spec": self.spec,
                 "workload": self.workload, "backends": dict(sorted(self.backends.items())),
-                "matrix": self.matrix.to_dict(), "decision": self.decision.to_dict()}
+                "matrix": self.matrix.to_dict(), "decision": self.decision.to_dict(), "tuning": dict(self.tuning)}
 
     def to_json(self, *, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, indent=indent, allow_nan=False)
@@ -175,7 +200,8 @@ class Plan:
             raise SpecError(f"plan format = {data.get('format')!r} is not supported; expected {PLAN_FORMAT}. "
                             "Fix: re-run the composer with this version of PEARL.")
         return cls(data["spec"], data["workload"], AssignmentMatrix.from_dict(data["matrix"]),
-                   Decision.from_dict(data["decision"]), data.get("backends", {}), data.get("pearl_version", ""))
+                   Decision.from_dict(data["decision"]), data.get("backends", {}), data.get("pearl_version", ""),
+                   data.get("tuning", {}))
 
     @classmethod
     def from_json(cls, text: str) -> "Plan":
@@ -204,4 +230,10 @@ def make_plan(spec: HardwareSpec, workload: Workload, metric: str = "throughput"
     decision = algorithm1(spec, matrix, workload, metric, comm_inclusive=comm_inclusive)
     kinds = dict.fromkeys(d.kind for d in spec.devices)
     backends = {k: backend_for_kind(k, registry)[0] for k in kinds}
-    return Plan(spec.to_dict(), workload.to_dict(), matrix, decision, backends, __version__)
+    tuning: dict[str, Any] = {}
+    if decision.rm_device == decision.learner_device == spec.host:
+        host = next(d for d in spec.devices if d.name == spec.host)
+        variants = host_variants(host, matrix.row(spec.host), workload)
+        if variants:
+            tuning = {"variants": [v.to_dict() for v in variants], "chosen": pick_variant(variants, metric)}
+    return Plan(spec.to_dict(), workload.to_dict(), matrix, decision, backends, __version__, tuning)

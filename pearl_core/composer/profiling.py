@@ -1,32 +1,410 @@
 """Profiled cost cells for present devices, cached on disk.
 
-:func:`profiler_for` returns the ``profiler`` hook of :func:`~pearl_core.composer.costs.fill_matrix`:
-for each spec device that a backend *available here* detects, it asks that
+:func:`profiler_for` returns the ``profiler`` hook of :func:`~pearl_core.composer.costs.fill_matrix`.
+For each spec device that a backend *available here* detects, it asks that
 backend's :meth:`~pearl_core.backend.Backend.profile_cells` for measured cells
-and caches the row on disk, keyed by backend name and version, device and
-workload. Devices the spec describes but this machine lacks get ``None`` (the
-analytic models answer for them).
+and caches the row on disk. Devices the spec describes but this machine lacks
+get ``None``, so the analytic models answer for them (a what-if plan).
+
+A spec device is *present* when an available backend of its kind detects a
+device of the same name, or the one named by the spec device's
+``options.detected_as`` (so a hand-written spec can call the detected ``cpu0``
+``"epyc"``).
+
+The cache (default ``$PEARL_CACHE_DIR``, else ``$XDG_CACHE_HOME/pearl``, else
+``~/.cache/pearl``; subfolder ``profiles/``) holds one JSON file per row, keyed
+by a hash of: backend name and version, the device as the spec describes it and
+as detection reports it, the workload and the iteration count. Files are written
+to a temporary name and renamed, so a crash never leaves a half-written entry;
+an unreadable entry is ignored and measured again.
+
+The measurement helpers below (:func:`median_time`, :func:`profile_replay_ops`,
+:func:`profile_learner`, :func:`profile_actor_step`) run the *real* replay
+classes and the *real* trainer of the workload on synthetic data, exactly as the
+runtime builds them (:mod:`pearl_core.runtime.wiring`); backends call them with
+their own tree factory and device.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
+import numpy as np
+
+from pearl_core.composer.backends import backend_objects
 from pearl_core.composer.costs import Profiler
-from pearl_core.composer.spec import HardwareSpec
+from pearl_core.composer.matrix import DeviceRow
+from pearl_core.composer.spec import DeviceSpec, HardwareSpec
+from pearl_core.composer.workload import Workload
+from pearl_core.errors import SpecError
 
 if TYPE_CHECKING:
+    from pearl_core.backend import Backend, DeviceInfo
     from pearl_core.plugins import PluginRegistry
+    from pearl_core.replay.base import ReplayManager
+    from pearl_core.runtime.config import RunConfig
 
-__all__ = ["profiler_for"]
+__all__ = [
+    "CACHE_FORMAT",
+    "cache_dir",
+    "median_time",
+    "present_device",
+    "profile_actor_step",
+    "profile_learner",
+    "profile_replay_ops",
+    "profiler_for",
+    "run_config_for",
+]
+
+#: Version of the cache entries' layout and of what they measure; bump to invalidate old entries.
+CACHE_FORMAT = 1
+
+
+def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
+    """Where profiled rows are cached (see the module docstring)."""
+    if override is not None:
+        return Path(override)
+    if os.environ.get("PEARL_CACHE_DIR"):
+        return Path(os.environ["PEARL_CACHE_DIR"]) / "profiles"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "pearl" / "profiles"
+
+
+def present_device(device: DeviceSpec, registry: "PluginRegistry | None" = None
+                   ) -> "tuple[str, Backend, DeviceInfo] | None":
+    """``(backend name, backend, detected device)`` if ``device`` is on this machine, else ``None``."""
+    wanted = {device.name}
+    alias = device.options.get("detected_as")
+    if isinstance(alias, str):
+        wanted.add(alias)
+    for name, obj, available in backend_objects(registry):
+        if not available or getattr(obj, "device_kind", None) != device.kind:
+            continue
+        try:
+            infos = obj.devices()
+        except Exception:  # noqa: BLE001 - a backend that cannot list devices profiles nothing
+            continue
+        for info in infos:
+            if info.name in wanted:
+                return name, obj, info
+    return None
+
+
+def _backend_version(backend: "Backend") -> str:
+    version = getattr(backend, "version", None)
+    if isinstance(version, str) and version:
+        return version
+    top = type(backend).__module__.split(".")[0]
+    try:
+        from importlib.metadata import packages_distributions, version as dist_version
+
+        dists = packages_distributions().get(top, [])
+        if dists:
+            return dist_version(dists[0])
+    except Exception:  # noqa: BLE001 - metadata is best effort; the module name still keys the cache
+        pass
+    mod = sys.modules.get(top)
+    return str(getattr(mod, "__version__", "unknown"))
+
+
+def _cache_key(bname: str, backend: "Backend", device: DeviceSpec, info: "DeviceInfo", wl: Workload,
+               iterations: int) -> tuple[str, dict[str, Any]]:
+    inputs = {
+        "format": CACHE_FORMAT,
+        "backend": bname,
+        "backend_version": _backend_version(backend),
+        "device": device.to_dict(),
+        "detected": {"name": info.name, "description": info.description, "details": dict(info.details)},
+        "machine": {"node": platform.node(), "processor": platform.processor(), "cpus": os.cpu_count()},
+        "workload": wl.to_dict(),
+        "iterations": iterations,
+    }
+    text = json.dumps(inputs, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest(), inputs
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None, iterations: int = 1000,
-                 cache_dir: str | Path | None = None, use_cache: bool = True) -> Profiler:
-    """The profiling hook for ``spec`` (work in progress: profiles nothing yet)."""
+                 warmup: int = 50, cache_dir: str | os.PathLike[str] | None = None, use_cache: bool = True,
+                 progress: Callable[[str], None] | None = None) -> Profiler:
+    """The profiling hook for ``spec``: measured rows for present devices, ``None`` for the others.
 
-    def profile(device, workload):  # noqa: ANN001, ANN202
-        return None
+    Args:
+        spec: the hardware being planned (only its devices' names and kinds matter here).
+        registry: plugin registry; default the installed one.
+        iterations: timed iterations per cell (the paper's ~1K by default).
+        warmup: untimed iterations first.
+        cache_dir: cache folder (default: see :func:`cache_dir`).
+        use_cache: read cached rows (a fresh measurement is always written).
+        progress: called with one line per device being measured (e.g. ``print``).
+    """
+    if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
+        raise SpecError(f"profiling iterations = {iterations!r} is invalid; expected an int >= 1.")
+    folder = globals()["cache_dir"](cache_dir)
+
+    def profile(device: DeviceSpec, workload: Workload) -> DeviceRow | None:
+        found = present_device(device, registry)
+        if found is None:
+            return None
+        bname, backend, info = found
+        key, inputs = _cache_key(bname, backend, device, info, workload, iterations)
+        path = folder / f"{key[:40]}.json"
+        if use_cache and path.is_file():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+                if data.get("key") == key:
+                    return DeviceRow.from_dict(data["row"])
+            except (OSError, ValueError, KeyError, TypeError, SpecError):
+                pass  # a damaged entry is measured again and overwritten
+        if progress is not None:
+            progress(f"profiling {device.name} ({bname} backend, {iterations} iterations per cell) ...")
+        row = backend.profile_cells(device, workload, iterations=iterations, warmup=warmup)
+        if row is None:
+            return None
+        if not isinstance(row, DeviceRow) or row.device != device.name:
+            raise SpecError(f"backend {bname!r}.profile_cells returned {row!r} for {device.name!r}; expected a "
+                            f"DeviceRow with device={device.name!r}.")
+        try:
+            _atomic_write(path, json.dumps({"key": key, "inputs": inputs, "row": row.to_dict()}, sort_keys=True,
+                                           indent=1, default=str))
+        except OSError:
+            pass  # an unwritable cache costs a re-measurement next time, nothing else
+        return row
 
     return profile
+
+
+# -- measurement helpers, shared by backends ---------------------------------------------------------
+
+
+def median_time(fn: Callable[[], Any], iterations: int, warmup: int = 10, *,
+                setup: Callable[[], Any] | None = None) -> float:
+    """Median wall seconds of ``fn()`` over ``iterations`` calls after ``warmup`` untimed ones.
+
+    ``setup()`` (untimed) runs before each call when given.
+    """
+    for _ in range(warmup):
+        if setup is not None:
+            setup()
+        fn()
+    times = []
+    clock = time.perf_counter
+    for _ in range(iterations):
+        if setup is not None:
+            setup()
+        t0 = clock()
+        fn()
+        times.append(clock() - t0)
+    return statistics.median(times)
+
+
+def run_config_for(wl: Workload, *, seed: int = 0) -> "RunConfig":
+    """The runtime's :class:`RunConfig` for a workload (what profiling builds trainers and replays from)."""
+    from pearl_core.runtime.config import ReplayConfig, RunConfig
+
+    if not wl.env_id or not wl.trainer:
+        raise SpecError("profiling needs the workload's env_id and trainer (import path); this workload has "
+                        f"env_id={wl.env_id!r}, trainer={wl.trainer!r}. Fix: build it with workload_for_env().")
+    return RunConfig(env_id=wl.env_id, trainer=wl.trainer, trainer_kwargs=dict(wl.trainer_kwargs),
+                     replay=ReplayConfig(wl.replay, capacity=wl.capacity, fanout=wl.fanout),
+                     batch_size=wl.batch_size, seed=seed)
+
+
+def _spaces(wl: Workload) -> tuple[Any, Any]:
+    from pearl_core.runtime.wiring import make_env
+
+    env = make_env(wl.env_id)
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
+
+
+def _synthetic_rows(obs_space: Any, act_space: Any, n: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    from pearl_core.replay.storage import StorageSpec
+
+    sspec = StorageSpec.from_spaces(obs_space, act_space)
+    obs = np.stack([obs_space.sample() for _ in range(min(n, 256))]).astype(sspec.obs_dtype)
+    obs = np.resize(obs, (n, *sspec.obs_shape))
+    acts = np.stack([np.asarray(act_space.sample()) for _ in range(min(n, 256))]).astype(sspec.action_dtype)
+    acts = np.resize(acts, (n, *sspec.action_shape))
+    rew = rng.standard_normal(n).astype(np.float32)
+    done = rng.random(n) < 0.01
+    return obs, acts, rew, np.roll(obs, -1, axis=0), done
+
+
+def filled_replay(wl: Workload, plan_kwargs: dict[str, Any] | None = None, *, fill: int | None = None,
+                  seed: int = 0) -> "tuple[ReplayManager, tuple[Any, Any]]":
+    """The workload's replay manager, built as the runtime builds it, filled with synthetic rows.
+
+    ``plan_kwargs`` go to the :class:`~pearl_core.runtime.config.RuntimePlan`
+    (``rm_backend``, ``rm_threads``). ``fill`` rows (default: the whole capacity,
+    at most 200k) get random priorities.
+    """
+    from pearl_core.replay.storage import StorageSpec
+    from pearl_core.runtime.config import RuntimePlan
+    from pearl_core.runtime.wiring import build_replay
+
+    obs_space, act_space = _spaces(wl)
+    config = run_config_for(wl, seed=seed)
+    replay = build_replay(config, RuntimePlan(**(plan_kwargs or {})), StorageSpec.from_spaces(obs_space, act_space))
+    rng = np.random.default_rng(seed)
+    n = min(wl.capacity, 200_000) if fill is None else min(fill, wl.capacity)
+    chunk = 4096
+    rows = _synthetic_rows(obs_space, act_space, min(n, chunk), rng)
+    done = 0
+    while done < n:
+        k = min(chunk, n - done)
+        idx = replay.add(*(a[:k] for a in rows))
+        replay.update_priorities(idx, rng.exponential(1.0, k))
+        done += k
+    return replay, (obs_space, act_space)
+
+
+def profile_replay_ops(wl: Workload, plan_kwargs: dict[str, Any] | None = None, *, iterations: int = 1000,
+                       warmup: int = 50, seed: int = 0) -> dict[str, float]:
+    """Median seconds of the replay manager's three operations, as the runtime calls them.
+
+    ``sample``: ``replay.sample(BS)`` (tree descent, IS weights and the gather of
+    ``BS`` experiences from the Data Storage); ``update``:
+    ``replay.update_priorities`` on ``BS`` sampled indices; ``insert``:
+    ``replay.add`` of ``BS_i`` new experiences (at the running max priority).
+    """
+    replay, (obs_space, act_space) = filled_replay(wl, plan_kwargs, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    bs, bsi = wl.batch_size, int(wl.insert_batch or wl.n_actors)
+    sampled = replay.sample(bs)
+    td = rng.standard_normal(bs)
+    new_rows = _synthetic_rows(obs_space, act_space, bsi, rng)
+    return {
+        "sample": median_time(lambda: replay.sample(bs), iterations, warmup),
+        "update": median_time(lambda: replay.update_priorities(sampled.indices, td), iterations, warmup),
+        "insert": median_time(lambda: replay.add(*new_rows), iterations, warmup),
+    }
+
+
+def profile_learner(wl: Workload, *, threads: int | None = None, iterations: int = 300, warmup: int = 20,
+                    seed: int = 0, trainer_kwargs: dict[str, Any] | None = None) -> float:
+    """Median seconds of one ``update_policy`` of the workload's real trainer on a sampled batch.
+
+    ``threads`` sets torch's intra-op threads for the measurement (restored
+    afterwards); ``trainer_kwargs`` override hyper-parameters (e.g. ``device``).
+    """
+    import torch
+
+    from pearl_core.runtime.wiring import build_trainer
+
+    obs_space, act_space = _spaces(wl)
+    config = run_config_for(wl, seed=seed)
+    if trainer_kwargs:
+        config = dataclasses.replace(config, trainer_kwargs={**config.trainer_kwargs, **trainer_kwargs})
+    trainer = build_trainer(config, obs_space, act_space, check=False)
+    rng = np.random.default_rng(seed)
+    batches = []
+    from pearl_core.replay.storage import Batch
+
+    for _ in range(4):
+        obs, act, rew, nxt, done = _synthetic_rows(obs_space, act_space, wl.batch_size, rng)
+        weights = rng.uniform(0.2, 1.0, wl.batch_size).astype(np.float32)
+        batches.append((Batch(obs, act, rew, nxt, done), weights))
+    it = iter(range(1 << 62))
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(int(threads))
+    try:
+        return median_time(lambda: trainer.update_policy(*batches[next(it) % 4]), iterations, warmup)
+    finally:
+        torch.set_num_threads(before)
+
+
+def profile_actor_step(wl: Workload, *, iterations: int = 500, seed: int = 0) -> float:
+    """Median seconds for an actor to produce one experience: one policy action plus one env step."""
+    import torch
+
+    from pearl_core.runtime.wiring import build_trainer, make_env
+
+    env = make_env(wl.env_id, seed=seed)
+    config = run_config_for(wl, seed=seed)
+    try:
+        trainer = build_trainer(config, env.observation_space, env.action_space, check=False)
+        obs, _ = env.reset(seed=seed)
+        state = {"obs": obs}
+
+        def step() -> None:
+            action = trainer.get_action(np.asarray(state["obs"])[None], explore=True)[0]
+            nxt, _, term, trunc, _ = env.step(action)
+            state["obs"] = env.reset()[0] if (term or trunc) else nxt
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return median_time(step, iterations, warmup=20)
+        finally:
+            torch.set_num_threads(before)
+    finally:
+        env.close()
+
+
+def _echo(inbox: Any, outbox: Any) -> None:
+    while True:
+        item = inbox.get()
+        outbox.put(item)
+        if item is None:
+            return
+
+
+def profile_message_hop(iterations: int = 300) -> float:
+    """Median seconds of one message between two processes over the runtime's :class:`PipeQueue`.
+
+    Measured as half a ping-pong round trip with a forked echo process (no
+    interpreter start-up, no torch import), i.e. what one RRQ/LAQ/LDQ message
+    costs the runtime besides the work it triggers.
+    """
+    import multiprocessing as mp
+
+    from pearl_core.runtime.shm import PipeQueue
+
+    ctx = mp.get_context("fork")
+    to_child, to_parent = PipeQueue(2, ctx), PipeQueue(2, ctx)
+    proc = ctx.Process(target=_echo, args=(to_child, to_parent), daemon=True)
+    proc.start()
+    try:
+        def ping() -> None:
+            to_child.put(1)
+            to_parent.get()
+
+        rtt = median_time(ping, iterations, warmup=20)
+    finally:
+        try:
+            to_child.put(None, timeout=1.0)
+        except Exception:  # noqa: BLE001 - the child is killed below anyway
+            pass
+        proc.join(timeout=2.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    return rtt / 2

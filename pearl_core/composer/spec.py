@@ -23,6 +23,7 @@ import difflib
 import math
 import os
 import re
+import warnings
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -468,7 +469,10 @@ class HardwareSpec:
         first CPU; if no backend reports one, the host is described from
         ``os.cpu_count()``. Links: the host's memory (5 us, 5 GB/s), each
         accelerator's own memory from its ``mem_bandwidth`` and a host link of
-        10 us / 8 GB/s (a modest PCIe link).
+        10 us / 8 GB/s (a modest PCIe link). Devices whose ``details`` say
+        ``emulated`` (a functional emulator) are left out: their timings say
+        nothing about the hardware they emulate. A device that cannot be
+        described (e.g. an FPGA without its resources) is left out with a warning.
         """
         devices: list[DeviceSpec] = []
         for bname, obj, available in backend_objects(registry):
@@ -479,7 +483,14 @@ class HardwareSpec:
             except Exception:  # noqa: BLE001 - a backend that cannot list devices contributes none
                 continue
             for info in infos:
-                devices.append(_device_from_info(info, {d.name for d in devices}))
+                if (info.details or {}).get("emulated"):
+                    continue  # a functional emulator runs kernels but has no speed or resources to plan with
+                try:
+                    devices.append(_device_from_info(info, {d.name for d in devices}))
+                except SpecError as exc:
+                    # e.g. an FPGA emulator: a device to run on, but with no resources to plan with.
+                    warnings.warn(f"hardware detection leaves out {info.name!r} of backend {bname!r}: {exc} "
+                                  "Fix: describe it in a hardware spec file.", stacklevel=2)
         if not any(d.kind == "cpu" for d in devices):
             devices.insert(0, _default_device("cpu0", "cpu", {"cores": os.cpu_count() or 1}, "host CPU"))
         host = next(d.name for d in devices if d.kind == "cpu")

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 
 from pearl_core.errors import SpecError
 
-__all__ = ["LearnerLayer", "Workload", "hidden_layers", "learner_layers", "workload_for_env"]
+__all__ = ["LearnerLayer", "Workload", "hidden_layers", "learner_layers", "trainer_path", "workload_for_env"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,9 @@ class Workload:
         index_bytes, priority_bytes: one index (int64) and one priority (float64)
             as exchanged with the replay manager.
         weight_bytes: one importance weight (float32) sent with a batch.
+        trainer: import path ``"pkg.module:Class"`` of the trainer (``""`` when
+            unknown); profiling builds the real trainer from it.
+        trainer_kwargs: its hyper-parameters (JSON values).
     """
 
     batch_size: int
@@ -97,9 +100,16 @@ class Workload:
     index_bytes: int = 8
     priority_bytes: int = 8
     weight_bytes: int = 4
+    trainer: str = ""
+    trainer_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         o = "Workload"
+        if not isinstance(self.trainer, str):
+            raise SpecError(f"{o}: trainer = {self.trainer!r} is invalid; expected an import path 'pkg.module:Class'.")
+        if not isinstance(self.trainer_kwargs, Mapping):
+            raise SpecError(f"{o}: trainer_kwargs = {self.trainer_kwargs!r} is invalid; expected a mapping.")
+        object.__setattr__(self, "trainer_kwargs", dict(self.trainer_kwargs))
         _pos_int(o, "batch_size", self.batch_size)
         _pos_int(o, "obs_bytes", self.obs_bytes, 0)
         _pos_int(o, "action_bytes", self.action_bytes, 0)
@@ -172,6 +182,7 @@ class Workload:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["layers"] = [ly.to_dict() for ly in self.layers]
+        out["trainer_kwargs"] = dict(self.trainer_kwargs)
         return out
 
     @classmethod
@@ -290,7 +301,25 @@ def workload_for_env(
         raise SpecError(f"trainer {cls.__name__} declares no nn.Linear/nn.Conv2d layers; the cost models need them.")
     return Workload(batch_size=batch_size, obs_bytes=obs_bytes, action_bytes=action_bytes, replay=replay,
                     capacity=capacity, fanout=fanout, n_actors=n_actors, insert_batch=insert_batch,
-                    layers=layers, env_id=env_id)
+                    layers=layers, env_id=env_id, trainer=trainer_path(cls), trainer_kwargs=_json_kwargs(kwargs))
+
+
+def trainer_path(cls: type) -> str:
+    """``"module:QualName"`` of a trainer class (how a Workload and a RunConfig name it)."""
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _json_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON-representable hyper-parameters (tuples become lists); others are left out of the workload."""
+    import json
+
+    out = {}
+    for k, v in kwargs.items():
+        try:
+            out[str(k)] = json.loads(json.dumps(v, allow_nan=False))
+        except (TypeError, ValueError):
+            continue
+    return out
 
 
 def _resolve_trainer(trainer: type | str | None, act_space: Any, spaces: Any) -> type:

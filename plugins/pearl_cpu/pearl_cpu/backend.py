@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 import platform
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pearl_core.backend import Availability, Backend, DeviceInfo
 from pearl_core.sumtree import SumTree
+
+if TYPE_CHECKING:
+    from pearl_core.composer.matrix import DeviceRow
+    from pearl_core.composer.spec import DeviceSpec
+    from pearl_core.composer.workload import Workload
 
 
 def _cpu_model() -> str:
@@ -58,3 +63,60 @@ class CpuBackend(Backend):
         if options:
             raise TypeError(f"cpu backend: unknown sum-tree options {sorted(options)}; known: ['threads']")
         return CpuSumTree(capacity, fanout, threads=threads)
+
+    def profile_cells(self, device: "DeviceSpec", workload: "Workload", *, iterations: int = 1000,
+                      warmup: int = 50) -> "DeviceRow":
+        """Measure this CPU: the replay manager's operations and the learner, with the paper's thread rules.
+
+        Actors run on the host, one core each. Learner threads ``t_l``: the
+        fewest (of the cores the actors leave) whose update of ``BS`` experiences
+        takes no longer than the actors take to produce ``BS`` experiences, else
+        the fastest; RM threads: the cores left after actors and learner,
+        clipped to ``[1, BS]``. Every cell is a median of ``iterations`` runs of
+        the real replay classes and the real trainer on synthetic data
+        (:mod:`pearl_core.composer.profiling`).
+
+        Co-located cells describe this runtime's setting 2 on a CPU: one worker
+        process inserts, samples, trains and updates in turn, so the learner
+        cell carries the RM update and insert (``co_time_sliced``) and
+        Algorithm 1's ``sample + max(update + insert, learner)`` is their sum.
+        """
+        from pearl_core.composer.matrix import CostCell, DeviceRow
+        from pearl_core.composer.profiling import (
+            profile_actor_step,
+            profile_learner,
+            profile_message_hop,
+            profile_replay_ops,
+        )
+
+        threads = int(device.threads or device.cores or os.cpu_count() or 1)
+        bs = workload.batch_size
+        avail = max(1, threads - workload.n_actors)
+        actor_s = profile_actor_step(workload, iterations=min(iterations, 500))
+        produce_s = bs * actor_s / workload.n_actors
+        learn_iters = max(10, iterations // 3)
+        learner_s = {t: profile_learner(workload, threads=t, iterations=learn_iters, warmup=min(warmup, 20))
+                     for t in range(1, threads + 1)}
+        fast_enough = [t for t in range(1, avail + 1) if learner_s[t] <= produce_s]
+        t_l = min(fast_enough) if fast_enough else min(range(1, avail + 1), key=learner_s.__getitem__)
+        t_r = max(1, min(threads - workload.n_actors - t_l, bs))
+        rm = profile_replay_ops(workload, {"rm_backend": self.name, "rm_threads": t_r}, iterations=iterations,
+                                warmup=warmup)
+
+        def power(busy: int) -> float:
+            return device.idle_power_w + (device.active_power_w - device.idle_power_w) * min(1.0, busy / threads)
+
+        p_all = power(workload.n_actors + t_l + t_r)
+        s, u, n = (CostCell(rm[k], p_all, "profiled") for k in ("sample", "update", "insert"))
+        learner = CostCell(learner_s[t_l], p_all, "profiled")
+        co_learner = CostCell(learner_s[t_l] + rm["update"] + rm["insert"], power(workload.n_actors + t_l),
+                              "profiled")
+        config = {"rm_threads": t_r, "learner_threads": t_l, "co_rm_threads": t_r, "co_learner_threads": t_l,
+                  "co_time_sliced": True, "actor_step_s": actor_s, "msg_hop_s": profile_message_hop(), "actors_produce_batch_s": produce_s,
+                  **{f"learner_s_threads_{t}": v for t, v in learner_s.items()}}
+        notes = (f"profiled on {_cpu_model()}: {iterations} iterations per RM cell, {learn_iters} per learner "
+                 f"thread count (medians)",
+                 f"learner threads {t_l}: actors produce {bs} experiences in {produce_s * 1e3:.2f} ms; "
+                 + ", ".join(f"{t} thread(s) train them in {v * 1e3:.2f} ms" for t, v in learner_s.items()))
+        return DeviceRow(device.name, device.kind, s, u, n, learner, s, u, n, co_learner, config=config,
+                         notes=notes)

@@ -1,0 +1,120 @@
+"""Beyond the paper: tune the runtime when the replay manager and the learner share the host CPU.
+
+Algorithm 1 chooses *devices*. When it puts the RM and the learner on the host
+CPU (always, on a CPU-only machine), what decides the speed is how the runtime
+uses the host's cores: protocol setting 1 (the host process runs the RM and
+Data Storage, a learner process trains, batches and TD errors cross the LAQ and
+LDQ) or setting 2 (one worker process inserts, samples, trains and updates in
+turn), and how many torch threads the learner gets. :func:`host_variants`
+predicts the iteration time of each such *variant* from the host's profiled
+cells (:meth:`pearl_cpu` backend's ``profile_cells``: RM operations, the learner
+at each thread count, an actor's time per experience, one inter-process message)
+and picks the best by the plan's metric.
+
+The model, per learner iteration (``BS`` experiences trained, ``BS_i`` new
+experiences inserted; ``s, u, n`` = RM sample / update / insert cells,
+``L(t)`` = learner step with ``t`` threads, ``h`` = one message, ``a`` = an
+actor's time per experience, ``C`` = host threads)::
+
+    actors        A  = BS_i * a                    (CPU time, spread over n_actors processes)
+    setting 1     learner process  W_l = L(t) + 2h          (LAQ in, LDQ out)
+                  host process     W_h = s + u + n + 2h      (sample into a slot, apply TD errors)
+                  T1 = max(W_l, W_h, A / n_actors, (t * L(t) + 2h + W_h + A) / C)
+    setting 2     worker process   W_w = s + u + n + L(t) + h
+                  T2 = max(W_w, A / n_actors, (W_w + (t - 1) * L(t) + h + A) / C)
+
+The first terms of each ``max`` are the processes' own critical paths (setting
+1 pipelines: sampling ``t + 1`` overlaps training ``t``); the last is the whole
+machine's CPU demand spread over its ``C`` hardware threads, which is what
+binds on a small machine. Power per variant interpolates the device's idle and
+active power by the threads kept busy. Ties are broken by the lower traffic
+(setting 2 moves no batch between processes), then by fewer threads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from pearl_core.composer.matrix import DeviceRow
+from pearl_core.composer.spec import DeviceSpec
+from pearl_core.composer.workload import Workload
+
+__all__ = ["Variant", "host_variants", "pick_variant"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to run RM + learner on the host CPU, with its prediction.
+
+    Attributes:
+        setting: protocol setting (1 or 2).
+        learner_threads, rm_threads: torch intra-op threads / sum-tree threads.
+        predicted_s: predicted seconds per learner iteration.
+        throughput: ``BS / predicted_s`` (experiences trained per second).
+        power_w: predicted host power.
+        traffic_bytes: bytes moved between processes per iteration.
+        bound: which term of the model binds (``"learner"``, ``"host"``, ``"worker"``,
+            ``"actors"``, ``"cpu"``).
+    """
+
+    setting: int
+    learner_threads: int
+    rm_threads: int
+    predicted_s: float
+    throughput: float
+    power_w: float
+    traffic_bytes: int
+    bound: str
+
+    def score(self, metric: str) -> float:
+        return self.throughput if metric == "throughput" else self.throughput / max(self.power_w, 1e-12)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"setting": self.setting, "learner_threads": self.learner_threads, "rm_threads": self.rm_threads,
+                "predicted_s": self.predicted_s, "throughput": self.throughput, "power_w": self.power_w,
+                "traffic_bytes": self.traffic_bytes, "bound": self.bound}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Variant":
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+
+
+def _learner_s(cfg: Mapping[str, Any], t: int) -> float | None:
+    v = cfg.get(f"learner_s_threads_{t}")
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def host_variants(device: DeviceSpec, row: DeviceRow, wl: Workload) -> tuple[Variant, ...]:
+    """Every (setting, learner threads) variant the host's profiled row can predict; empty without one."""
+    cfg = row.config
+    a, h = cfg.get("actor_step_s"), cfg.get("msg_hop_s")
+    if not isinstance(a, (int, float)) or not isinstance(h, (int, float)) or not row.can_rm:
+        return ()
+    threads = int(device.threads or device.cores or 1)
+    s, u, n = (getattr(row, c).latency_s for c in ("rm_sample", "rm_update", "rm_insert"))  # type: ignore[union-attr]
+    bs, bsi, na = wl.batch_size, int(wl.insert_batch or wl.n_actors), wl.n_actors
+    A = bsi * float(a)
+    batch_bytes = bs * (wl.experience_bytes + wl.weight_bytes + wl.priority_bytes)
+    out: list[Variant] = []
+    for t in range(1, threads + 1):
+        L = _learner_s(cfg, t)
+        if L is None:
+            continue
+        rm_t = max(1, min(threads - na - t, bs))
+        W_l, W_h = L + 2 * h, s + u + n + 2 * h
+        terms1 = {"learner": W_l, "host": W_h, "actors": A / na, "cpu": (t * L + 2 * h + W_h + A) / threads}
+        W_w = s + u + n + L + h
+        terms2 = {"worker": W_w, "actors": A / na, "cpu": (W_w + (t - 1) * L + h + A) / threads}
+        for setting, terms, busy, traffic in ((1, terms1, t + 1 + na, batch_bytes), (2, terms2, t + na, 0)):
+            bound = max(terms, key=terms.__getitem__)
+            T = terms[bound]
+            power = device.idle_power_w + (device.active_power_w - device.idle_power_w) * min(1.0, busy / threads)
+            out.append(Variant(setting, t, rm_t if setting == 1 else t, T, bs / T, power, traffic, bound))
+    return tuple(out)
+
+
+def pick_variant(variants: tuple[Variant, ...], metric: str) -> int:
+    """Index of the best variant by ``metric``; ties: lower traffic, then fewer learner threads."""
+    return min(range(len(variants)), key=lambda i: (-round(variants[i].score(metric), 9),
+                                                     variants[i].traffic_bytes, variants[i].learner_threads))

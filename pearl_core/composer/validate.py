@@ -1,0 +1,155 @@
+"""``pearl validate``: run the plan's candidates on the present devices and compare with the prediction.
+
+For a plan whose RM and learner share the host CPU, the candidates are the
+runtime variants of :mod:`pearl_core.composer.tuning` (setting 1 / 2, learner
+threads); otherwise the chosen assignment alone (the only one whose devices
+this machine is known to have). Each runs the real
+:class:`~pearl_core.runtime.parallel.ParallelRuntime` for a short window with the
+plan's workload (same trainer, batch, replay; replay ratio ``1 / BS_i``), and
+the measured iteration time is the steady-state slope of the run's
+``metrics.csv``: wall seconds per learner update between the first logged row
+after learning started and the last row. Nothing is learned or kept: each run
+writes into a temporary folder that is removed afterwards.
+
+Typical use::
+
+    plan = make_plan(spec, wl, profiler=profiler_for(spec))
+    report = validate_plan(plan, window_s=15)
+    report.rows            # predicted vs measured per candidate
+    report.chosen_error    # |measured - predicted| / measured of the chosen plan
+    report.top_agrees      # the composer's best is the measured best
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from pearl_core.composer.plan import Plan
+from pearl_core.composer.profiling import run_config_for
+from pearl_core.errors import PearlError
+
+__all__ = ["ValidationReport", "ValidationRow", "measured_iteration_s", "validate_plan"]
+
+
+@dataclass(frozen=True)
+class ValidationRow:
+    """One candidate: what the composer predicted and what a run measured.
+
+    Attributes:
+        label: e.g. ``"setting 2, learner 1 thread(s)"``.
+        setting, learner_threads, rm_threads: the runtime plan that ran.
+        predicted_s: predicted seconds per learner iteration.
+        measured_s: measured seconds per learner iteration (``nan`` if the run made too few updates).
+        updates: learner updates in the measuring window.
+        chosen: this is the composer's choice.
+    """
+
+    label: str
+    setting: int
+    learner_threads: int
+    rm_threads: int
+    predicted_s: float
+    measured_s: float
+    updates: int
+    chosen: bool
+
+    @property
+    def error(self) -> float:
+        """``(predicted - measured) / measured`` (signed; ``nan`` when unmeasured)."""
+        if not math.isfinite(self.measured_s) or self.measured_s <= 0:
+            return math.nan
+        return (self.predicted_s - self.measured_s) / self.measured_s
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    rows: tuple[ValidationRow, ...]
+    window_s: float
+
+    @property
+    def chosen(self) -> ValidationRow:
+        return next(r for r in self.rows if r.chosen)
+
+    @property
+    def chosen_error(self) -> float:
+        """Absolute relative error of the chosen candidate's prediction."""
+        return abs(self.chosen.error)
+
+    @property
+    def measured_best(self) -> ValidationRow:
+        ok = [r for r in self.rows if math.isfinite(r.measured_s)]
+        return min(ok, key=lambda r: r.measured_s) if ok else self.chosen
+
+    @property
+    def top_agrees(self) -> bool:
+        """The composer's choice is the fastest measured candidate, or within the measurement noise of it.
+
+        Noise: two candidates whose measured times differ by less than 5% are
+        treated as equal (runs on a shared machine vary by about that much).
+        """
+        best, mine = self.measured_best, self.chosen
+        return mine is best or (math.isfinite(mine.measured_s) and mine.measured_s <= 1.05 * best.measured_s)
+
+
+def measured_iteration_s(metrics_csv: Path) -> tuple[float, int]:
+    """``(seconds per update, updates)`` over the steady part of a run's ``metrics.csv``.
+
+    Uses the rows after the first one with updates > 0 (learning has started and
+    the first row's partial interval is skipped) up to the last row.
+    """
+    with open(metrics_csv, newline="", encoding="utf-8") as fh:
+        rows = [(float(r["wall_s"]), int(float(r["updates"]))) for r in csv.DictReader(fh)]
+    started = [r for r in rows if r[1] > 0]
+    if len(started) < 3:
+        return math.nan, 0
+    (w0, u0), (w1, u1) = started[1], started[-1]
+    du = u1 - u0
+    return ((w1 - w0) / du if du > 0 else math.nan), du
+
+
+def validate_plan(plan: Plan, *, window_s: float = 15.0, learning_starts: int = 1_000, seed: int = 0,
+                  progress: Callable[[str], None] | None = None) -> ValidationReport:
+    """Run every candidate of ``plan`` that this machine can run; see the module docstring.
+
+    Raises:
+        PearlError: the workload cannot be run (no env id or trainer recorded).
+    """
+    from pearl_core.runtime.config import StopCriteria
+    from pearl_core.runtime.parallel import ParallelRuntime
+
+    wl = plan.workload_value()
+    bsi = int(wl.insert_batch or wl.n_actors)
+    base = dataclasses.replace(run_config_for(wl, seed=seed), replay_ratio=1.0 / bsi,
+                               learning_starts=learning_starts,
+                               stop=StopCriteria(max_wall_time_s=float(window_s), eval_every=10**9))
+    candidates: list[tuple[str, dict[str, Any], float, bool]] = []
+    if plan.variants:
+        chosen = plan.variant
+        for v in plan.variants:
+            label = f"setting {v.setting}, learner {v.learner_threads} thread(s)"
+            candidates.append((label, {"setting": v.setting, "learner_threads": v.learner_threads,
+                                       "rm_threads": v.rm_threads}, v.predicted_s, v == chosen))
+    else:
+        candidates.append((f"RM {plan.rm_device}, learner {plan.learner_device}", {}, plan.chosen.time_s, True))
+    rows = []
+    for label, overrides, predicted, is_chosen in candidates:
+        rp = plan.runtime_plan(**overrides)
+        if progress is not None:
+            progress(f"running {label} for {window_s:g} s ...")
+        with tempfile.TemporaryDirectory(prefix="pearl-validate-") as tmp:
+            config = dataclasses.replace(base, log_dir=str(Path(tmp) / "run"))
+            try:
+                ParallelRuntime(config, rp, progress=False, tensorboard=False, plot=False,
+                                metrics_every=250).run()
+            except PearlError as exc:
+                raise PearlError(f"validate: the run of {label} failed: {exc}") from exc
+            measured, updates = measured_iteration_s(Path(config.log_dir) / "metrics.csv")
+        rows.append(ValidationRow(label, rp.setting, rp.learner_threads, rp.rm_threads, predicted, measured, updates,
+                                  is_chosen))
+    return ValidationReport(tuple(rows), float(window_s))
