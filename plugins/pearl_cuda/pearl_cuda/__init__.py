@@ -1,3 +1,3 @@
 """PEARL CUDA backend plugin. Importing it touches no device."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

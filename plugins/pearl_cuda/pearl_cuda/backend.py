@@ -1,50 +1,86 @@
-"""The CUDA backend (skeleton).
+"""The CUDA backend: GPU sum tree (cupy kernels), detection and profiled cost cells.
 
-This version registers the backend and reports honestly why it cannot be used:
-either no CUDA stack/device is visible, or the kernels are not shipped yet. The
-GPU sum-tree kernels and learner arrive with the CUDA backend issue.
+Importing this module touches no device; cupy is imported in
+:meth:`CudaBackend.availability` and later. The backend is available when cupy
+imports, a device is visible and the sum-tree kernels compile for it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pearl_core.backend import Availability, Backend, DeviceInfo
 from pearl_core.errors import BackendUnavailableError
 from pearl_core.sumtree import SumTree
+from pearl_cuda.detect import list_gpus, probe
 
-NOT_SHIPPED = "this version of pearl-cuda ships no GPU kernels yet"
+if TYPE_CHECKING:
+    from pearl_core.composer.matrix import DeviceRow
+    from pearl_core.composer.spec import DeviceSpec
+    from pearl_core.composer.workload import Workload
+
+__all__ = ["CudaBackend", "probe_cuda"]
 
 
 def probe_cuda() -> str | None:
-    """Return why no CUDA device can be used here, or ``None`` if one can."""
+    """Why no CUDA device can be used here, or ``None`` if one can (kept for callers of the skeleton)."""
+    return probe()
+
+
+def _kernel_problem() -> str | None:
     try:
-        import cupy
-    except ImportError as exc:
-        return f"cupy is not installed ({exc}); install it with `pip install pearl-cuda[cuda12]`"
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # noqa: BLE001 - cupy raises its own error types
-        return f"no usable CUDA driver or device ({type(exc).__name__}: {exc})"
-    if count == 0:
-        return "no CUDA device is visible"
+        from pearl_cuda import kernels
+
+        kernels.load(0)
+    except Exception as exc:  # noqa: BLE001 - report any compile failure as the reason
+        return f"a CUDA device is present, but the sum-tree kernels failed to compile ({type(exc).__name__}: {exc})"
     return None
 
 
 class CudaBackend(Backend):
-    """NVIDIA GPUs through cupy and torch (kernels not shipped yet)."""
+    """NVIDIA GPUs through cupy (sum tree) and torch (learner).
+
+    Sum-tree options: ``device`` (ordinal, default 0), ``update_strategy``
+    (``"auto"``, ``"levels"``, ``"block"``, ``"grid"``); ``threads`` is accepted
+    and ignored (the runtime passes the CPU backend's knob to every backend).
+    """
 
     name = "cuda"
     device_kind = "cuda"
 
+    def __init__(self) -> None:
+        self._availability: Availability | None = None
+
     def availability(self) -> Availability:
-        problem = probe_cuda()
-        return Availability.no(problem or f"a CUDA device is present, but {NOT_SHIPPED}")
+        if self._availability is None:
+            problem = probe_cuda() or _kernel_problem()
+            self._availability = Availability.no(problem) if problem else Availability.yes()
+        return self._availability
 
     def devices(self) -> list[DeviceInfo]:
-        return []
+        if not self.availability().available:
+            return []
+        return list_gpus()
 
     def make_sum_tree(self, capacity: int, fanout: int = 16, **options: Any) -> SumTree:
-        raise BackendUnavailableError(
-            f"backend 'cuda' cannot make a sum tree: {self.availability().reason}.", backend=self.name
-        )
+        avail = self.availability()
+        if not avail.available:
+            raise BackendUnavailableError(f"backend 'cuda' cannot make a sum tree: {avail.reason}.", backend=self.name)
+        from pearl_cuda.sumtree import CudaSumTree
+
+        options.pop("threads", None)
+        device = options.pop("device", 0)
+        strategy = options.pop("update_strategy", "auto")
+        if options:
+            raise TypeError(f"cuda backend: unknown sum-tree options {sorted(options)}; "
+                            "known: ['device', 'threads', 'update_strategy']")
+        return CudaSumTree(capacity, fanout, device=device, update_strategy=strategy)
+
+    def profile_cells(self, device: "DeviceSpec", workload: "Workload", *, iterations: int = 1000,
+                      warmup: int = 50) -> "DeviceRow | None":
+        """Measure RM ops, the learner (stream search) and both co-located on this GPU; see :mod:`pearl_cuda.profile`."""
+        if not self.availability().available:
+            return None
+        from pearl_cuda.profile import profile_device
+
+        return profile_device(device, workload, iterations=iterations, warmup=warmup)

@@ -1,0 +1,148 @@
+"""Tests that launch the CUDA kernels. Marked ``gpu``; skipped with the probe's reason when no GPU is here.
+
+They never pass vacuously: on a machine with a GPU, a kernel that fails to
+compile or load fails them (only the *absence* of a device skips).
+"""
+
+import numpy as np
+import pytest
+
+from pearl_core.errors import EmptyTreeError, InvalidIndexError, InvalidValueError
+from pearl_core.testing import ReferenceSumTree, SumTreeConformance
+from pearl_cuda.detect import probe
+from pearl_cuda.emulation import EmulatedSumTree
+
+_NO_GPU = probe()
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(_NO_GPU is not None, reason=f"needs an NVIDIA GPU (not run here): {_NO_GPU}")]
+
+
+def _tree(capacity, fanout, strategy="auto"):
+    import pearl_core
+
+    return pearl_core.get_backend("cuda").make_sum_tree(capacity, fanout, update_strategy=strategy, threads=2)
+
+
+class TestCudaTreeAuto(SumTreeConformance):
+    def make_tree(self, capacity, fanout):
+        return _tree(capacity, fanout, "auto")
+
+
+class TestCudaTreeLevels(SumTreeConformance):
+    def make_tree(self, capacity, fanout):
+        return _tree(capacity, fanout, "levels")
+
+
+class TestCudaTreeBlock(SumTreeConformance):
+    def make_tree(self, capacity, fanout):
+        return _tree(capacity, fanout, "block")
+
+
+class TestCudaTreeGrid(SumTreeConformance):
+    def make_tree(self, capacity, fanout):
+        return _tree(capacity, fanout, "grid")
+
+
+@pytest.mark.parametrize("strategy", ["levels", "block", "grid"])
+@pytest.mark.parametrize("capacity,fanout", [(2**20, 16), (30_001, 7), (5, 2)])
+def test_bit_identical_to_the_emulation(strategy, capacity, fanout):
+    """The device tree equals the numpy emulation slot for slot, after heavy duplicate updates."""
+    rng = np.random.default_rng(0)
+    gpu, emu = _tree(capacity, fanout, strategy), EmulatedSumTree(capacity, fanout)
+    for n in (1, 33, 1024, 4096, 20_000):
+        idx = rng.integers(0, min(capacity, max(1, n // 3)), n)  # many duplicates, shared ancestors
+        prio = rng.uniform(0, 10, n) * (rng.random(n) > 0.1)
+        gpu.update(idx, prio)
+        emu.update(idx, prio)
+    np.testing.assert_array_equal(gpu.tree.get(), emu.tree)
+    x = rng.uniform(0, emu.total(), 4096)
+    np.testing.assert_array_equal(gpu.sample(x), emu.sample(x))
+
+
+def test_device_face_with_cupy_and_torch():
+    import cupy as cp
+    import torch
+
+    tree, ref = _tree(100_000, 16), ReferenceSumTree(100_000, 16)
+    idx = np.arange(0, 100_000, 7)
+    prio = np.random.default_rng(1).uniform(0.1, 5, idx.size)
+    tree.update_device(cp.asarray(idx), cp.asarray(prio))
+    ref.update(idx, prio)
+    got = tree.get_device(torch.as_tensor(idx, device="cuda"))
+    assert isinstance(got, torch.Tensor) and got.is_cuda and got.dtype == torch.float64
+    np.testing.assert_array_equal(got.cpu().numpy(), prio)
+    masses = torch.rand(4096, dtype=torch.float64, device="cuda") * ref.total()
+    out = tree.sample_device(masses)
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.int64
+    np.testing.assert_array_equal(np.sort(np.unique(out.cpu().numpy())) % 7, 0)
+    tree.check_errors()  # nothing bad happened
+    assert abs(float(tree.total_device().get()[0]) - ref.total()) <= 1e-9 * ref.total()
+
+
+def test_device_face_flags_bad_input_without_corrupting_memory():
+    import cupy as cp
+
+    tree = _tree(1000, 16)
+    tree.update_device(cp.asarray([5, 1000, -1]), cp.asarray([1.0, 2.0, 3.0]))
+    with pytest.raises(InvalidIndexError):
+        tree.check_errors()
+    assert tree.get([5])[0] == 1.0 and tree.total() == 1.0
+    tree.update_device(cp.asarray([6]), cp.asarray([float("nan")]))
+    with pytest.raises(InvalidValueError):
+        tree.check_errors()
+    assert tree.total() == 1.0
+    out = tree.sample_device(cp.asarray([-1.0, 0.5, 2.0]))
+    assert out.get().tolist() == [-1, 5, -1]
+    with pytest.raises(InvalidValueError):
+        tree.check_errors()
+    empty = _tree(10, 2)
+    empty.sample_device(cp.asarray([0.0]))
+    with pytest.raises(EmptyTreeError):
+        empty.check_errors()
+
+
+def test_load_rebuilds_every_level():
+    p = np.random.default_rng(3).uniform(0, 3, 70_000)
+    tree, emu = _tree(70_000, 16), EmulatedSumTree(70_000, 16)
+    tree.load(p)
+    emu.update(np.arange(70_000), p)
+    np.testing.assert_array_equal(tree.tree.get(), emu.tree)
+
+
+def test_device_replay_round_trip():
+    import torch
+
+    from pearl_cuda.colocated import DeviceReplay
+
+    rep = DeviceReplay((4,), np.float32, (), np.int64, 1000, 16, insert_rows=64)
+    n = 300
+    obs = np.random.default_rng(0).standard_normal((n, 4)).astype(np.float32)
+    rep.add(obs, np.arange(n), np.ones(n, np.float32), obs + 1, np.zeros(n, bool))
+    b = rep.sample(128)
+    assert b.obs.is_cuda and b.obs.shape == (128, 4) and b.weights.dtype == torch.float32
+    rows = b.indices.cpu().numpy()
+    np.testing.assert_array_equal(b.obs.cpu().numpy(), obs[rows])
+    rep.update_priorities(b.indices, torch.rand(128, device="cuda"))
+    rep.tree.check_errors()
+    assert rep.host_round_trips == 0
+
+
+def test_profile_cells_gives_a_profiled_row():
+    import pearl_core
+    from pearl_core.composer.workload import Workload
+
+    from types import SimpleNamespace as NS
+
+    wl = Workload(batch_size=64, obs_bytes=16, action_bytes=8, capacity=2**16, fanout=16, insert_batch=32)
+    row = pearl_core.get_backend("cuda").profile_cells(NS(name="cuda:0", index=0, active_power_w=300.0), wl,
+                                                      iterations=20, warmup=5)
+    assert row.device == "cuda:0" and row.can_rm and row.can_learn and row.can_colocate
+    assert all(c.source == "profiled" for _, c in row.cells() if c is not None)
+    assert row.config["learner_streams"] >= 1
+
+
+def test_detection_lists_the_gpu():
+    import pearl_core
+
+    (dev, *_) = pearl_core.get_backend("cuda").devices()
+    assert dev.name == "cuda:0" and dev.details["memory_bytes"] > 0 and "." in dev.details["compute_capability"]
