@@ -34,4 +34,15 @@ __all__ = [
     "SumTree",
     "TrainerError",
     "__version__",
+    "Composer",
+    "RuntimeGen",
 ]
+
+
+def __getattr__(name: str):
+    # The composer's user API, loaded on first use (it pulls in the composer package).
+    if name in ("Composer", "RuntimeGen"):
+        from pearl_core.composer import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'pearl_core' has no attribute {name!r}")

@@ -80,8 +80,9 @@ class ComposedRun:
     user_script: str | None = None
 
 
-# Plans composed in this process, by content hash, so that RuntimeGen(plan, path) needs no config.
-_COMPOSED: dict[str, list[ComposedRun]] = {}
+# Plans composed in this process: content hash -> {id(composer): its settings at its latest run()},
+# so that RuntimeGen(plan, path) needs no config.
+_COMPOSED: dict[str, dict[int, ComposedRun]] = {}
 
 
 def _int(where: str, name: str, value: Any, minimum: int, fix: str) -> int:
@@ -221,7 +222,10 @@ class Composer:
                 literal(value, f"trainer_kwargs[{key!r}]")
             except InvalidValueError as exc:
                 raise ComposerError(f"{w}: {exc}") from None
-        trainer_reference(trainer)  # a class the generated program can import (clear error otherwise)
+        try:
+            trainer_reference(trainer)  # a class the generated program can import (clear error otherwise)
+        except InvalidValueError as exc:
+            raise ComposerError(f"{w}: {exc}") from None
         _check_trainer(trainer, self._spaces, trainer_kwargs, w, self._env_id)
         self._trainer, self._trainer_kwargs = trainer, dict(trainer_kwargs)
         self._learner = {"batch_size": batch_size, "replay_ratio": replay_ratio, "learning_starts": learning_starts,
@@ -365,9 +369,7 @@ class Composer:
             atomic_write_text(save, plan.to_json())
         key = plan.content_hash()
         self._composed[key] = composed
-        runs = _COMPOSED.setdefault(key, [])
-        if composed not in runs:
-            runs.append(composed)
+        _COMPOSED.setdefault(key, {})[id(self)] = composed
         return plan
 
     def RuntimeGen(self, plan: "Plan", path: "str | os.PathLike[str]" = "runtime.py") -> Path:  # noqa: N802 - the paper's name
@@ -396,7 +398,7 @@ def RuntimeGen(plan: "Plan", path: "str | os.PathLike[str]" = "runtime.py",  # n
         plan: a plan from :meth:`Composer.run`.
         path: the program to write (``python <path>`` trains).
         composed: what to train. Default: the settings of the :class:`Composer`
-            that returned ``plan`` in this process. A
+            that returned ``plan`` in this process (as they were at its latest ``run()``). A
             :class:`~pearl_core.runtime.config.RunConfig` may be given for a plan
             made otherwise (e.g. with :func:`~pearl_core.composer.plan.make_plan`).
 
@@ -414,15 +416,19 @@ def RuntimeGen(plan: "Plan", path: "str | os.PathLike[str]" = "runtime.py",  # n
                                 "Composer instead (it knows the script), or move the trainer into a module.")
         composed = ComposedRun(composed, plan.runtime_plan(), script)
     elif composed is None:
-        runs = _COMPOSED.get(key, [])
+        runs: list[ComposedRun] = []
+        for run in _COMPOSED.get(key, {}).values():
+            if run not in runs:
+                runs.append(run)
         if not runs:
             raise ComposerError("RuntimeGen: this plan was not composed by a Composer in this process, so the "
                                 "settings of the run (trainer, replay ratio, stop criteria) are unknown. Fix: "
                                 "plan = composer.run(); RuntimeGen(plan, path), or pass a RunConfig as the third "
                                 "argument.")
         if len(runs) > 1:
-            raise ComposerError("RuntimeGen: two composers made this same plan with different run settings. Fix: "
-                                "call composer.RuntimeGen(plan, path) on the composer you mean.")
+            raise ComposerError("RuntimeGen: two composers made this same plan with different run settings "
+                                "(trainer arguments, stop criteria, ...). Fix: call composer.RuntimeGen(plan, path) "
+                                "on the composer you mean.")
         composed = runs[0]
     elif not isinstance(composed, ComposedRun):
         raise ComposerError(f"RuntimeGen: composed = {composed!r}; expected None, a RunConfig or a ComposedRun.")
