@@ -8,11 +8,8 @@ gradient accumulators, gradient clipping and the weight update (Adam or SGD).
 ``uf`` the per-stage unroll (``-DUF``); the analytic model
 (:func:`pearl_fpga.model.learner_design`) says which values an FPGA would fit.
 
-:class:`FpgaDQN` is :class:`pearl_core.algorithms.dqn.DQN` with
-``update_policy`` executed by the pipeline: same hyper-parameters, same loss
-(importance-weighted Huber, or MSE with ``huber_delta=0``), same target-network
-schedule, same clipping and Adam. After each step the new weights are copied into
-the torch ``q_net`` so that acting, ``get_weights`` and checkpoints see them.
+:class:`pearl_fpga.dqn.FpgaDQN` is the DQN trainer that trains through it.
+This module imports no torch (the oclgrind/pocl checks run it without).
 
 All of it is functional emulation on the OpenCL device chosen by
 :mod:`pearl_fpga.runtime`; its timings are not FPGA timings.
@@ -29,7 +26,7 @@ from pearl_core.errors import InvalidValueError, SpecError
 
 from pearl_fpga.runtime import Runtime, kernel_source
 
-__all__ = ["FpgaDQN", "MLPPipeline", "linear_relu_dims"]
+__all__ = ["MLPPipeline", "linear_relu_dims"]
 
 F32 = np.float32
 
@@ -259,112 +256,3 @@ class MLPPipeline:
             self._scratch[key] = {name: self.rt.alloc((8 if name == "act" else 4) * batch)
                                   for name in ("act", "rew", "done", "w", "td", "loss")}
         return self._scratch[key]
-
-
-def _dqn_base():
-    from pearl_core.algorithms.dqn import DQN
-
-    return DQN
-
-
-class FpgaDQN(_dqn_base()):
-    """DQN whose gradient step runs on the FPGA learner pipeline (emulated; see the module docstring).
-
-    Args: those of :class:`~pearl_core.algorithms.dqn.DQN` (``device`` must stay ``"cpu"``), plus
-        dp: parallel learner pipelines; uf: per-stage unroll; runtime: OpenCL runtime.
-    """
-
-    def __init__(self, observation_space, action_space, *, dp: int = 1, uf: int = 1,
-                 runtime: Runtime | None = None, **kwargs):
-        if kwargs.get("device", "cpu") != "cpu":
-            raise SpecError(f"FpgaDQN keeps its torch copy on the CPU; found device={kwargs['device']!r}.")
-        super().__init__(observation_space, action_space, **kwargs)
-        self.pipeline = MLPPipeline(linear_relu_dims(self.q_net), dp=dp, uf=uf, runtime=runtime)
-        self.target_params = self.pipeline.new_params()
-        group = self.optimizer.param_groups[0]
-        self._lr, self._betas, self._adam_eps = float(group["lr"]), tuple(group["betas"]), float(group["eps"])
-        self._adam_steps = 0
-        self._push()
-
-    # -- host <-> device ---------------------------------------------------------------------------
-    @staticmethod
-    def _pairs(net) -> list[tuple[np.ndarray, np.ndarray]]:
-        import torch.nn as nn
-
-        return [(m.weight.detach().numpy(), m.bias.detach().numpy()) for m in net if isinstance(m, nn.Linear)]
-
-    def _copy_into(self, net, pairs) -> None:
-        import torch
-        import torch.nn as nn
-
-        with torch.no_grad():
-            for m, (w, b) in zip([m for m in net if isinstance(m, nn.Linear)], pairs):
-                m.weight.copy_(torch.from_numpy(w))
-                m.bias.copy_(torch.from_numpy(b))
-
-    def _push(self) -> None:
-        """Upload q_net, target_net and the Adam moments (from the torch optimizer's state, if any)."""
-        p = self.pipeline
-        p.write_params(p.params, self._pairs(self.q_net))
-        p.write_params(self.target_params, self._pairs(self.target_net))
-        state = [self.optimizer.state.get(t, {}) for t in self._params]
-        if all("exp_avg" in s for s in state):
-            flat = lambda key: np.concatenate([s[key].detach().numpy().ravel() for s in state]).astype(F32)  # noqa: E731
-            p.rt.write(p.m, flat("exp_avg"))
-            p.rt.write(p.v, flat("exp_avg_sq"))
-            self._adam_steps = int(float(state[0]["step"]))
-        else:
-            p.write_params(p.m)
-            p.write_params(p.v)
-            self._adam_steps = 0
-
-    def _pull_optimizer(self) -> None:
-        """Mirror the device's Adam moments into the torch optimizer (for checkpoints)."""
-        import torch
-
-        if self._adam_steps == 0:
-            return
-        p = self.pipeline
-        m, v = p.unflatten(p.read_flat(p.m)), p.unflatten(p.read_flat(p.v))
-        tensors = iter(self._params)
-        for (mw, mb), (vw, vb) in zip(m, v):
-            for mm, vv in ((mw, vw), (mb, vb)):
-                t = next(tensors)
-                self.optimizer.state[t] = {"step": torch.tensor(float(self._adam_steps)),
-                                           "exp_avg": torch.from_numpy(mm), "exp_avg_sq": torch.from_numpy(vv)}
-
-    # -- learning ------------------------------------------------------------------------------------
-    def update_policy(self, batch, weights: np.ndarray):
-        from pearl_core.trainer import UpdateResult
-
-        p = self.pipeline
-        if self.updates % self.target_update_every == 0:
-            p.enqueue_polyak(self.target_params, 1.0 if self.tau >= 1.0 else self.tau)
-        action = np.asarray(batch.action, dtype=np.int64).reshape(-1) - self.action_start
-        obs = np.asarray(batch.obs).reshape(len(action), -1)
-        next_obs = np.asarray(batch.next_obs).reshape(len(action), -1)
-        q, td, loss = p.enqueue_dqn(obs, action, batch.reward, next_obs, np.asarray(batch.done, np.float32),
-                                    weights, target_params=self.target_params, gamma=self.gamma,
-                                    huber_delta=self.huber_delta, double_dqn=self.double_dqn)
-        p.enqueue_clip(self.max_grad_norm)
-        self._adam_steps += 1
-        p.enqueue_adam(self._adam_steps, self._lr, self._betas, self._adam_eps)
-        self._copy_into(self.q_net, p.read_params())
-        if self.updates % self.target_update_every == 0:
-            self._copy_into(self.target_net, p.read_params(self.target_params))
-        self.updates += 1
-        q_sa = q[np.arange(len(action)), action]
-        return UpdateResult(td_errors=td.astype(np.float32), metrics={"loss": loss, "q_mean": float(q_sa.mean())})
-
-    # -- weights and state -----------------------------------------------------------------------------
-    def set_weights(self, weights) -> None:
-        super().set_weights(weights)
-        self.pipeline.write_params(self.pipeline.params, self._pairs(self.q_net))
-
-    def state_dict(self):
-        self._pull_optimizer()
-        return super().state_dict()
-
-    def load_state_dict(self, state) -> None:
-        super().load_state_dict(state)
-        self._push()

@@ -113,6 +113,7 @@ class DpctlRuntime(Runtime):
         self.description = description
         self.emulated = emulated
         self._programs: dict[tuple[str, str], Any] = {}
+        self._kernels: dict[tuple[str, str, str], Any] = {}
         self._dm = import_dpctl().memory
 
     @classmethod
@@ -155,16 +156,16 @@ class DpctlRuntime(Runtime):
             self.queue.memcpy(dst, src, int(nbytes))
 
     def kernel(self, source: str, name: str, options: str = ""):
-        image = getattr(self, "_image", None)
-        if image is not None:
-            return image.get_sycl_kernel(name)
-        key = (source, options)
-        prog = self._programs.get(key)
+        key = (source, options, name)
+        if key in self._kernels:
+            return self._kernels[key]
+        prog = getattr(self, "_image", None) or self._programs.get(key[:2])
         if prog is None:
             import dpctl.program as dpp  # noqa: PLC0415
 
-            prog = self._programs[key] = dpp.create_program_from_source(self.queue, source, options)
-        return prog.get_sycl_kernel(name)
+            prog = self._programs[key[:2]] = dpp.create_program_from_source(self.queue, source, options)
+        kern = self._kernels[key] = prog.get_sycl_kernel(name)
+        return kern
 
     def launch(self, kernel, global_size: Sequence[int], args: Sequence[Any]) -> None:
         conv = [(_CTYPES[np.asarray(a).dtype](a.item()) if isinstance(a, np.generic) else a) for a in args]
@@ -204,6 +205,7 @@ class PyOpenCLRuntime(Runtime):
         dev = self.ctx.devices[0]
         self.description = f"{dev.name} [{dev.platform.name}]"
         self._programs: dict[tuple[str, str], Any] = {}
+        self._kernels: dict[tuple[str, str, str], Any] = {}
 
     def alloc(self, nbytes: int):
         return self.cl.Buffer(self.ctx, self.cl.mem_flags.READ_WRITE, size=max(8, int(nbytes)))
@@ -223,11 +225,13 @@ class PyOpenCLRuntime(Runtime):
             self.cl.enqueue_copy(self.queue, dst, src, byte_count=int(nbytes))
 
     def kernel(self, source: str, name: str, options: str = ""):
-        key = (source, options)
-        prog = self._programs.get(key)
-        if prog is None:
-            prog = self._programs[key] = self.cl.Program(self.ctx, source).build(options=options.split())
-        return getattr(prog, name)
+        key = (source, options, name)
+        if key not in self._kernels:
+            prog = self._programs.get(key[:2])
+            if prog is None:
+                prog = self._programs[key[:2]] = self.cl.Program(self.ctx, source).build(options=options.split())
+            self._kernels[key] = self.cl.Kernel(prog, name)
+        return self._kernels[key]
 
     def launch(self, kernel, global_size: Sequence[int], args: Sequence[Any]) -> None:
         kernel(self.queue, tuple(int(g) for g in global_size), None, *args)

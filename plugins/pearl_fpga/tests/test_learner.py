@@ -18,7 +18,8 @@ gym = pytest.importorskip("gymnasium")
 
 from pearl_core.algorithms.common import mlp  # noqa: E402
 from pearl_core.algorithms.dqn import DQN  # noqa: E402
-from pearl_fpga.learner import FpgaDQN, MLPPipeline, linear_relu_dims  # noqa: E402
+from pearl_fpga.dqn import FpgaDQN
+from pearl_fpga.learner import MLPPipeline, linear_relu_dims  # noqa: E402
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 
