@@ -12,7 +12,7 @@ PLUGIN_SOURCES := $(wildcard pyproject.toml plugins/*/pyproject.toml plugins/pea
 .PHONY: demo test setup bench clean
 
 demo: $(STAMP)
-	$(PY) examples/train_dqn_cartpole.py
+	$(PY) examples/dqn_cartpole.py
 
 test: $(STAMP)
 	PEARL_CONFORMANCE_EXAMPLES=$(EXAMPLES) $(PY) -m pytest -q

@@ -24,7 +24,7 @@ from pearl_core.composer.algorithm import (
     iteration_messages,
     place_storage,
 )
-from pearl_core.composer.api import ComposedRun, Composer, ComposerError, RuntimeGen
+from pearl_core.composer.api import ComposedRun, Composer, ComposerError, RuntimeGen, print_plan
 from pearl_core.composer.costs import fill_matrix, row_for_device
 from pearl_core.composer.matrix import AssignmentMatrix, CostCell, DeviceRow
 from pearl_core.composer.plan import Plan, make_plan
@@ -59,6 +59,7 @@ __all__ = [
     "load_spec",
     "make_plan",
     "place_storage",
+    "print_plan",
     "row_for_device",
     "workload_for_env",
 ]

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from pearl_core.plugins import PluginRegistry
     from pearl_core.runtime.config import RunConfig, RuntimePlan
 
-__all__ = ["Composer", "ComposerError", "ComposedRun", "RuntimeGen"]
+__all__ = ["ComposedRun", "Composer", "ComposerError", "RuntimeGen", "print_plan"]
 
 
 class ComposerError(PearlError, ValueError):
@@ -436,6 +436,15 @@ def RuntimeGen(plan: "Plan", path: "str | os.PathLike[str]" = "runtime.py",  # n
         return write_program(plan, path, composed.config, composed.runtime_plan, user_script=composed.user_script)
     except InvalidValueError as exc:
         raise ComposerError(str(exc)) from exc
+
+
+def print_plan(plan: "Plan") -> None:
+    """Print the plan as ``pearl plan`` does: matrix, RM x learner grid, candidates, DS costs, the choice."""
+    from rich.console import Console
+
+    from pearl_core.composer.cli import render_plan
+
+    render_plan(plan, Console(width=max(132, Console().width)))
 
 
 # ----------------------------------------------------------------------------- helpers
