@@ -9,13 +9,21 @@ on synthetic data like the paper's populator:
   ``rm_insert`` = ``get_device`` + ``update_device`` of ``BS_i`` (device arrays,
   parallelism = batch size as the paper prescribes). Uniform replay: sample =
   drawing ``BS`` random indices on the device, update = insert = 0.
-* **Learner alone** — :class:`~pearl_cuda.learner.SyntheticLearner` with the
-  workload's layers, stream search over a subset of ``[1, BS]`` plus a CUDA
-  graph (:func:`~pearl_cuda.learner.search_streams`); the fastest is the cell,
-  its configuration goes to ``config``.
+* **Learner alone** — the paper's stream search: a
+  :class:`~pearl_cuda.learner.SyntheticLearner` with the workload's layers,
+  the batch split over ``S`` CUDA streams for ``S`` in a subset of ``[1, BS]``,
+  plus a CUDA graph (:func:`~pearl_cuda.learner.search_streams`); every time
+  and the winner go to ``config``. When the workload names its environment and
+  trainer, the runtime's real trainer is also timed on this GPU
+  (:func:`pearl_core.composer.profiling.profile_learner` with
+  ``device="cuda:N"``, numpy batch in, TD errors out, as the runtime runs it),
+  and **that** is the cell: the runtime's trainers do not split batches over
+  streams or replay graphs, so the tuned figure would flatter the plan. The
+  tuned figure is the cell only when no real trainer can be built.
 * **Co-located** (setting 2) — the learner step on its stream while the RM's
   sample, update and insert run on another, each timed by CUDA events on its
-  own stream, so the cells include the contention.
+  own stream, so the cells include the contention. The co-located learner cell
+  is the alone cell scaled by the contention the synthetic learner saw.
 
 Every cell is the median over ``iterations`` timed repetitions after ``warmup``;
 power is the board power from NVML read right after each cell's loop, or the
@@ -142,8 +150,12 @@ def profile_device(device: Any, wl: Any, *, iterations: int = 1000, warmup: int 
         dims, target_dims = mlp_dims(wl.layers)
         learner = SyntheticLearner(dims, target_dims, wl.batch_size, device=f"cuda:{ordinal}")
         timing = search_streams(learner, iterations=learner_iters, warmup=min(warmup, 20))
-        seconds["learner"] = timing.best_s
+        trainer_s = _real_trainer_s(wl, ordinal, learner_iters, min(warmup, 20), notes)
+        seconds["learner"] = trainer_s if trainer_s is not None else timing.best_s
         watts["learner"] = meter.watts()
+        config["learner_cell_from"] = "trainer" if trainer_s is not None else "stream_search"
+        if trainer_s is not None:
+            config["trainer_step_s"] = trainer_s
         config.update({"learner_streams": timing.best_streams, "learner_cuda_graph": timing.use_graph,
                        "learner_dims": ",".join(map(str, dims))})
         config.update({f"learner_s_streams_{s}": v for s, v in timing.per_streams.items()})
@@ -152,12 +164,31 @@ def profile_device(device: Any, wl: Any, *, iterations: int = 1000, warmup: int 
         notes.extend(timing.notes)
         # ---- co-located: learner on one stream, RM ops on another, timed by events per stream
         co = _colocated(tree, wl, learner, timing, cp, torch, learner_iters, min(warmup, 20))
+        if "co_learner" in co and timing.best_s > 0:  # contention ratio of the synthetic learner
+            config["co_learner_contention"] = co["co_learner"] / timing.best_s
+            co["co_learner"] = seconds["learner"] * max(1.0, config["co_learner_contention"])
         if tree is None:  # uniform replay: the index draw does not contend measurably; reuse the alone cells
             co.update({"co_rm_sample": seconds["rm_sample"], "co_rm_update": 0.0, "co_rm_insert": 0.0})
         for cell, s in co.items():
             seconds[cell] = s
             watts[cell] = meter.watts()
     return row_from_measurements(getattr(device, "name", f"cuda:{ordinal}"), seconds, watts, config, tuple(notes))
+
+
+def _real_trainer_s(wl: Any, ordinal: int, iterations: int, warmup: int, notes: list[str]) -> float | None:
+    """Median seconds of the workload's real trainer step on this GPU, or ``None`` (reason in ``notes``)."""
+    if not getattr(wl, "env_id", "") or not getattr(wl, "trainer", None):
+        notes.append("the workload names no env/trainer: the learner cell is the stream-search figure")
+        return None
+    try:
+        from pearl_core.composer.profiling import profile_learner
+
+        return profile_learner(wl, iterations=iterations, warmup=warmup,
+                               trainer_kwargs={"device": f"cuda:{ordinal}"})
+    except Exception as exc:  # noqa: BLE001 - fall back to the synthetic learner, say why
+        notes.append(f"the real trainer could not be timed on cuda:{ordinal} ({type(exc).__name__}: {exc}); "
+                     "the learner cell is the stream-search figure")
+        return None
 
 
 def _colocated(tree, wl, learner, timing, cp, torch, iterations: int, warmup: int) -> dict[str, float]:
