@@ -70,18 +70,24 @@ class FpgaBackend(Backend):
             kind=self.device_kind,
             backend=self.name,
             description=f"{dev.name}: {EMULATION_NOTE}",
-            details={"runtime": rt.description, "driver": dev.driver_version, "fp64": bool(dev.has_aspect_fp64),
+            details={"emulated": True, "runtime": rt.description, "driver": dev.driver_version, "fp64": bool(dev.has_aspect_fp64),
                      "timings": "analytic model only (emulator timings are CPU timings)"},
         )]
 
     def make_sum_tree(self, capacity: int, fanout: int = 16, **options: Any) -> SumTree:
-        """A :class:`~pearl_fpga.sumtree.PipelinedSumTree`; option ``runtime`` picks another OpenCL runtime."""
+        """A :class:`~pearl_fpga.sumtree.PipelinedSumTree`.
+
+        Options: ``runtime`` picks another OpenCL runtime; ``threads`` (passed by the core's
+        runtime wiring to every backend) is accepted and ignored: the tree's parallelism is
+        its level pipeline and the batch, not host threads.
+        """
         capacity, fanout = check_capacity_fanout(capacity, fanout)
         runtime = options.pop("runtime", None)
+        options.pop("threads", None)
         if options:
             raise InvalidValueError(
-                f"backend 'fpga' got unknown sum-tree options {sorted(options)}; expected only 'runtime'. "
-                "Fix: drop them."
+                f"backend 'fpga' got unknown sum-tree options {sorted(options)}; expected 'runtime' or 'threads'. "
+                "Fix: drop the others."
             )
         if runtime is None:
             rt, problem = probe_runtime()

@@ -25,6 +25,7 @@ def test_devices_say_functional_emulation_and_no_bitstream():
     assert "functional emulation — no bitstream built or run" in dev.description == (
         f"Intel(R) FPGA Emulation Device: {EMULATION_NOTE}")
     assert dev.details["fp64"] is True
+    assert dev.details["emulated"] is True  # hardware detection leaves it out: nothing to plan with
     assert FpgaBackend().profile_cells.__func__ is pearl_core.Backend.profile_cells  # no emulator timings
 
 
@@ -52,4 +53,5 @@ def test_update_with_duplicates_and_shared_ancestors_is_deterministic():
 def test_depth_and_unknown_options():
     assert [tree_levels(c, 16) for c in (1, 16, 17, 8192, 65536, 65537)] == [1, 1, 2, 4, 4, 5]
     with pytest.raises(pearl_core.InvalidValueError, match="unknown sum-tree options"):
-        FpgaBackend().make_sum_tree(8, 2, threads=4)
+        FpgaBackend().make_sum_tree(8, 2, pipes=4)
+    assert FpgaBackend().make_sum_tree(8, 2, threads=4).capacity == 8  # the core's wiring always passes threads
