@@ -521,3 +521,15 @@ def test_example_composes_generates_and_trains(tmp_path):
     assert "Choice:" in out.stdout and "stopped by max_env_steps" in out.stdout
     assert (tmp_path / "runs" / "demo" / "runtime.py").exists()
     assert json.loads((tmp_path / "run" / "result.json").read_text())["env_steps"] >= 300
+
+
+def test_program_reports_a_missing_backend_and_exits_2(tmp_path):
+    plan = fixed_plan()
+    text = render_program(plan, fixed_config(log_dir=str(tmp_path / "logs")), plan.runtime_plan())
+    assert "BACKENDS = ('cpu',)" in text
+    program = tmp_path / "runtime.py"
+    program.write_text(text.replace("BACKENDS = ('cpu',)", "BACKENDS = ('nosuch',)"), encoding="utf-8")
+    out = subprocess.run([sys.executable, str(program)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "error: no backend named 'nosuch'" in out.stderr and "Traceback" not in out.stderr
+    assert "warning: PLAN_JSON differs" not in out.stderr and not (tmp_path / "logs").exists()

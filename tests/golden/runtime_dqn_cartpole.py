@@ -30,6 +30,7 @@ import os
 import sys
 
 from pearl_core.composer import Plan
+from pearl_core.errors import PearlError
 from pearl_core.plugins import get_backend
 from pearl_core.runtime import ParallelRuntime, ReplayConfig, RunConfig, RuntimePlan, StopCriteria
 from pearl_core.runtime.wiring import load_trainer_class
@@ -124,9 +125,13 @@ def main(argv: list[str] | None = None) -> int:
         print(PLAN_JSON)
         print("plan hash:", plan.content_hash())
         return 0
-    for name in BACKENDS:
-        get_backend(name)
-    load_trainer_class(RUN_CONFIG.trainer)  # fail here, before any worker starts
+    try:
+        for name in BACKENDS:
+            get_backend(name)
+        load_trainer_class(RUN_CONFIG.trainer)  # fail here, before any worker starts
+    except PearlError as exc:
+        print("error: " + str(exc), file=sys.stderr)
+        return 2
     stop = RUN_CONFIG.stop
     if args.max_env_steps is not None:
         stop = dataclasses.replace(stop, max_env_steps=args.max_env_steps)
