@@ -84,10 +84,10 @@ def cartpole(c: Composer | None = None) -> Composer:
     return c
 
 
-def fixed_plan(env_id: str = "CartPole-v1", batch_size: int = 64) -> Plan:
+def fixed_plan(env_id: str = "CartPole-v1", batch_size: int = 64, spec_name: str = "golden") -> Plan:
     """A plan that depends on no cost model: a hand-written matrix for a hand-written spec."""
     spec = HardwareSpec((DeviceSpec("cpu0", "cpu", 2**34, 10, 65, cores=2, threads=2),),
-                        (LinkSpec("cpu0", "cpu0", 5e-6, 5e9),), name="golden", source="golden")
+                        (LinkSpec("cpu0", "cpu0", 5e-6, 5e9),), name=spec_name, source="golden")
     us = lambda x: CostCell(x * 1e-6, 40.0, "given")  # noqa: E731
     row = DeviceRow("cpu0", "cpu", us(20), us(15), us(5), us(900), us(25), us(20), us(6), us(1000),
                     config={"rm_threads": 1, "learner_threads": 1, "co_rm_threads": 1, "co_learner_threads": 1})
@@ -308,7 +308,8 @@ def test_recomposing_keeps_each_plans_own_settings(tmp_path):
 # ----------------------------------------------------------------------------- hostile inputs
 @pytest.mark.parametrize("evil", HOSTILE)
 def test_generated_program_is_safe_for_any_input(evil):
-    plan = fixed_plan(env_id=evil)
+    plan = fixed_plan(env_id=evil, spec_name=evil)
+    assert plan.spec["name"] == evil
     config = fixed_config(env_id=evil, trainer=f"{runtimegen.USER_SCRIPT_MODULE}:{evil}",
                           trainer_kwargs={evil: [evil, {"k": evil}], "n": 1}, log_dir=evil)
     script = f"/tmp/{evil}/train.py"
@@ -533,3 +534,15 @@ def test_program_reports_a_missing_backend_and_exits_2(tmp_path):
     assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
     assert "error: no backend named 'nosuch'" in out.stderr and "Traceback" not in out.stderr
     assert "warning: PLAN_JSON differs" not in out.stderr and not (tmp_path / "logs").exists()
+
+
+def test_compose_cli_continuous_env_uses_ddpg_hidden_sizes(tmp_path):
+    from pearl_core.cli import app
+
+    out = tmp_path / "runtime.py"
+    res = CliRunner().invoke(app, ["compose", "-H", str(THIS_MACHINE), "--no-profile", "--env", "Pendulum-v1",
+                                   "--hidden", "16,16", "--replay", "uniform", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    kw = {k.arg: k.value for k in assign(ast.parse(out.read_text(encoding="utf-8")), "RUN_CONFIG").keywords}
+    assert ast.literal_eval(kw["trainer"]) == "pearl_core.algorithms.ddpg:DDPG"
+    assert ast.literal_eval(kw["trainer_kwargs"]) == {"actor_hidden": [16, 16], "critic_hidden": [16, 16]}

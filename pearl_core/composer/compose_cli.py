@@ -50,12 +50,17 @@ def compose_command(**options: Any) -> None:
         composer = Composer(o["hardware"], o["metric"])
         composer.set_actors(o["env_id"], o["n_actors"], insert_batch=o["insert_batch"])
         kwargs = parse_trainer_kwargs(o["trainer_kwargs"]) or {}
-        trainer = o["trainer"] or _default_trainer(composer)
+        if o["trainer"]:
+            from pearl_core.runtime.wiring import load_trainer_class
+
+            trainer = load_trainer_class(o["trainer"])
+        else:
+            trainer = _default_trainer(composer)
         if o["hidden"] is not None:
             sizes = list(hidden_layers(o["hidden"]))
             from pearl_core.algorithms import DDPG
 
-            if isinstance(trainer, type) and issubclass(trainer, DDPG):
+            if issubclass(trainer, DDPG):
                 kwargs.update(actor_hidden=sizes, critic_hidden=sizes)
             else:
                 kwargs["hidden_sizes"] = sizes
