@@ -38,6 +38,18 @@ def planted_bugs(rt) -> None:
     print("planted bugs launched (oclgrind should report an invalid write and a data race)")
 
 
+def build_check(ctx) -> None:
+    """Build every shipped source with -Werror and print the compiler's log (dpctl gives none)."""
+    import pyopencl as cl
+
+    from pearl_fpga.runtime import kernel_source
+
+    for name, opts in (("sumtree.cl", ["-Werror"]), ("learner.cl", ["-Werror", "-DUF=4"])):
+        prog = cl.Program(ctx, kernel_source(name)).build(options=opts)
+        log = prog.get_build_info(ctx.devices[0], cl.program_build_info.LOG).strip()
+        print(f"build {name} {' '.join(opts)}: ok, {len(prog.all_kernels())} kernels, log: {log or '(empty)'}")
+
+
 def main() -> int:
     import pyopencl as cl
 
@@ -53,6 +65,7 @@ def main() -> int:
     if "--planted-bugs" in sys.argv[1:]:
         planted_bugs(rt)
         return 0
+    build_check(ctx)
     rng = np.random.default_rng(0)
 
     # -- replay manager: every level kernel, duplicates, shared ancestors, drift clamp --------------
