@@ -70,7 +70,8 @@ class FpgaBackend(Backend):
             kind=self.device_kind,
             backend=self.name,
             description=f"{dev.name}: {EMULATION_NOTE}",
-            details={"emulated": True, "runtime": rt.description, "driver": dev.driver_version, "fp64": bool(dev.has_aspect_fp64),
+            details={"emulated": True, "runtime": rt.description, "driver": dev.driver_version,
+                     "fp64": bool(dev.has_aspect_fp64),
                      "timings": "analytic model only (emulator timings are CPU timings)"},
         )]
 

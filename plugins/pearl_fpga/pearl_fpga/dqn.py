@@ -68,9 +68,8 @@ class FpgaDQN(DQN):
         p.write_params(self.target_params, self._pairs(self.target_net))
         state = [self.optimizer.state.get(t, {}) for t in self._params]
         if all("exp_avg" in s for s in state):
-            flat = lambda key: np.concatenate([s[key].detach().numpy().ravel() for s in state]).astype(F32)  # noqa: E731
-            p.rt.write(p.m, flat("exp_avg"))
-            p.rt.write(p.v, flat("exp_avg_sq"))
+            for buf, key in ((p.m, "exp_avg"), (p.v, "exp_avg_sq")):
+                p.rt.write(buf, np.concatenate([s[key].detach().numpy().ravel() for s in state]).astype(F32))
             self._adam_steps = int(float(state[0]["step"]))
         else:
             p.write_params(p.m)
