@@ -322,7 +322,7 @@ class Composer:
         try:
             return RunConfig(env_id=self._env_id, trainer=path, trainer_kwargs=dict(self._trainer_kwargs),
                              replay=self._replay, stop=self._stop or StopCriteria(max_env_steps=100_000),
-                             train_every=256, **self._learner, **self._run)
+                             **self._learner, **self._run)
         except SpecError as exc:
             raise ComposerError(f"Composer: the settings do not make a valid run config: {exc}") from exc
 
