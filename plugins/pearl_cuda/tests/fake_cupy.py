@@ -1,0 +1,221 @@
+"""A numpy stand-in for the slice of cupy that pearl_cuda.sumtree uses, for tests without a GPU.
+
+``RawModule.get_function`` parses the kernel's signature from the real CUDA
+source and every launch is checked against it (argument count, pointer dtypes,
+scalar C types, launch shape) before a numpy re-implementation of the kernel
+runs. So the host face's plumbing (what is launched, with which arguments, in
+which order) is exercised for real; the kernels' arithmetic is re-stated here
+from the source, independently of pearl_cuda.emulation.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+
+import numpy as np
+
+_PTR = {"double": np.float64, "i64": np.int64, "int": np.int32}
+_SCALAR = {"double": np.float64, "i64": np.int64, "int": np.int32}
+
+
+class ndarray(np.ndarray):  # noqa: N801 - mirrors cupy.ndarray
+    def get(self):
+        return np.array(self, copy=True)
+
+
+def _dev(a):
+    return np.ascontiguousarray(a).view(ndarray)
+
+
+def asarray(a, dtype=None):
+    return _dev(np.array(a, dtype=dtype, copy=True))
+
+
+def ascontiguousarray(a, dtype=None):
+    return _dev(np.ascontiguousarray(np.asarray(a), dtype=dtype).copy())
+
+
+def asnumpy(a):
+    return np.array(a, copy=True)
+
+
+def zeros(n, dtype=np.float64):
+    return _dev(np.zeros(n, dtype=dtype))
+
+
+def empty(n, dtype=np.float64):
+    return _dev(np.full(n, 0x5A, dtype=dtype))  # garbage, like device memory
+
+
+def full(n, value, dtype):
+    return _dev(np.full(n, value, dtype=dtype))
+
+
+def from_dlpack(x):
+    raise NotImplementedError("fake cupy: no DLPack")
+
+
+float64, int64, int32 = np.float64, np.int64, np.int32
+
+
+def parse_signatures(code: str) -> dict[str, list[tuple[str, bool, str]]]:
+    """``{kernel: [(C type, is_pointer, name), ...]}`` of every ``extern "C" __global__`` function."""
+    out = {}
+    for name, params in re.findall(r'extern "C" __global__ void (\w+)\(([^)]*)\)', code):
+        plist = []
+        for p in params.split(","):
+            p = p.replace("__restrict__", "").replace("const", "").split()
+            ptr = any("*" in t for t in p)
+            ctype = p[0].rstrip("*")
+            plist.append((ctype, ptr, p[-1].lstrip("*")))
+        out[name] = plist
+    return out
+
+
+class FakeKernel:
+    def __init__(self, name, params, cooperative, log):
+        self.name, self.params, self.cooperative, self.log = name, params, cooperative, log
+
+    def __call__(self, grid, block, args):
+        assert len(args) == len(self.params), f"{self.name}: {len(args)} args for {len(self.params)} params"
+        for a, (ctype, ptr, pname) in zip(args, self.params):
+            if ptr:
+                assert isinstance(a, ndarray), f"{self.name}.{pname}: expected a device array, got {type(a)}"
+                assert a.dtype == _PTR[ctype], f"{self.name}.{pname}: {ctype}* given {a.dtype}"
+                assert a.flags.c_contiguous
+            else:
+                assert type(a) is _SCALAR[ctype], f"{self.name}.{pname}: {ctype} given {type(a).__name__}"
+        (gx,), (bx,) = grid, block
+        assert 1 <= bx <= 1024 and gx >= 1
+        kw = {pname: a for a, (_, _, pname) in zip(args, self.params)}
+        if "n" in kw and self.name in ("pearl_sample", "pearl_get"):
+            assert gx * bx >= kw["n"], f"{self.name}: {gx}x{bx} threads for {kw['n']} items"
+        if self.name == "pearl_update_block":
+            assert gx == 1
+        if self.name == "pearl_update_grid":
+            assert self.cooperative
+        self.log.append(self.name)
+        getattr(self, "_" + self.name)(**kw)
+
+    # ---- re-implementations from kernels/sumtree.cu
+    @staticmethod
+    def _descend(tree, off, levels, fanout, x):
+        x = x.copy()
+        j = np.zeros(x.shape[0], np.int64)
+        for l in range(1, levels + 1):
+            first = off[l] + j * fanout
+            partial = np.zeros_like(x)
+            chosen = np.full(x.shape[0], -1)
+            last = np.zeros(x.shape[0], np.int64)
+            for c in range(fanout):
+                v = tree[first + c]
+                last = np.where(v > 0, c, last)
+                nxt = partial + v
+                hit = (chosen < 0) & (nxt > x)
+                partial = np.where((chosen < 0) & ~hit, nxt, partial)
+                chosen = np.where(hit, c, chosen)
+            miss = chosen < 0
+            x = np.where(miss, np.inf, x - partial)
+            j = j * fanout + np.where(miss, last, chosen)
+        return j
+
+    def _pearl_sample(self, tree, off, levels, fanout, mass_limit, masses, out, n, err):
+        x = np.asarray(masses[:n])
+        total = tree[0]
+        if not total > 0:
+            err[0] |= 8
+            out[:n] = -1
+            return
+        limit = mass_limit if mass_limit >= 0 else total * (1.0 + 1e-6)
+        ok = (x >= 0) & (x <= limit)
+        if not ok.all():
+            err[0] |= 4
+        res = self._descend(np.asarray(tree), np.asarray(off), int(levels), int(fanout), np.where(ok, x, 0.0))
+        out[:n] = np.where(ok, res, -1)
+
+    def _pearl_get(self, tree, leaf_off, capacity, idx, out, n, err):
+        i = np.asarray(idx[:n])
+        ok = (i >= 0) & (i < capacity)
+        if not ok.all():
+            err[0] |= 1
+        out[:n] = np.where(ok, tree[leaf_off + np.where(ok, i, 0)], 0.0)
+
+    def _pearl_update_claim(self, idx, n, capacity, owner, err):
+        i = np.asarray(idx[:n])
+        ok = (i >= 0) & (i < capacity)
+        if not ok.all():
+            err[0] |= 1
+        k = np.arange(n)
+        np.maximum.at(owner, i[ok], k[ok].astype(np.int32))
+
+    def _pearl_update_leaves(self, tree, leaf_off, capacity, idx, prio, n, owner, err):
+        i = np.asarray(idx[:n])
+        ok = (i >= 0) & (i < capacity)
+        k = np.flatnonzero(ok)
+        win = k[owner[i[k]] == k]
+        p = np.asarray(prio)[win]
+        good = (p >= 0) & np.isfinite(p)
+        if not good.all():
+            err[0] |= 2
+        tree[leaf_off + i[win[good]]] = p[good]
+        owner[i[win]] = -1
+
+    def _pearl_update_level(self, tree, off, level, fanout, span, capacity, idx, n):
+        i = np.asarray(idx[:n])
+        i = i[(i >= 0) & (i < capacity)]
+        j = np.unique(i // span)
+        s = np.zeros(j.shape[0])
+        for c in range(fanout):
+            s = s + tree[off[level + 1] + j * fanout + c]
+        tree[off[level] + j] = s
+
+    def _pearl_update_block(self, tree, off, spans, levels, fanout, capacity, idx, prio, n, owner, err):
+        self._pearl_update_claim(idx, n, capacity, owner, err)
+        self._pearl_update_leaves(tree, off[levels], capacity, idx, prio, n, owner, err)
+        for l in range(int(levels) - 1, -1, -1):
+            self._pearl_update_level(tree, off, l, fanout, spans[l], capacity, idx, n)
+
+    _pearl_update_grid = _pearl_update_block
+
+    def _pearl_rebuild_level(self, tree, off, level, fanout, nodes):
+        j = np.arange(nodes)
+        s = np.zeros(nodes)
+        for c in range(fanout):
+            s = s + tree[off[level + 1] + j * fanout + c]
+        tree[off[level] + j] = s
+
+
+class RawModule:
+    launches: list[str] = []
+
+    def __init__(self, code, options=(), enable_cooperative_groups=False, **_):
+        self.sigs = parse_signatures(code)
+        self.coop = enable_cooperative_groups
+        assert "#include \"sumtree.cu\"" not in code
+
+    def get_function(self, name):
+        assert name in self.sigs, f"no kernel {name} in the source"
+        return FakeKernel(name, self.sigs[name], self.coop, RawModule.launches)
+
+
+class _Device:
+    def __init__(self, i=0):
+        self.id = i
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+cuda = types.SimpleNamespace(
+    Device=_Device,
+    get_cuda_path=lambda: None,
+    runtime=types.SimpleNamespace(getDeviceCount=lambda: 1,
+                                  getDeviceProperties=lambda i: {"name": b"Fake GPU", "totalGlobalMem": 2**30,
+                                                                 "major": 9, "minor": 0, "multiProcessorCount": 4,
+                                                                 "cooperativeLaunch": 1}),
+)
+__file__ = __file__  # kernels.load reads os.path.dirname(cupy.__file__)
