@@ -15,16 +15,11 @@ import numpy as np
 
 from pearl_core.errors import InvalidDTypeError, InvalidValueError
 
-__all__ = ["as_device_array", "is_torch_tensor", "like_input", "dtype_kind_ok"]
+__all__ = ["as_device_array", "is_torch_tensor", "like_input"]
 
 
 def is_torch_tensor(x: Any) -> bool:
     return type(x).__module__.startswith("torch") and hasattr(x, "is_cuda")
-
-
-def dtype_kind_ok(kind: str, what: str) -> str:
-    """The numpy dtype kinds accepted for ``what`` (``"indices"``: integers; else real numbers)."""
-    return "iu" if what == "indices" else "iuf"
 
 
 def as_device_array(x: Any, dtype: np.dtype | type, what: str) -> tuple[Any, str]:
@@ -51,7 +46,7 @@ def as_device_array(x: Any, dtype: np.dtype | type, what: str) -> tuple[Any, str
                                 "arrays or CUDA tensors. Fix: call the host API (update/get/sample) with numpy.")
     if arr.ndim != 1:
         raise InvalidValueError(f"{what} must be a 1-D array; found shape {arr.shape}. Fix: pass a flat array.")
-    if arr.size and arr.dtype.kind not in dtype_kind_ok(arr.dtype.kind, what):
+    if arr.size and arr.dtype.kind not in ("iu" if what == "indices" else "iuf"):
         raise InvalidDTypeError(f"{what} must be {'integers' if what == 'indices' else 'real numbers'}; "
                                 f"found dtype {arr.dtype}.")
     if arr.dtype != np.dtype(dtype) or not arr.flags.c_contiguous:

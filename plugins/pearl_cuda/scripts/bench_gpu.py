@@ -286,26 +286,29 @@ def _time(fn, sync, iters: int) -> float:
 
 
 # ------------------------------------------------------------------------------------------ e2e
-def section_e2e(out: str | None, max_env_steps: int) -> int:
-    emit(out, f"\n## End to end: DQN on CartPole-v1, learner and sum tree on the GPU (budget {max_env_steps} env "
+def section_e2e(out: str | None, max_env_steps: int, smoke_cpu: bool = False) -> int:
+    """``smoke_cpu``: the same run with learner and tree on the CPU (checks this script where no GPU is)."""
+    where = "the CPU (smoke test of this script, not a GPU result)" if smoke_cpu else "the GPU"
+    emit(out, f"\n## End to end: DQN on CartPole-v1, learner and sum tree on {where} (budget {max_env_steps} env "
               "steps, serial runtime)\n")
-    problem = gpu_problem()
+    problem = None if smoke_cpu else gpu_problem()
     import torch
 
-    if problem is not None or not torch.cuda.is_available():
+    if not smoke_cpu and (problem is not None or not torch.cuda.is_available()):
         emit(out, f"- **not run**: {problem or 'torch has no CUDA'}")
         return NO_GPU_EXIT
+    device, backend = ("cpu", "cpu") if smoke_cpu else ("cuda:0", "cuda")
     from pearl_core.runtime import ReplayConfig, RunConfig, RuntimePlan, SerialRuntime, StopCriteria
 
     log_dir = tempfile.mkdtemp(prefix="pearl-cuda-e2e-")
     config = RunConfig(env_id="CartPole-v1", trainer="pearl_core.algorithms:DQN",
-                       trainer_kwargs={"total_env_steps": 50_000, "device": "cuda:0"},
+                       trainer_kwargs={"total_env_steps": 50_000, "device": device},
                        replay=ReplayConfig("prioritized", capacity=100_000, fanout=16), batch_size=64,
                        replay_ratio=0.5,
                        stop=StopCriteria(eval_return=475.0, eval_every=5_000, eval_episodes=10,
                                          max_env_steps=max_env_steps),
-                       learning_starts=1_000, log_dir=log_dir)
-    plan = RuntimePlan(rm_backend="cuda", learner_device="cuda:0")
+                       learning_starts=min(1_000, max_env_steps // 2), log_dir=log_dir)
+    plan = RuntimePlan(rm_backend=backend, learner_device=device)
     result = SerialRuntime(config, plan, progress=False, tensorboard=False, plot=False).run()
     evals = ", ".join(f"{s}: {r:.0f}" for s, r, _ in result.eval_history)
     emit(out, f"- stopped by {result.stop_reason}; solved: {result.solved}"
@@ -326,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=5, help="replay: repetitions")
     ap.add_argument("--iters", type=int, default=50, help="learner: timed steps")
     ap.add_argument("--max-env-steps", type=int, default=30_000, help="e2e: budget")
+    ap.add_argument("--smoke-cpu", action="store_true", help="e2e: run on the CPU (checks the script, no GPU)")
     a = ap.parse_args(argv)
     if a.section == "header":
         problem = gpu_problem()
@@ -341,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     return {"replay": lambda: section_replay(a.out, a.calls, a.reps),
             "learner": lambda: section_learner(a.out, a.iters),
-            "e2e": lambda: section_e2e(a.out, a.max_env_steps)}[a.section]()
+            "e2e": lambda: section_e2e(a.out, a.max_env_steps, a.smoke_cpu)}[a.section]()
 
 
 if __name__ == "__main__":
