@@ -62,6 +62,7 @@ HOSTILE = [
     "\ud800 lone surrogate",
     "${plan_json} {run_config} %s {}",
     "# not a comment\n# really",
+    "100% %(prog)s %s",
 ]
 
 
@@ -336,6 +337,9 @@ def test_generated_program_is_safe_for_any_input(evil):
     exec(compile(text.replace("load_script_module(USER_SCRIPT,", "(lambda *a: None)(USER_SCRIPT,"),
                  "<generated>", "exec"), ns)
     assert ns["RUN_CONFIG"] == config and ns["RUNTIME_PLAN"] == plan.runtime_plan()
+    with pytest.raises(SystemExit) as done:  # the program's --help shows the hostile defaults too
+        ns["parse_args"](["--help"])
+    assert done.value.code == 0
     assert Plan.from_json(ns["PLAN_JSON"]).content_hash() == ns["PLAN_HASH"]
 
 

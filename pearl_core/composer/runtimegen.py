@@ -321,14 +321,16 @@ ${runtime_plan}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    def default(value: object) -> str:  # argparse expands % in help texts
+        return " (default: " + str(value).replace("%", "%%") + ")"
+
     parser = argparse.ArgumentParser(description="Train with the plan PEARL composed (" + PLAN_HASH[:12] + ").")
     parser.add_argument("--max-env-steps", type=int, default=None,
-                        help="env-step budget (default: " + str(RUN_CONFIG.stop.max_env_steps) + ")")
+                        help="env-step budget" + default(RUN_CONFIG.stop.max_env_steps))
     parser.add_argument("--max-wall-time-s", type=float, default=None,
-                        help="wall-time budget in seconds (default: " + str(RUN_CONFIG.stop.max_wall_time_s) + ")")
-    parser.add_argument("--log-dir", default=None, help="logs, checkpoint, result.json (default: "
-                        + RUN_CONFIG.log_dir + ")")
-    parser.add_argument("--seed", type=int, default=None, help="base seed (default: " + str(RUN_CONFIG.seed) + ")")
+                        help="wall-time budget in seconds" + default(RUN_CONFIG.stop.max_wall_time_s))
+    parser.add_argument("--log-dir", default=None, help="logs, checkpoint, result.json" + default(RUN_CONFIG.log_dir))
+    parser.add_argument("--seed", type=int, default=None, help="base seed" + default(RUN_CONFIG.seed))
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     parser.add_argument("--show-plan", action="store_true", help="print the embedded plan JSON and exit")
     return parser.parse_args(argv)
