@@ -108,6 +108,10 @@ step_env() {
   fi
   echo "$PY" > "$LOGDIR/python"
   has_torch "$PY" || pip_install torch==2.13.0 || echo "torch could not be installed"
+  # Never let a dependency resolution replace the torch that is there (a CUDA build on a GPU machine).
+  local tv
+  tv=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || true)
+  if [[ -n "$tv" ]]; then echo "torch==$tv" > "$LOGDIR/constraints.txt"; export PIP_CONSTRAINT="$LOGDIR/constraints.txt"; fi
   "$PY" -c 'import torch; print("torch", torch.__version__, "CUDA build", torch.version.cuda, "cuda available", torch.cuda.is_available())' || true
   if ! "$PY" -c 'import pearl_core, gymnasium, hypothesis, pytest' 2>/dev/null; then
     pip_install -e ".[rl,test]" || pip_install --no-build-isolation -e ".[rl,test]"
@@ -140,7 +144,7 @@ log "python: $PY"
   echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 } >> "$RESULTS"
 
-export PEARL_CONFORMANCE_EXAMPLES=${PEARL_CONFORMANCE_EXAMPLES:-100}
+export PEARL_CONFORMANCE_EXAMPLES=${PEARL_CONFORMANCE_EXAMPLES:-60}
 run_step tests 170 "$PY" -m pytest -q -ra -p no:cacheprovider plugins/pearl_cuda
 run_step replay 80 "$PY" "$BENCH" replay --out "$RESULTS" --calls 200 --reps 5
 run_step learner 75 "$PY" "$BENCH" learner --out "$RESULTS" --iters 50
