@@ -146,3 +146,21 @@ def test_detection_lists_the_gpu():
 
     (dev, *_) = pearl_core.get_backend("cuda").devices()
     assert dev.name == "cuda:0" and dev.details["memory_bytes"] > 0 and "." in dev.details["compute_capability"]
+
+
+@pytest.mark.filterwarnings("ignore:hardware detection leaves out")
+def test_composer_profiles_the_present_gpu(tmp_path):
+    """Detection puts the GPU in the spec; the composer's profiler measures it through profile_cells."""
+    from pearl_core.composer import HardwareSpec, workload_for_env
+    from pearl_core.composer.costs import fill_matrix
+    from pearl_core.composer.profiling import profiler_for
+
+    spec = HardwareSpec.detect()
+    gpus = [d for d in spec.devices if d.kind == "cuda"]
+    assert gpus, f"detection found no GPU in {[d.name for d in spec.devices]}"
+    wl = workload_for_env("CartPole-v1", 64, capacity=2**16)
+    only_gpu = lambda dev, w, _p=profiler_for(spec, iterations=20, warmup=5, cache_dir=tmp_path): (  # noqa: E731
+        _p(dev, w) if dev.kind == "cuda" else None)
+    row = fill_matrix(spec, wl, profiler=only_gpu).row(gpus[0].name)
+    assert {c.source for _, c in row.cells() if c is not None} == {"profiled"}
+    assert row.config["learner_cell_from"] == "trainer"  # the runtime's DQN was timed on the GPU
