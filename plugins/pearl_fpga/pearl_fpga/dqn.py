@@ -15,6 +15,8 @@ OpenCL device chosen by :mod:`pearl_fpga.runtime`; its timings are not FPGA timi
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from pearl_core.algorithms.dqn import DQN
@@ -44,6 +46,21 @@ class FpgaDQN(DQN):
         self._lr, self._betas, self._adam_eps = float(group["lr"]), tuple(group["betas"]), float(group["eps"])
         self._adam_steps = 0
         self._push()
+
+    def __deepcopy__(self, memo):
+        """A copy with its own device buffers (on the same runtime): params, target, Adam moments."""
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            if key not in ("pipeline", "target_params"):
+                setattr(new, key, copy.deepcopy(value, memo))
+        p = self.pipeline
+        new.pipeline = q = MLPPipeline(p.dims, dp=p.dp, uf=p.uf, runtime=p.rt)
+        new.target_params = q.new_params()
+        for dst, src in ((q.params, p.params), (new.target_params, self.target_params), (q.m, p.m), (q.v, p.v)):
+            p.rt.copy(dst, src, 4 * p.n_params)
+        p.rt.finish()
+        return new
 
     # -- host <-> device ---------------------------------------------------------------------------
     @staticmethod

@@ -9,17 +9,16 @@ from __future__ import annotations
 import copy
 from types import SimpleNamespace
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-gym = pytest.importorskip("gymnasium")
-
-from pearl_core.algorithms.common import mlp  # noqa: E402
-from pearl_core.algorithms.dqn import DQN  # noqa: E402
+from pearl_core.algorithms.common import mlp
+from pearl_core.algorithms.dqn import DQN
 from pearl_fpga.dqn import FpgaDQN
-from pearl_fpga.learner import MLPPipeline, linear_relu_dims  # noqa: E402
+from pearl_fpga.learner import MLPPipeline, linear_relu_dims
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 
@@ -125,6 +124,13 @@ def test_fpga_dqn_update_steps_match_torch_dqn():
     b = make_batch(rng, 16)
     w = np.ones(16, np.float32)
     np.testing.assert_allclose(twin.update_policy(b, w).td_errors, dev.update_policy(b, w).td_errors, **TOL)
+    # A deep copy (the parallel runtime's evaluator) has its own device buffers.
+    clone = copy.deepcopy(dev)
+    before = dev.pipeline.read_flat(dev.pipeline.params).copy()
+    np.testing.assert_array_equal(clone.pipeline.read_flat(clone.pipeline.params), before)
+    clone.update_policy(b, w)
+    np.testing.assert_array_equal(dev.pipeline.read_flat(dev.pipeline.params), before)
+    assert not np.array_equal(clone.pipeline.read_flat(clone.pipeline.params), before)
 
 
 def test_non_mlp_networks_are_rejected_with_the_reason():

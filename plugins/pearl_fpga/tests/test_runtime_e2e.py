@@ -5,12 +5,9 @@ and the trainer path names the plugin's DQN, exactly as a generated runtime woul
 """
 
 import numpy as np
-import pytest
 
-pytest.importorskip("gymnasium")
-
-from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria  # noqa: E402
-from pearl_core.runtime.serial import SerialRuntime  # noqa: E402
+from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
+from pearl_core.runtime.serial import SerialRuntime
 
 
 def test_serial_runtime_trains_fpga_dqn_on_the_fpga_replay_manager(tmp_path):
