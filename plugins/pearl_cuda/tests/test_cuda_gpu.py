@@ -164,3 +164,23 @@ def test_composer_profiles_the_present_gpu(tmp_path):
     row = fill_matrix(spec, wl, profiler=only_gpu).row(gpus[0].name)
     assert {c.source for _, c in row.cells() if c is not None} == {"profiled"}
     assert row.config["learner_cell_from"] == "trainer"  # the runtime's DQN was timed on the GPU
+
+
+def test_transports_round_trip():
+    import torch
+
+    from pearl_cuda.transport import DeviceLocal, DeviceToHost, HostToDevice
+
+    h2d = HostToDevice({"obs": ((3,), np.float32), "done": ((), np.bool_)}, rows=8, slots=2)
+    rows = [np.arange(i, i + 15, dtype=np.float32).reshape(5, 3) for i in range(4)]
+    for r in rows:  # more sends than slots: reuse waits for the earlier copies
+        views, event = h2d.send({"obs": r, "done": np.ones(5, bool)})
+        torch.cuda.current_stream().wait_event(event)
+        np.testing.assert_array_equal(views["obs"].cpu().numpy(), r)
+    d2h = DeviceToHost(rows=16)
+    d2h.send(torch.arange(10, dtype=torch.float32, device="cuda"))
+    np.testing.assert_array_equal(d2h.wait(), np.arange(10, dtype=np.float32))
+    ch = DeviceLocal()
+    t = torch.ones(4, device="cuda")
+    ch.send(t)
+    assert ch.receive() is t
