@@ -206,6 +206,11 @@ class StopMonitor:
     def eval_due(self, env_steps: int) -> bool:
         return self.evaluates and env_steps >= self._next_eval
 
+    def record_started_eval(self, env_steps: int) -> None:
+        """An evaluation at ``env_steps`` has started (asynchronously): the next one is due after it."""
+        every = self.stop.eval_every
+        self._next_eval = (env_steps // every + 1) * every
+
     def record_eval(self, env_steps: int, mean_return: float) -> None:
         """Record an evaluation's mean; the next one is due at the next multiple of ``eval_every``."""
         self._last_eval = (int(env_steps), float(mean_return))

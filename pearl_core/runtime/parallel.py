@@ -26,6 +26,10 @@ continuous mode), and actors may step only a small slack ahead of what the
 learner has consumed. At most ``plan.max_in_flight + 1`` batches are at the
 learner (sampling for ``t + 1`` overlaps training ``t``).
 
+Greedy evaluations run in a host thread on a snapshot of the published
+weights while training goes on (:meth:`_Host.start_eval`); a result counts at
+the env steps of its snapshot, and a budget stop waits for a running one.
+
 Stop criteria, evaluation, logs, progress and checkpoints are the serial
 runtime's (:mod:`pearl_core.runtime.control`, :mod:`pearl_core.runtime.wiring`),
 so both runtimes produce the same :class:`~pearl_core.runtime.control.RunResult`.
@@ -42,6 +46,7 @@ segment unlinked before :meth:`ParallelRuntime.run` returns or raises.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import logging
 import math
 import multiprocessing as mp
@@ -285,6 +290,10 @@ class _Host:
         self.logger: RunLogger | None = None
         self.display: ProgressDisplay | None = None
         self.evaluator: Evaluator | None = None
+        self.eval_trainer = None  # the host's evaluation copy of the policy (see start_eval)
+        self.eval_job = None  # the running evaluation (a Future), if any
+        self.eval_started_at = -1
+        self.eval_pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="pearl-eval")
 
         # A loaded checkpoint is never mutated: the run counts on a copy of its counters.
         self.state = RunState.from_dict(ck.state.to_dict()) if ck is not None else RunState()
@@ -671,16 +680,48 @@ class _Host:
         if got is not None:
             self.trainer.set_weights(got[1])
 
-    def evaluate(self) -> None:
+    def start_eval(self) -> None:
+        """Start a greedy evaluation of the latest published weights in a host thread.
+
+        Training goes on while it runs (the host keeps pumping messages; the
+        policy evaluated is the snapshot taken here), so an evaluation no longer
+        stalls the learner. Its result is recorded by :meth:`collect_eval` at the
+        env steps of the snapshot.
+        """
+        import copy
+
+        got = self.weights.read()
+        if self.eval_trainer is None:
+            self.eval_trainer = copy.deepcopy(self.trainer)
+        if got is not None:
+            self.eval_trainer.set_weights(got[1])
+        steps, trainer, evaluator = self.state.env_steps, self.eval_trainer, self.evaluator
+
+        def job():
+            t = time.perf_counter()
+            res = evaluator.evaluate(trainer)
+            return steps, res, time.perf_counter() - t
+
+        self.eval_job = self.eval_pool.submit(job)
+        self.eval_started_at = steps
+        self.monitor.record_started_eval(steps)
+
+    def collect_eval(self, wait: bool = False) -> None:
+        """Record a finished evaluation (or, with ``wait``, the running one once it ends)."""
+        job = self.eval_job
+        if job is None or not (wait or job.done()):
+            return
+        self.eval_job = None
+        steps, res, took = job.result()  # an evaluation error propagates here, in the host
         st = self.state
-        self.sync_host_trainer()
-        t = time.perf_counter()
-        res = self.evaluator.evaluate(self.trainer)
-        st.eval_time_s += time.perf_counter() - t
+        st.eval_time_s += took
         wall = self.wall()
-        st.eval_history.append((st.env_steps, res.mean_return, wall))
-        self.monitor.record_eval(st.env_steps, res.mean_return)
-        self.logger.evaluation(st.env_steps, wall, res.returns)
+        st.eval_history.append((steps, res.mean_return, wall))
+        self.monitor.record_eval(steps, res.mean_return)
+        self.logger.evaluation(steps, wall, res.returns)
+        s = self.cfg.stop
+        if s.eval_return is not None and res.mean_return >= s.eval_return and st.solved_at_env_steps is None:
+            st.solved_at_env_steps, st.solved_at_wall_s = steps, wall
 
     def log_metrics(self) -> None:
         now, st = time.perf_counter(), self.state
@@ -741,8 +782,9 @@ class _Host:
             self.set_budgets()
             if setting1:
                 self.feed_learner()
-            if self.monitor.eval_due(st.env_steps):
-                self.evaluate()
+            self.collect_eval()
+            if self.eval_job is None and self.monitor.eval_due(st.env_steps):
+                self.start_eval()
             if st.env_steps >= self._next_metrics:
                 self.log_metrics()
                 self._next_metrics = (st.env_steps // rt.metrics_every + 1) * rt.metrics_every
@@ -758,6 +800,10 @@ class _Host:
                 return StopDecision("interrupted", f"received {self.interrupted}; stopped cleanly", False)
             st.updates = self.current_updates()
             decision = self.monitor.check(st.env_steps, st.updates, self.wall())
+            if decision is not None and not decision.solved and self.eval_job is not None:
+                # A budget stop waits for the running evaluation: it may have solved the task.
+                self.collect_eval(wait=True)
+                decision = self.monitor.check(st.env_steps, st.updates, self.wall()) or decision
             if decision is not None and self.settled(decision):
                 return decision
 
@@ -852,6 +898,9 @@ class _Host:
                     self.display.close()
                 if self.logger is not None:
                     self.logger.close()
+                if self.eval_job is not None:
+                    self.eval_job.cancel()
+                self.eval_pool.shutdown(wait=True)  # an evaluation in progress ends before its envs close
                 if self.evaluator is not None:
                     self.evaluator.close()
             finally:
