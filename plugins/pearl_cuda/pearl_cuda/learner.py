@@ -176,7 +176,9 @@ class SyntheticLearner:
                 self.opt.step()
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        self.opt.zero_grad(set_to_none=False)
+        # None, so backward() inside the capture allocates .grad from the graph's pool and each replay
+        # overwrites it (with zeroed-but-present grads every replay would accumulate into them).
+        self.opt.zero_grad(set_to_none=True)
         with torch.cuda.graph(graph):
             self._loss(self.x, self.y, self.x_next).backward()
             self.opt.step()
