@@ -67,6 +67,10 @@ from pearl_core.composer.compose_cli import compose_command  # noqa: E402
 
 app.command("compose")(compose_command)
 
+from pearl_core.composer.validate import validate_command  # noqa: E402
+
+app.command("validate")(validate_command)
+
 
 def main() -> None:  # console-script entry point
     app()

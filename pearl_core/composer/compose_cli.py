@@ -26,7 +26,7 @@ from pearl_core.composer.cli import fail, parse_trainer_kwargs, plan_command, re
 from pearl_core.composer.workload import hidden_layers
 from pearl_core.errors import PearlError
 
-__all__ = ["compose_command"]
+__all__ = ["compose_command", "composer_from_options", "with_plan_options"]
 
 _EXTRA = (
     ("output", Path, typer.Option(..., "--output", "-o", help="The program to write, e.g. runtime.py.")),
@@ -47,26 +47,7 @@ def compose_command(**options: Any) -> None:
     console = Console(width=max(132, Console().width))
     output: Path = o["output"]
     try:
-        composer = Composer(o["hardware"], o["metric"])
-        composer.set_actors(o["env_id"], o["n_actors"], insert_batch=o["insert_batch"])
-        kwargs = parse_trainer_kwargs(o["trainer_kwargs"]) or {}
-        if o["trainer"]:
-            from pearl_core.runtime.wiring import load_trainer_class
-
-            trainer = load_trainer_class(o["trainer"])
-        else:
-            trainer = _default_trainer(composer)
-        if o["hidden"] is not None:
-            sizes = list(hidden_layers(o["hidden"]))
-            from pearl_core.algorithms import DDPG
-
-            if issubclass(trainer, DDPG):
-                kwargs.update(actor_hidden=sizes, critic_hidden=sizes)
-            else:
-                kwargs["hidden_sizes"] = sizes
-        composer.set_train_function(trainer, o["batch_size"], replay_ratio=o["replay_ratio"],
-                                    learning_starts=o["learning_starts"], **kwargs)
-        composer.set_replay(o["replay"], o["capacity"], o["fanout"])
+        composer = composer_from_options(o)
         composer.set_stop(eval_return=o["eval_return"], max_env_steps=o["max_env_steps"])
         composer.set_run(log_dir=o["log_dir"])
         plan = composer.run(profile=o["profile"])
@@ -82,6 +63,34 @@ def compose_command(**options: Any) -> None:
     console.print(f"program written to {escape(str(program))}; run it with: python {escape(str(program))}")
 
 
+def composer_from_options(o: dict[str, Any]) -> Composer:
+    """A :class:`Composer` set up from ``pearl plan``'s options plus ``replay_ratio`` and ``learning_starts``.
+
+    Shared by ``pearl compose`` and ``pearl validate``; raises :class:`PearlError` on bad options.
+    """
+    composer = Composer(o["hardware"], o["metric"])
+    composer.set_actors(o["env_id"], o["n_actors"], insert_batch=o["insert_batch"])
+    kwargs = parse_trainer_kwargs(o["trainer_kwargs"]) or {}
+    if o["trainer"]:
+        from pearl_core.runtime.wiring import load_trainer_class
+
+        trainer = load_trainer_class(o["trainer"])
+    else:
+        trainer = _default_trainer(composer)
+    if o["hidden"] is not None:
+        sizes = list(hidden_layers(o["hidden"]))
+        from pearl_core.algorithms import DDPG
+
+        if issubclass(trainer, DDPG):
+            kwargs.update(actor_hidden=sizes, critic_hidden=sizes)
+        else:
+            kwargs["hidden_sizes"] = sizes
+    composer.set_train_function(trainer, o["batch_size"], replay_ratio=o["replay_ratio"],
+                                learning_starts=o["learning_starts"], **kwargs)
+    composer.set_replay(o["replay"], o["capacity"], o["fanout"])
+    return composer
+
+
 def _default_trainer(composer: Composer) -> type:
     """The built-in DQN for discrete actions, DDPG for continuous ones (as ``pearl plan`` does)."""
     import gymnasium.spaces as spaces
@@ -92,15 +101,21 @@ def _default_trainer(composer: Composer) -> type:
     return DQN if isinstance(composer._spaces[1], spaces.Discrete) else DDPG  # noqa: SLF001
 
 
-def _signature() -> tuple[inspect.Signature, dict[str, Any]]:
-    """``pearl plan``'s parameters followed by the extra ones, with resolved annotations (typer reads both)."""
+def with_plan_options(extra: tuple[tuple[str, Any, Any], ...], *, drop: tuple[str, ...] = ()
+                      ) -> tuple[inspect.Signature, dict[str, Any]]:
+    """``pearl plan``'s parameters (less ``drop``) followed by ``extra`` ones, with resolved annotations.
+
+    Typer reads both the signature and the annotations; assign them to a
+    ``def command(**options)`` so the command takes every plan option.
+    """
     hints = typing.get_type_hints(plan_command)
-    params = [p.replace(annotation=hints[p.name]) for p in inspect.signature(plan_command).parameters.values()]
+    params = [p.replace(annotation=hints[p.name]) for p in inspect.signature(plan_command).parameters.values()
+              if p.name not in drop]
     params += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=ann)
-               for name, ann, default in _EXTRA]
+               for name, ann, default in extra]
     annotations = {p.name: p.annotation for p in params}
     annotations["return"] = None
     return inspect.Signature(params, return_annotation=None), annotations
 
 
-compose_command.__signature__, compose_command.__annotations__ = _signature()  # type: ignore[attr-defined]
+compose_command.__signature__, compose_command.__annotations__ = with_plan_options(_EXTRA)  # type: ignore[attr-defined]

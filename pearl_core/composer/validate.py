@@ -153,3 +153,82 @@ def validate_plan(plan: Plan, *, window_s: float = 15.0, learning_starts: int = 
         rows.append(ValidationRow(label, rp.setting, rp.learner_threads, rp.rm_threads, predicted, measured, updates,
                                   is_chosen))
     return ValidationReport(tuple(rows), float(window_s))
+
+
+# -- the command ----------------------------------------------------------------------------------
+
+def render_report(report: ValidationReport, console: Any) -> None:
+    """Predicted vs measured per candidate, ranks, and the two acceptance figures."""
+    from rich.table import Table
+
+    rows = report.rows
+    pred_rank = {id(r): i + 1 for i, r in enumerate(sorted(rows, key=lambda r: r.predicted_s))}
+    ok = sorted((r for r in rows if math.isfinite(r.measured_s)), key=lambda r: r.measured_s)
+    meas_rank = {id(r): i + 1 for i, r in enumerate(ok)}
+    table = Table(title=f"predicted vs measured seconds per learner iteration ({report.window_s:g} s per run)")
+    for col in ("candidate", "predicted ms", "measured ms", "error", "rank (pred)", "rank (meas)", "updates"):
+        table.add_column(col, justify="left" if col == "candidate" else "right")
+    for r in rows:
+        table.add_row(("* " if r.chosen else "  ") + r.label, f"{r.predicted_s * 1e3:.3f}",
+                      "-" if not math.isfinite(r.measured_s) else f"{r.measured_s * 1e3:.3f}",
+                      "-" if not math.isfinite(r.error) else f"{r.error:+.1%}", str(pred_rank[id(r)]),
+                      str(meas_rank.get(id(r), "-")), str(r.updates))
+    console.print(table)
+    console.print(f"chosen (*): {report.chosen.label}; prediction error {report.chosen_error:.1%}"
+                  + (" (within 20%)" if report.chosen_error <= 0.20 else " (over 20%)"))
+    best = report.measured_best
+    console.print(f"measured best: {best.label}; the composer's top choice "
+                  + ("agrees (within 5% of the best)" if report.top_agrees else "does not agree"))
+
+
+_VALIDATE_EXTRA: tuple = ()
+
+
+def validate_command(**options: Any) -> None:
+    """Run each candidate the plan considered on this machine for a short window; print predicted vs measured."""
+    from rich.console import Console
+
+    from pearl_core.composer.cli import fail, render_plan
+    from pearl_core.composer.compose_cli import composer_from_options
+
+    o = options
+    console = Console(width=max(132, Console().width))
+    try:
+        composer = composer_from_options(o)
+        plan = composer.run(profile=o["profile"])
+        render_plan(plan, console)
+        report = validate_plan(plan, window_s=o["window"], learning_starts=o["learning_starts"],
+                               progress=lambda line: console.print(line))
+    except (PearlError, OSError) as exc:
+        fail(console, exc)
+    render_report(report, console)
+    limit = o["max_error"]
+    if limit is not None and not (report.chosen_error <= limit):
+        console.print(f"[red]error:[/red] the chosen plan's prediction is off by {report.chosen_error:.1%} "
+                      f"(> --max-error {limit:.0%}).")
+        raise SystemExit(1)
+
+
+def _install_signature() -> None:
+    from typing import Optional
+
+    import typer
+
+    from pearl_core.composer.compose_cli import with_plan_options
+
+    global _VALIDATE_EXTRA
+    _VALIDATE_EXTRA = (
+        ("window", float, typer.Option(15.0, "--window", help="Seconds each candidate runs.")),
+        ("profile", bool, typer.Option(True, "--profile/--no-profile", help="Measure the present devices' cells "
+                                       "(cached on disk); --no-profile predicts with the analytic models.")),
+        ("replay_ratio", float, typer.Option(0.5, "--replay-ratio", help="Learner updates per env step.")),
+        ("learning_starts", int, typer.Option(1_000, "--learning-starts", help="Env steps before the first "
+                                              "update (not measured).")),
+        ("max_error", Optional[float], typer.Option(None, "--max-error", help="Exit 1 when the chosen plan's "
+                                                    "prediction error exceeds this fraction (e.g. 0.2).")),
+    )
+    sig, ann = with_plan_options(_VALIDATE_EXTRA, drop=("png", "json_out"))
+    validate_command.__signature__, validate_command.__annotations__ = sig, ann  # type: ignore[attr-defined]
+
+
+_install_signature()
