@@ -121,14 +121,18 @@ def _row(**cfg):
 def test_host_variants_follow_the_documented_model(workload):
     dev = DeviceSpec("cpu0", "cpu", 2**30, 6.0, 12.0, cores=2, threads=2)
     vs = host_variants(dev, _row(), workload)
+    # one actor on two cores leaves one core: one learner thread (actors keep their cores)
+    assert {(v.setting, v.learner_threads) for v in vs} == {(1, 1), (2, 1)}
+    dev = DeviceSpec("cpu0", "cpu", 2**30, 6.0, 12.0, cores=3, threads=3)
+    vs = host_variants(dev, _row(), workload)
     assert {(v.setting, v.learner_threads) for v in vs} == {(1, 1), (2, 1), (1, 2), (2, 2)}
     s, u, n, h, A = 50e-6, 20e-6, 20e-6, 40e-6, 2 * 30e-6
     by = {(v.setting, v.learner_threads): v for v in vs}
     # setting 2, one thread: the worker's serial path s+u+n+L+h binds (CPU demand / 2 is smaller).
     assert by[2, 1].predicted_s == pytest.approx(s + u + n + 1e-3 + h)
     assert by[2, 1].bound == "worker"
-    # setting 1, two threads on two cores: the whole machine's demand binds.
-    demand = (2 * 0.7e-3 + 2 * h + (s + u + n + 2 * h) + A) / 2
+    # setting 1, two threads on three cores: the whole machine's demand binds.
+    demand = (2 * 0.7e-3 + 2 * h + (s + u + n + 2 * h) + A) / 3
     assert by[1, 2].predicted_s == pytest.approx(max(0.7e-3 + 2 * h, demand))
     assert all(v.throughput == pytest.approx(workload.batch_size / v.predicted_s) for v in vs)
     assert by[1, 1].traffic_bytes > 0 and by[2, 1].traffic_bytes == 0
@@ -144,7 +148,7 @@ def test_pick_variant_by_metric_and_traffic_tie_break():
 
 
 def test_plan_carries_the_tuning_and_the_runtime_plan_follows_it(workload):
-    dev = DeviceSpec("cpu0", "cpu", 2**30, 6.0, 12.0, cores=2, threads=2)
+    dev = DeviceSpec("cpu0", "cpu", 2**30, 6.0, 12.0, cores=4, threads=4)
     from pearl_core.composer.matrix import AssignmentMatrix
     from pearl_core.composer.spec import LinkSpec
 
@@ -188,3 +192,22 @@ def test_validation_report_errors_and_ranking():
     assert rep.measured_best.label == "b" and rep.top_agrees
     worse = ValidationReport((rows[0], rows[1].__class__("b", 2, 1, 1, 0.9e-3, 1.3e-3, 100, True)), 5.0)
     assert worse.measured_best.label == "a" and not worse.top_agrees
+
+
+@pytest.mark.slow
+def test_validate_runs_every_variant_and_measures_it(tmp_path):
+    """The mechanism only (a tiny network, 3 s windows): every host variant runs and gets a finite measurement."""
+    from pearl_core.composer.validate import validate_plan
+
+    wl = workload_for_env("CartPole-v1", 16, trainer=DQN, trainer_kwargs={"hidden_sizes": (16,)}, capacity=2048,
+                          insert_batch=2)
+    spec = HardwareSpec.detect()
+    plan = make_plan(spec, wl, profiler=profiler_for(spec, iterations=20, warmup=2, cache_dir=tmp_path))
+    assert plan.variants
+    lines = []
+    report = validate_plan(plan, window_s=3.0, learning_starts=100, progress=lines.append)
+    assert len(report.rows) == len(plan.variants) == len(lines)
+    assert sum(r.chosen for r in report.rows) == 1 and report.chosen.setting == plan.setting
+    for r in report.rows:
+        assert math.isfinite(r.measured_s) and r.measured_s > 0 and r.updates > 0, r
+        assert math.isfinite(r.error)

@@ -61,7 +61,9 @@ __all__ = [
     "present_device",
     "profile_actor_step",
     "profile_learner",
+    "profile_message_hop",
     "profile_replay_ops",
+    "profile_worker_loop",
     "profiler_for",
     "run_config_for",
 ]
@@ -307,38 +309,82 @@ def profile_replay_ops(wl: Workload, plan_kwargs: dict[str, Any] | None = None, 
     }
 
 
+def _trainer_and_replay(wl: Workload, seed: int, trainer_kwargs: dict[str, Any] | None) -> tuple[Any, Any]:
+    from pearl_core.runtime.wiring import build_trainer
+
+    replay, (obs_space, act_space) = filled_replay(wl, seed=seed)
+    config = run_config_for(wl, seed=seed)
+    if trainer_kwargs:
+        config = dataclasses.replace(config, trainer_kwargs={**config.trainer_kwargs, **trainer_kwargs})
+    return build_trainer(config, obs_space, act_space, check=False), replay
+
+
 def profile_learner(wl: Workload, *, threads: int | None = None, iterations: int = 300, warmup: int = 20,
                     seed: int = 0, trainer_kwargs: dict[str, Any] | None = None) -> float:
-    """Median seconds of one ``update_policy`` of the workload's real trainer on a sampled batch.
+    """Median seconds of one ``update_policy`` of the workload's real trainer.
 
-    ``threads`` sets torch's intra-op threads for the measurement (restored
-    afterwards); ``trainer_kwargs`` override hyper-parameters (e.g. ``device``).
+    Each timed step trains on a batch freshly sampled (untimed) from a filled
+    replay, as in a run: a batch that is already in cache would flatter the
+    learner. ``threads`` sets torch's intra-op threads for the measurement
+    (restored afterwards); ``trainer_kwargs`` override hyper-parameters (e.g. ``device``).
+    """
+    import torch
+
+    trainer, replay = _trainer_and_replay(wl, seed, trainer_kwargs)
+    state: dict[str, Any] = {}
+
+    def setup() -> None:
+        state["sb"] = replay.sample(wl.batch_size)
+
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(int(threads))
+    try:
+        return median_time(lambda: trainer.update_policy(state["sb"].batch, state["sb"].weights), iterations,
+                           warmup, setup=setup)
+    finally:
+        torch.set_num_threads(before)
+
+
+def profile_worker_loop(wl: Workload, plan_kwargs: dict[str, Any] | None = None, *, threads: int = 1,
+                        iterations: int = 300, warmup: int = 20, seed: int = 0) -> dict[str, float]:
+    """The RM and the learner *together*, as the setting-2 worker runs them, one step after the other.
+
+    Each iteration: ``replay.sample(BS)``, ``trainer.update_policy``,
+    ``replay.update_priorities``, ``replay.add`` of ``BS_i`` rows. Returns the
+    median seconds of each part (``sample``, ``learner``, ``update``,
+    ``insert``): the paper's co-located cells, measured with the contention of
+    sharing one process's caches included (each part is slower here than
+    alone).
     """
     import torch
 
     from pearl_core.runtime.wiring import build_trainer
 
-    obs_space, act_space = _spaces(wl)
-    config = run_config_for(wl, seed=seed)
-    if trainer_kwargs:
-        config = dataclasses.replace(config, trainer_kwargs={**config.trainer_kwargs, **trainer_kwargs})
-    trainer = build_trainer(config, obs_space, act_space, check=False)
-    rng = np.random.default_rng(seed)
-    batches = []
-    from pearl_core.replay.storage import Batch
-
-    for _ in range(4):
-        obs, act, rew, nxt, done = _synthetic_rows(obs_space, act_space, wl.batch_size, rng)
-        weights = rng.uniform(0.2, 1.0, wl.batch_size).astype(np.float32)
-        batches.append((Batch(obs, act, rew, nxt, done), weights))
-    it = iter(range(1 << 62))
+    replay, (obs_space, act_space) = filled_replay(wl, plan_kwargs, seed=seed)
+    trainer = build_trainer(run_config_for(wl, seed=seed), obs_space, act_space, check=False)
+    rows = _synthetic_rows(obs_space, act_space, int(wl.insert_batch or wl.n_actors), np.random.default_rng(seed))
+    parts: dict[str, list[float]] = {"sample": [], "learner": [], "update": [], "insert": []}
+    clock = time.perf_counter
     before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(int(threads))
+    torch.set_num_threads(int(threads))
     try:
-        return median_time(lambda: trainer.update_policy(*batches[next(it) % 4]), iterations, warmup)
+        for i in range(warmup + iterations):
+            t0 = clock()
+            sb = replay.sample(wl.batch_size)
+            t1 = clock()
+            res = trainer.update_policy(sb.batch, sb.weights)
+            t2 = clock()
+            replay.update_priorities(sb.indices, res.td_errors)
+            t3 = clock()
+            replay.add(*rows)
+            t4 = clock()
+            if i >= warmup:
+                for k, v in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+                    parts[k].append(v)
     finally:
         torch.set_num_threads(before)
+    return {k: statistics.median(v) for k, v in parts.items()}
 
 
 def profile_actor_step(wl: Workload, *, iterations: int = 500, seed: int = 0) -> float:

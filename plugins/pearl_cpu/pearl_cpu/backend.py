@@ -77,9 +77,12 @@ class CpuBackend(Backend):
         (:mod:`pearl_core.composer.profiling`).
 
         Co-located cells describe this runtime's setting 2 on a CPU: one worker
-        process inserts, samples, trains and updates in turn, so the learner
-        cell carries the RM update and insert (``co_time_sliced``) and
-        Algorithm 1's ``sample + max(update + insert, learner)`` is their sum.
+        process inserts, samples, trains and updates in turn. They are measured
+        that way (:func:`~pearl_core.composer.profiling.profile_worker_loop`:
+        each part is slower there than alone, as they share one core's caches),
+        and the learner cell carries the RM update and insert
+        (``co_time_sliced``), so Algorithm 1's ``sample + max(update + insert,
+        learner)`` is the worker's whole iteration.
         """
         from pearl_core.composer.matrix import CostCell, DeviceRow
         from pearl_core.composer.profiling import (
@@ -87,6 +90,7 @@ class CpuBackend(Backend):
             profile_learner,
             profile_message_hop,
             profile_replay_ops,
+            profile_worker_loop,
         )
 
         threads = int(device.threads or device.cores or os.cpu_count() or 1)
@@ -106,11 +110,14 @@ class CpuBackend(Backend):
         def power(busy: int) -> float:
             return device.idle_power_w + (device.active_power_w - device.idle_power_w) * min(1.0, busy / threads)
 
+        co = profile_worker_loop(workload, {"rm_backend": self.name, "rm_threads": t_l}, threads=t_l,
+                                 iterations=learn_iters, warmup=min(warmup, 20))
         p_all = power(workload.n_actors + t_l + t_r)
+        p_co = power(workload.n_actors + t_l)
         s, u, n = (CostCell(rm[k], p_all, "profiled") for k in ("sample", "update", "insert"))
         learner = CostCell(learner_s[t_l], p_all, "profiled")
-        co_learner = CostCell(learner_s[t_l] + rm["update"] + rm["insert"], power(workload.n_actors + t_l),
-                              "profiled")
+        co_s, co_u, co_n = (CostCell(co[k], p_co, "profiled") for k in ("sample", "update", "insert"))
+        co_learner = CostCell(co["learner"] + co["update"] + co["insert"], p_co, "profiled")
         config = {"rm_threads": t_r, "learner_threads": t_l, "co_rm_threads": t_r, "co_learner_threads": t_l,
                   "co_time_sliced": True, "actor_step_s": actor_s, "msg_hop_s": profile_message_hop(), "actors_produce_batch_s": produce_s,
                   **{f"learner_s_threads_{t}": v for t, v in learner_s.items()}}
@@ -118,5 +125,5 @@ class CpuBackend(Backend):
                  f"thread count (medians)",
                  f"learner threads {t_l}: actors produce {bs} experiences in {produce_s * 1e3:.2f} ms; "
                  + ", ".join(f"{t} thread(s) train them in {v * 1e3:.2f} ms" for t, v in learner_s.items()))
-        return DeviceRow(device.name, device.kind, s, u, n, learner, s, u, n, co_learner, config=config,
+        return DeviceRow(device.name, device.kind, s, u, n, learner, co_s, co_u, co_n, co_learner, config=config,
                          notes=notes)
