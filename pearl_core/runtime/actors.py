@@ -21,9 +21,11 @@ and ``next_obs`` is the true last observation of an episode, never the reset one
 The DCQ is a :class:`~pearl_core.runtime.shm.PipeQueue` per actor; its messages
 hold only slot numbers: ``("ready", actor)`` once built, ``("batch", actor, seq,
 rows, episodes)``, ``("error", actor, traceback)``. A full ring (the host is
-behind) blocks the actor: that is the backpressure. When the actor cannot step
-(throttled or stopping) it ships its partly filled slot, so no transition waits
-for a full slot.
+behind) blocks the actor: that is the backpressure. When the actor has been
+throttled for ``SHIP_PARTIAL_AFTER_S`` (the learner used up what was delivered,
+or the run is ending) it ships its partly filled slot, so no transition waits
+long for a full slot; the host's budget slack (two slots per actor) keeps the
+learner busy meanwhile.
 
 Errors: an exception in the loop is sent to the host as ``("error", actor,
 traceback)`` and the process exits with code 1; the host decides whether to
@@ -54,7 +56,10 @@ from pearl_core.runtime.shm import (
     put_while,
 )
 
-__all__ = ["ActorSpec", "actor_seeds", "experience_fields", "run_actor"]
+__all__ = ["ActorSpec", "SHIP_PARTIAL_AFTER_S", "actor_seeds", "experience_fields", "run_actor"]
+
+#: A throttled actor ships its partly filled slot after waiting this long (seconds).
+SHIP_PARTIAL_AFTER_S = 0.02
 
 
 def experience_fields(spec, rows: int, n_envs: int) -> dict[str, tuple[tuple[int, ...], Any]]:
@@ -209,6 +214,7 @@ class _Actor:
         if not put_while(spec.dcq, ("ready", me), lambda: not self.stopping()):
             return
         throttled = 0
+        throttled_at = 0.0
 
         def ship() -> None:
             nonlocal fill, n_eps, slot
@@ -222,7 +228,13 @@ class _Actor:
                 return
             # Throttle: the host keeps env_budget a little ahead of what the learner can use.
             if ctrl.total_steps() + n > ctrl.env_budget:
-                if fill:
+                if throttled == 0:
+                    throttled_at = time.monotonic()
+                # A partly filled slot is shipped only after a real wait (the learner has caught up
+                # with everything delivered, or the run is ending): in the steady state the budget
+                # grows every learner update, and shipping then would send a message per update
+                # holding a row or two, costing the actor, the host and the learner each a message.
+                if fill and time.monotonic() - throttled_at > SHIP_PARTIAL_AFTER_S:
                     ship()
                 throttled += 1
                 time.sleep(0.0005 if throttled < 50 else 0.002)  # poll fast at first, then back off
