@@ -86,6 +86,10 @@ def test_runtime_hparams_fill_only_what_the_constructor_accepts_and_the_user_lef
             pass
 
     assert runtime_hparams(NoSeed, cfg) == {}
+    # the learner's device: passed where the constructor takes it, never over the user's own choice
+    assert runtime_hparams(DQN, cfg, device="cuda:0")["device"] == "cuda:0"
+    assert "device" not in runtime_hparams(NoSeed, cfg, device="cuda:0")
+    assert "device" not in runtime_hparams(DQN, config(trainer_kwargs={"device": "cpu"}), device="cuda:0")
 
 
 def test_build_trainer_checks_seeds_and_injects():

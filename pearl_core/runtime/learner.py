@@ -157,7 +157,8 @@ class _Base:
         self.spaces = (env.observation_space, env.action_space)
         env.close()
         # Same seed as the host's copy: identical initial networks. The host ran the checks.
-        self.trainer = build_trainer(spec.config, *self.spaces, check=False)
+        self.trainer = build_trainer(spec.config, *self.spaces, check=False,
+                                     device=None if spec.plan.learner_device == "cpu" else spec.plan.learner_device)
         if spec.trainer_state is not None:
             self.trainer.load_state_dict(load_blob(spec.trainer_state))
         self.updates = self.ctrl.updates

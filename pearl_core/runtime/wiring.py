@@ -136,11 +136,13 @@ def actor_env_seeds(config: RunConfig, n_envs: int, first: int = 0) -> list[int]
     return [int(config.seed) + first + i for i in range(n_envs)]
 
 
-def runtime_hparams(trainer_cls: type, config: RunConfig, seed: int | None = None) -> dict[str, Any]:
+def runtime_hparams(trainer_cls: type, config: RunConfig, seed: int | None = None,
+                    device: str | None = None) -> dict[str, Any]:
     """Hyper-parameters the runtime supplies when the constructor accepts them and the user did not.
 
     * ``total_env_steps`` = ``config.stop.max_env_steps`` (schedules that span the run);
-    * ``seed`` = ``seed`` if given, else ``config.seed`` (exploration streams).
+    * ``seed`` = ``seed`` if given, else ``config.seed`` (exploration streams);
+    * ``device`` = ``device`` if given (the plan's learner device, e.g. ``"cuda:0"``).
     """
     try:
         params = inspect.signature(trainer_cls).parameters
@@ -151,11 +153,14 @@ def runtime_hparams(trainer_cls: type, config: RunConfig, seed: int | None = Non
         out["total_env_steps"] = int(config.stop.max_env_steps)
     if "seed" in params:
         out["seed"] = int(config.seed if seed is None else seed)
+    if device is not None and "device" in params:
+        out["device"] = str(device)
     return {k: v for k, v in out.items() if k not in config.trainer_kwargs}
 
 
 def build_trainer(
-    config: RunConfig, observation_space, action_space, *, seed: int | None = None, check: bool = True
+    config: RunConfig, observation_space, action_space, *, seed: int | None = None, check: bool = True,
+    device: str | None = None,
 ) -> Trainer:
     """Import, construct and (by default) validate the run's trainer.
 
@@ -168,6 +173,9 @@ def build_trainer(
         seed: override the seed (e.g. per actor); the networks are then synced anyway.
         check: run :func:`pearl_core.trainer_check.check_trainer` (the learner
             should; actor copies of an already-checked class may skip it).
+        device: where the trainer's networks live, passed as ``device=`` when the
+            constructor takes it and ``trainer_kwargs`` do not set it (the
+            learner gets ``plan.learner_device``; actors stay on the CPU).
 
     Raises:
         SpecError: the trainer path does not resolve.
@@ -178,7 +186,7 @@ def build_trainer(
     from pearl_core.trainer_check import check_trainer
 
     cls = load_trainer_class(config.trainer)
-    kwargs = {**runtime_hparams(cls, config, seed), **config.trainer_kwargs}
+    kwargs = {**runtime_hparams(cls, config, seed, device), **config.trainer_kwargs}
     torch.manual_seed(int(config.seed if seed is None else seed))
     if check:
         return check_trainer(cls, observation_space, action_space, **kwargs)
