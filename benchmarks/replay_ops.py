@@ -164,6 +164,17 @@ def pearl_contestants(wanted, fanouts, threads_list, skipped):
         except Exception as exc:
             skipped.append((f"pearl {name}", f"get_backend failed: {type(exc).__name__}: {exc}"))
             continue
+        emulated = [d.name for d in backend.devices() if (d.details or {}).get("emulated")]
+        if emulated and not (wanted and name in wanted):
+            # A functional emulator's timings are CPU timings, not the device's: never in the table
+            # unless asked for by name (and then labelled).
+            skipped.append((f"pearl {name}", f"device(s) {emulated} are functional emulators; their timings "
+                            "are not the hardware's (pass --backends " + name + " to time the emulator anyway)"))
+            continue
+        if emulated:
+            name_label = f"{name} (emulator)"
+        else:
+            name_label = name
         takes_threads = True
         try:
             backend.make_sum_tree(8, 2, threads=1)
@@ -184,7 +195,7 @@ def pearl_contestants(wanted, fanouts, threads_list, skipped):
                 return _b.make_sum_tree(capacity, fanout)
 
             configs = [(f, None) for f in fanouts]
-        out += [PearlContestant(name, factory, f, t) for f, t in configs]
+        out += [PearlContestant(name_label, factory, f, t) for f, t in configs]
     return out
 
 
