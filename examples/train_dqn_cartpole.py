@@ -36,11 +36,5 @@ if __name__ == "__main__":  # actors are spawned processes: keep the entry point
 
     result = ParallelRuntime(config, choice).run()
 
-    print(f"\nstopped by {result.stop_reason} ({result.stop_detail})")
-    if result.solved:
-        print(f"solved at {result.solved_at_env_steps} env steps, {result.solved_at_wall_s:.1f} s")
-    else:
-        print("not solved within the budget")
-    print(f"throughput: {result.env_steps_per_s:.0f} env steps/s, {result.updates_per_s:.0f} updates/s, "
-          f"{result.samples_per_s:.0f} samples trained/s over {result.wall_time_s:.1f} s")
+    print("\n" + result.summary())
     print(f"learning curve, logs and checkpoint in {result.log_dir}")

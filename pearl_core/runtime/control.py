@@ -130,6 +130,14 @@ class RunResult:
     def solved(self) -> bool:
         return self.solved_at_env_steps is not None
 
+    def summary(self) -> str:
+        """Three lines for people: why the run stopped, when it solved, its throughput."""
+        solved = (f"solved at {self.solved_at_env_steps} env steps, {self.solved_at_wall_s:.1f} s" if self.solved
+                  else "not solved within the budget")
+        return (f"stopped by {self.stop_reason} ({self.stop_detail})\n{solved}\n"
+                f"throughput: {self.env_steps_per_s:.0f} env steps/s, {self.updates_per_s:.0f} updates/s, "
+                f"{self.samples_per_s:.0f} samples trained/s over {self.wall_time_s:.1f} s")
+
     @classmethod
     def from_state(cls, state: RunState, decision: "StopDecision", *, batch_size: int,
                    final_mean_return: float | None, log_dir: str, checkpoint_path: str | None) -> "RunResult":

@@ -150,13 +150,7 @@ def main(argv: list[str] | None = None) -> int:
 
     write_json(os.path.join(result.log_dir, "result.json"),
                {"plan_hash": PLAN_HASH, "pearl_version": PEARL_VERSION, **dataclasses.asdict(result)})
-    print("stopped by " + result.stop_reason + " (" + result.stop_detail + ")")
-    if result.solved:
-        print(f"solved at {result.solved_at_env_steps} env steps, {result.solved_at_wall_s:.1f} s")
-    else:
-        print("not solved within the budget")
-    print(f"throughput: {result.env_steps_per_s:.0f} env steps/s, {result.updates_per_s:.0f} updates/s, "
-          f"{result.samples_per_s:.0f} samples trained/s over {result.wall_time_s:.1f} s")
+    print(result.summary())
     print("logs, learning curve, checkpoint and result.json in " + result.log_dir)
     return 0
 
