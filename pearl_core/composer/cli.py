@@ -123,11 +123,30 @@ def render_plan(plan: Plan, console: Console) -> None:
                   f"{' (co-located)' if dec.setting == 2 else ' (through the host)'}{escape(tie)}")
     console.print(f"  predicted {ch.iteration_s * 1e6:,.1f} us per iteration, {ch.throughput:,.0f} samples/s, "
                   f"{ch.power_w:,.1f} W, {ch.throughput / ch.power_w:,.1f} samples/J")
+    if plan.variants:
+        _render_variants(plan, console)
     try:
         console.print(f"  runtime plan: {escape(repr(plan.runtime_plan()))}")
     except PearlError as exc:
         console.print(f"  [yellow]no runtime plan: {escape(str(exc))}[/yellow]")
     console.print(f"  plan hash: {plan.content_hash()}")
+
+
+def _render_variants(plan: Plan, console: Console) -> None:
+    """The host tuning: each runtime variant's prediction; the chosen one overrides Algorithm 1's setting."""
+    table = Table(title="Host tuning (RM and learner on the host CPU): runtime variants")
+    for col in ("setting", "learner threads", "RM threads", "predicted us", "samples/s", "W", "bound"):
+        table.add_column(col, justify="right")
+    for v in plan.variants:
+        mark = "* " if v == plan.variant else "  "
+        table.add_row(f"{mark}{v.setting}", str(v.learner_threads), str(v.rm_threads), f"{v.predicted_s * 1e6:,.1f}",
+                      f"{v.throughput:,.0f}", f"{v.power_w:,.1f}", v.bound)
+    console.print(table)
+    v = plan.variant
+    if v is not None:
+        console.print(f"  tuned: setting {v.setting}{' (co-located)' if v.setting == 2 else ' (through the host)'}, "
+                      f"{v.learner_threads} learner thread(s), predicted {v.predicted_s * 1e6:,.1f} us per iteration "
+                      "(see docs/composer.md)")
 
 
 def _grid_table(plan: Plan, value: str, digits: int) -> Table:
