@@ -192,6 +192,10 @@ class DQN(CountedTrainer):
         return t.to(self.device, non_blocking=True)
 
     def _greedy(self, obs: np.ndarray) -> np.ndarray:
+        if self._engine is not None:  # the numpy engine's forward: ~4x less overhead for an actor's few rows
+            arr = np.asarray(obs)
+            return self._engine.q_values(np.ascontiguousarray(arr.reshape(arr.shape[0], -1), dtype=np.float32)
+                                         ).argmax(axis=1)
         with torch.inference_mode():
             q = self.q_net(self._as_input(obs))
             return q.argmax(dim=1).cpu().numpy()

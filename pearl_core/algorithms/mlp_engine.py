@@ -115,14 +115,21 @@ class MLPDQNEngine:
         self._adam, self._adam_key = out, opt.state[self.t._params[0]]["exp_avg"]
         return out
 
+    def _views(self) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[tuple[np.ndarray, np.ndarray]]]:
+        if self._online is None or self._target is None:
+            self._online, self._target = _layers(self.t.q_net), _layers(self.t.target_net)
+        return self._online, self._target
+
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        """``Q(obs, .)`` of the online network, ``(n, n_actions)`` float32 (no gradients, no torch ops)."""
+        return _forward(obs, self._views()[0])
+
     def update(self, obs: np.ndarray, act: np.ndarray, rew: np.ndarray, next_obs: np.ndarray, done: np.ndarray,
                w: np.ndarray) -> tuple[np.ndarray, float, float]:
         """One step; returns ``(|delta| per sample (float32), loss, mean q)``."""
         t = self.t
         _limit_blas_threads(max(1, torch.get_num_threads()))
-        if self._online is None or self._target is None:
-            self._online, self._target = _layers(t.q_net), _layers(t.target_net)
-        online, target = self._online, self._target
+        online, target = self._views()
         n_layers = len(online)
         B = obs.shape[0]
         rows = np.arange(B)

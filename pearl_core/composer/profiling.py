@@ -388,7 +388,11 @@ def profile_worker_loop(wl: Workload, plan_kwargs: dict[str, Any] | None = None,
 
 
 def profile_actor_step(wl: Workload, *, iterations: int = 500, seed: int = 0) -> float:
-    """Median seconds for an actor to produce one experience: one policy action plus one env step."""
+    """Median seconds for an actor to produce one experience: one policy action plus one env step.
+
+    The trainer acts as late in a run (``env_steps`` past any exploration
+    schedule), so the policy network is evaluated at (nearly) every step.
+    """
     import torch
 
     from pearl_core.runtime.wiring import build_trainer, make_env
@@ -397,6 +401,9 @@ def profile_actor_step(wl: Workload, *, iterations: int = 500, seed: int = 0) ->
     config = run_config_for(wl, seed=seed)
     try:
         trainer = build_trainer(config, env.observation_space, env.action_space, check=False)
+        # past any exploration schedule, as for most of a run: the policy network acts (a fresh
+        # trainer's epsilon of 1 would skip it and flatter the actor)
+        trainer.env_steps = 1 << 40
         obs, _ = env.reset(seed=seed)
         state = {"obs": obs}
 

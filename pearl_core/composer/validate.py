@@ -25,6 +25,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+import statistics
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,8 +115,12 @@ def measured_iteration_s(metrics_csv: Path) -> tuple[float, int]:
 
 
 def validate_plan(plan: Plan, *, window_s: float = 15.0, learning_starts: int = 1_000, seed: int = 0,
-                  progress: Callable[[str], None] | None = None) -> ValidationReport:
+                  repeats: int = 1, progress: Callable[[str], None] | None = None) -> ValidationReport:
     """Run every candidate of ``plan`` that this machine can run; see the module docstring.
+
+    With ``repeats > 1`` the candidates run in turn that many rounds (A, B, A, B, ...)
+    and each one's measured time is the median of its rounds, so a slow drift of
+    the machine hits all of them alike.
 
     Raises:
         PearlError: the workload cannot be run (no env id or trainer recorded).
@@ -137,21 +142,30 @@ def validate_plan(plan: Plan, *, window_s: float = 15.0, learning_starts: int = 
                                        "rm_threads": v.rm_threads}, v.predicted_s, v == chosen))
     else:
         candidates.append((f"RM {plan.rm_device}, learner {plan.learner_device}", {}, plan.chosen.time_s, True))
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+        raise PearlError(f"validate: repeats = {repeats!r}; expected an int >= 1.")
+    results: list[list[tuple[float, int]]] = [[] for _ in candidates]
+    for r in range(repeats):
+        for i, (label, overrides, _, _) in enumerate(candidates):
+            rp = plan.runtime_plan(**overrides)
+            if progress is not None:
+                progress(f"running {label} for {window_s:g} s" + (f" (round {r + 1}/{repeats})" if repeats > 1 else "")
+                         + " ...")
+            with tempfile.TemporaryDirectory(prefix="pearl-validate-") as tmp:
+                config = dataclasses.replace(base, log_dir=str(Path(tmp) / "run"))
+                try:
+                    ParallelRuntime(config, rp, progress=False, tensorboard=False, plot=False,
+                                    metrics_every=250).run()
+                except PearlError as exc:
+                    raise PearlError(f"validate: the run of {label} failed: {exc}") from exc
+                results[i].append(measured_iteration_s(Path(config.log_dir) / "metrics.csv"))
     rows = []
-    for label, overrides, predicted, is_chosen in candidates:
+    for (label, overrides, predicted, is_chosen), got in zip(candidates, results):
         rp = plan.runtime_plan(**overrides)
-        if progress is not None:
-            progress(f"running {label} for {window_s:g} s ...")
-        with tempfile.TemporaryDirectory(prefix="pearl-validate-") as tmp:
-            config = dataclasses.replace(base, log_dir=str(Path(tmp) / "run"))
-            try:
-                ParallelRuntime(config, rp, progress=False, tensorboard=False, plot=False,
-                                metrics_every=250).run()
-            except PearlError as exc:
-                raise PearlError(f"validate: the run of {label} failed: {exc}") from exc
-            measured, updates = measured_iteration_s(Path(config.log_dir) / "metrics.csv")
-        rows.append(ValidationRow(label, rp.setting, rp.learner_threads, rp.rm_threads, predicted, measured, updates,
-                                  is_chosen))
+        finite = [m for m, _ in got if math.isfinite(m)]
+        measured = statistics.median(finite) if finite else math.nan
+        rows.append(ValidationRow(label, rp.setting, rp.learner_threads, rp.rm_threads, predicted, measured,
+                                  sum(u for _, u in got), is_chosen))
     return ValidationReport(tuple(rows), float(window_s))
 
 
@@ -198,7 +212,7 @@ def validate_command(**options: Any) -> None:
         plan = composer.run(profile=o["profile"])
         render_plan(plan, console)
         report = validate_plan(plan, window_s=o["window"], learning_starts=o["learning_starts"],
-                               progress=lambda line: console.print(line))
+                               repeats=o["repeats"], progress=lambda line: console.print(line))
     except (PearlError, OSError) as exc:
         fail(console, exc)
     render_report(report, console)
@@ -219,6 +233,8 @@ def _install_signature() -> None:
     global _VALIDATE_EXTRA
     _VALIDATE_EXTRA = (
         ("window", float, typer.Option(15.0, "--window", help="Seconds each candidate runs.")),
+        ("repeats", int, typer.Option(2, "--repeats", help="Rounds: candidates run in turn this many times; "
+                                      "each one's measurement is the median of its rounds.")),
         ("profile", bool, typer.Option(True, "--profile/--no-profile", help="Measure the present devices' cells "
                                        "(cached on disk); --no-profile predicts with the analytic models.")),
         ("replay_ratio", float, typer.Option(0.5, "--replay-ratio", help="Learner updates per env step.")),
