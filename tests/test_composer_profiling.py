@@ -211,3 +211,18 @@ def test_validate_runs_every_variant_and_measures_it(tmp_path):
     for r in report.rows:
         assert math.isfinite(r.measured_s) and r.measured_s > 0 and r.updates > 0, r
         assert math.isfinite(r.error)
+
+
+def test_editing_the_trainer_source_invalidates_its_cached_cells(tmp_path, monkeypatch):
+    from pearl_core.composer import profiling
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    src = pkg / "my_trainer.py"
+    src.write_text("from pearl_core.algorithms import DQN\n\nclass Mine(DQN):\n    pass\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    first = profiling._source_digest("my_trainer:Mine".replace("my_trainer", "pkg.my_trainer"))
+    src.write_text(src.read_text(encoding="utf-8") + "# edited\n", encoding="utf-8")
+    second = profiling._source_digest("pkg.my_trainer:Mine")
+    assert first and second and first != second
+    assert profiling._source_digest("no_such_module_here:X") == ""

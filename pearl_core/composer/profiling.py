@@ -13,8 +13,10 @@ device of the same name, or the one named by the spec device's
 
 The cache (default ``$PEARL_CACHE_DIR``, else ``$XDG_CACHE_HOME/pearl``, else
 ``~/.cache/pearl``; subfolder ``profiles/``) holds one JSON file per row, keyed
-by a hash of: backend name and version, the device as the spec describes it and
-as detection reports it, the workload and the iteration count. Files are written
+by a hash of: backend name and version, pearl-core's version, the device as the
+spec describes it and as detection reports it, the workload, the source file of
+the trainer's module (an edited trainer is measured again) and the iteration
+count. Files are written
 to a temporary name and renamed, so a crash never leaves a half-written entry;
 an unreadable entry is ignored and measured again.
 
@@ -129,10 +131,37 @@ def _cache_key(bname: str, backend: "Backend", device: DeviceSpec, info: "Device
         "detected": {"name": info.name, "description": info.description, "details": dict(info.details)},
         "machine": {"node": platform.node(), "processor": platform.processor(), "cpus": os.cpu_count()},
         "workload": wl.to_dict(),
+        "trainer_source": _source_digest(wl.trainer),
+        "pearl_core": _core_version(),
         "iterations": iterations,
     }
     text = json.dumps(inputs, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest(), inputs
+
+
+def _core_version() -> str:
+    from pearl_core import __version__
+
+    return __version__
+
+
+def _source_digest(trainer: str) -> str:
+    """sha256 of the source file defining the trainer's module: editing a trainer invalidates its cells.
+
+    Found without importing (``importlib.util.find_spec``); ``""`` when there is no file to read.
+    """
+    import importlib.util
+
+    module = trainer.partition(":")[0]
+    try:
+        spec = importlib.util.find_spec(module) if module else None
+        origin = spec.origin if spec is not None else None
+        if not origin or not os.path.isfile(origin):
+            return ""
+        with open(origin, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except (ImportError, ValueError, OSError):
+        return ""
 
 
 def _atomic_write(path: Path, text: str) -> None:
