@@ -11,14 +11,15 @@ instances instead. Creating an instance is cheap and touches no device (the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
-from pearl_core.backend import Backend
+from pearl_core.backend import Backend, DeviceInfo
 
 if TYPE_CHECKING:
     from pearl_core.plugins import PluginRegistry
 
-__all__ = ["BUILTIN_KINDS", "backend_for_kind", "backend_objects", "known_kinds", "resolve_registry"]
+__all__ = ["BUILTIN_KINDS", "backend_for_kind", "backend_objects", "detected_devices", "known_kinds",
+           "resolve_registry"]
 
 #: Device kinds the core knows without any plugin.
 BUILTIN_KINDS: tuple[str, ...] = ("cpu", "cuda", "fpga")
@@ -77,3 +78,19 @@ def backend_for_kind(kind: str, registry: "PluginRegistry | None" = None) -> tup
         return kind, None
     _, name, obj = min(matches, key=lambda m: (m[0], m[1]))
     return name, obj
+
+
+def detected_devices(registry: "PluginRegistry | None" = None) -> Iterator[tuple[str, Backend, DeviceInfo]]:
+    """Every device of every *available* backend as ``(backend name, backend, device)``.
+
+    A backend whose ``devices()`` raises contributes nothing (``pearl devices`` shows its error).
+    """
+    for name, obj, available in backend_objects(registry):
+        if not available:
+            continue
+        try:
+            infos = obj.devices()
+        except Exception:  # noqa: BLE001 - a backend that cannot list devices contributes none
+            continue
+        for info in infos:
+            yield name, obj, info

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from pearl_core.composer.backends import backend_objects
+from pearl_core.composer.backends import detected_devices
 from pearl_core.composer.costs import Profiler
 from pearl_core.composer.matrix import DeviceRow
 from pearl_core.composer.spec import DeviceSpec, HardwareSpec
@@ -91,16 +91,9 @@ def present_device(device: DeviceSpec, registry: "PluginRegistry | None" = None
     alias = device.options.get("detected_as")
     if isinstance(alias, str):
         wanted.add(alias)
-    for name, obj, available in backend_objects(registry):
-        if not available or getattr(obj, "device_kind", None) != device.kind:
-            continue
-        try:
-            infos = obj.devices()
-        except Exception:  # noqa: BLE001 - a backend that cannot list devices profiles nothing
-            continue
-        for info in infos:
-            if info.name in wanted:
-                return name, obj, info
+    for name, obj, info in detected_devices(registry):
+        if getattr(obj, "device_kind", None) == device.kind and info.name in wanted:
+            return name, obj, info
     return None
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from pearl_core.composer.backends import BUILTIN_KINDS, backend_objects, known_kinds
+from pearl_core.composer.backends import BUILTIN_KINDS, detected_devices, known_kinds
 from pearl_core.errors import SpecError
 
 if TYPE_CHECKING:
@@ -475,22 +475,15 @@ class HardwareSpec:
         described (e.g. an FPGA without its resources) is left out with a warning.
         """
         devices: list[DeviceSpec] = []
-        for bname, obj, available in backend_objects(registry):
-            if not available:
-                continue
+        for bname, _obj, info in detected_devices(registry):
+            if (info.details or {}).get("emulated"):
+                continue  # a functional emulator runs kernels but has no speed or resources to plan with
             try:
-                infos = obj.devices()
-            except Exception:  # noqa: BLE001 - a backend that cannot list devices contributes none
-                continue
-            for info in infos:
-                if (info.details or {}).get("emulated"):
-                    continue  # a functional emulator runs kernels but has no speed or resources to plan with
-                try:
-                    devices.append(_device_from_info(info, {d.name for d in devices}))
-                except SpecError as exc:
-                    # e.g. an FPGA emulator: a device to run on, but with no resources to plan with.
-                    warnings.warn(f"hardware detection leaves out {info.name!r} of backend {bname!r}: {exc} "
-                                  "Fix: describe it in a hardware spec file.", stacklevel=2)
+                devices.append(_device_from_info(info, {d.name for d in devices}))
+            except SpecError as exc:
+                # e.g. an accelerator the backend cannot fully describe: nothing to plan with.
+                warnings.warn(f"hardware detection leaves out {info.name!r} of backend {bname!r}: {exc} "
+                              "Fix: describe it in a hardware spec file.", stacklevel=2)
         if not any(d.kind == "cpu" for d in devices):
             devices.insert(0, _default_device("cpu0", "cpu", {"cores": os.cpu_count() or 1}, "host CPU"))
         host = next(d.name for d in devices if d.kind == "cpu")
