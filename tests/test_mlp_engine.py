@@ -45,7 +45,12 @@ def _params(t):
     {"max_grad_norm": None, "huber_delta": 0.5, "target_update_every": 3},
     {"max_grad_norm": 0.05, "tau": 0.3, "target_update_every": 2},     # clipping active, Polyak targets
 ])
-def test_numpy_engine_matches_torch_over_many_steps(kw):
+@pytest.mark.parametrize("fused_adam", [True, False], ids=["torch-fused-adam", "numpy-adam"])
+def test_numpy_engine_matches_torch_over_many_steps(kw, fused_adam, monkeypatch):
+    if not fused_adam:
+        from pearl_core.algorithms import mlp_engine
+
+        monkeypatch.setattr(mlp_engine, "_FUSED_ADAM", None)
     a, b = _pair(**kw)
     assert a.engine == "torch" and b.engine == "numpy"
     for batch, w in _batches(12):

@@ -17,7 +17,9 @@ Same math, step for step (checked against the torch path in
 3. backward through the layers (``ReLU'`` = activation > 0);
 4. global gradient-norm clipping as ``torch.nn.utils.clip_grad_norm_`` (norm + 1e-6);
 5. Adam exactly as torch's: ``m = b1 m + (1-b1) g``, ``v = b2 v + (1-b2) g^2``,
-   ``p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps)``.
+   ``p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps)`` — by torch's own fused CPU
+   kernel (``torch._fused_adam_``, the one ``Adam(fused=True)`` calls) where this torch has it,
+   else in numpy.
 
 The parameters are numpy *views* of the torch modules' tensors, and the Adam
 moments live in the torch optimizer's own state (created in its layout), so
@@ -36,6 +38,9 @@ import torch
 import torch.nn as nn
 
 __all__ = ["MLPDQNEngine", "supports"]
+
+#: torch's fused CPU Adam kernel (private API); ``None`` -> the same rule in numpy.
+_FUSED_ADAM = getattr(torch, "_fused_adam_", None)
 
 
 def supports(net: nn.Module, device: torch.device) -> bool:
@@ -183,8 +188,21 @@ class MLPDQNEngine:
         opt = t.optimizer
         group = opt.param_groups[0]
         lr, (b1, b2), eps = group["lr"], group["betas"], group["eps"]
+        state = self._adam_state()
+        fused = _FUSED_ADAM
+        if fused is not None:
+            # torch's own fused CPU kernel, called as its optimizer calls it (steps first, then one
+            # call over every tensor): ~40 us here against ~230 us for the same rule in numpy.
+            for _, _, step in state:
+                step += 1
+            st = [opt.state[p] for p in t._params]
+            with torch.no_grad():
+                fused(t._params, [torch.from_numpy(g) for g in grads], [x["exp_avg"] for x in st],
+                      [x["exp_avg_sq"] for x in st], [], [x["step"] for x in st], amsgrad=False, lr=float(lr),
+                      beta1=float(b1), beta2=float(b2), weight_decay=0.0, eps=float(eps), maximize=False)
+            return ad.astype(np.float32, copy=False), loss, float(q.mean())
         params = [a for pair in online for a in pair]
-        for p, gr, (m, v, step) in zip(params, grads, self._adam_state()):
+        for p, gr, (m, v, step) in zip(params, grads, state):
             step += 1  # a numpy view of torch's 0-d step tensor
             s = float(step)
             m *= np.float32(b1)
