@@ -29,6 +29,7 @@ their own tree factory and device.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -39,7 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
@@ -82,6 +83,9 @@ def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
         return Path(os.environ["PEARL_CACHE_DIR"]) / "profiles"
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "pearl" / "profiles"
+
+
+_default_cache_dir = cache_dir  # profiler_for's ``cache_dir`` argument shadows the function
 
 
 def present_device(device: DeviceSpec, registry: "PluginRegistry | None" = None
@@ -188,7 +192,7 @@ def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None
     """
     if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
         raise SpecError(f"profiling iterations = {iterations!r} is invalid; expected an int >= 1.")
-    folder = globals()["cache_dir"](cache_dir)
+    folder = _default_cache_dir(cache_dir)
 
     def profile(device: DeviceSpec, workload: Workload) -> DeviceRow | None:
         found = present_device(device, registry)
@@ -331,10 +335,26 @@ def profile_replay_ops(wl: Workload, plan_kwargs: dict[str, Any] | None = None, 
     }
 
 
-def _trainer_and_replay(wl: Workload, seed: int, trainer_kwargs: dict[str, Any] | None) -> tuple[Any, Any]:
+@contextlib.contextmanager
+def _torch_threads(n: int | None) -> Iterator[None]:
+    """torch's intra-op threads set to ``n`` (unchanged for ``None``) for the block, then restored."""
+    import torch
+
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _trainer_and_replay(wl: Workload, seed: int, trainer_kwargs: dict[str, Any] | None = None,
+                        plan_kwargs: dict[str, Any] | None = None) -> tuple[Any, Any]:
+    """The workload's real trainer and a filled replay, both built as the runtime builds them."""
     from pearl_core.runtime.wiring import build_trainer
 
-    replay, (obs_space, act_space) = filled_replay(wl, seed=seed)
+    replay, (obs_space, act_space) = filled_replay(wl, plan_kwargs, seed=seed)
     config = run_config_for(wl, seed=seed)
     if trainer_kwargs:
         config = dataclasses.replace(config, trainer_kwargs={**config.trainer_kwargs, **trainer_kwargs})
@@ -350,22 +370,15 @@ def profile_learner(wl: Workload, *, threads: int | None = None, iterations: int
     learner. ``threads`` sets torch's intra-op threads for the measurement
     (restored afterwards); ``trainer_kwargs`` override hyper-parameters (e.g. ``device``).
     """
-    import torch
-
     trainer, replay = _trainer_and_replay(wl, seed, trainer_kwargs)
     state: dict[str, Any] = {}
 
     def setup() -> None:
         state["sb"] = replay.sample(wl.batch_size)
 
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(int(threads))
-    try:
+    with _torch_threads(threads):
         return median_time(lambda: trainer.update_policy(state["sb"].batch, state["sb"].weights), iterations,
                            warmup, setup=setup)
-    finally:
-        torch.set_num_threads(before)
 
 
 def profile_worker_loop(wl: Workload, plan_kwargs: dict[str, Any] | None = None, *, threads: int = 1,
@@ -379,18 +392,11 @@ def profile_worker_loop(wl: Workload, plan_kwargs: dict[str, Any] | None = None,
     sharing one process's caches included (each part is slower here than
     alone).
     """
-    import torch
-
-    from pearl_core.runtime.wiring import build_trainer
-
-    replay, (obs_space, act_space) = filled_replay(wl, plan_kwargs, seed=seed)
-    trainer = build_trainer(run_config_for(wl, seed=seed), obs_space, act_space, check=False)
-    rows = _synthetic_rows(obs_space, act_space, int(wl.insert_batch or wl.n_actors), np.random.default_rng(seed))
+    trainer, replay = _trainer_and_replay(wl, seed, plan_kwargs=plan_kwargs)
+    rows = _synthetic_rows(*_spaces(wl), int(wl.insert_batch or wl.n_actors), np.random.default_rng(seed))
     parts: dict[str, list[float]] = {"sample": [], "learner": [], "update": [], "insert": []}
     clock = time.perf_counter
-    before = torch.get_num_threads()
-    torch.set_num_threads(int(threads))
-    try:
+    with _torch_threads(threads):
         for i in range(warmup + iterations):
             t0 = clock()
             sb = replay.sample(wl.batch_size)
@@ -404,8 +410,6 @@ def profile_worker_loop(wl: Workload, plan_kwargs: dict[str, Any] | None = None,
             if i >= warmup:
                 for k, v in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
                     parts[k].append(v)
-    finally:
-        torch.set_num_threads(before)
     return {k: statistics.median(v) for k, v in parts.items()}
 
 
@@ -415,8 +419,6 @@ def profile_actor_step(wl: Workload, *, iterations: int = 500, seed: int = 0) ->
     The trainer acts as late in a run (``env_steps`` past any exploration
     schedule), so the policy network is evaluated at (nearly) every step.
     """
-    import torch
-
     from pearl_core.runtime.wiring import build_trainer, make_env
 
     env = make_env(wl.env_id, seed=seed)
@@ -434,12 +436,8 @@ def profile_actor_step(wl: Workload, *, iterations: int = 500, seed: int = 0) ->
             nxt, _, term, trunc, _ = env.step(action)
             state["obs"] = env.reset()[0] if (term or trunc) else nxt
 
-        before = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
+        with _torch_threads(1):
             return median_time(step, iterations, warmup=20)
-        finally:
-            torch.set_num_threads(before)
     finally:
         env.close()
 

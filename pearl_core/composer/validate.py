@@ -29,11 +29,20 @@ import statistics
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pearl_core.composer.cli import fail, render_plan
+from pearl_core.composer.compose_cli import composer_from_options, with_plan_options
 from pearl_core.composer.plan import Plan
 from pearl_core.composer.profiling import run_config_for
 from pearl_core.errors import PearlError
+
+if TYPE_CHECKING:
+    from pearl_core.runtime.config import RuntimePlan
 
 __all__ = ["ValidationReport", "ValidationRow", "measured_iteration_s", "validate_plan"]
 
@@ -133,21 +142,21 @@ def validate_plan(plan: Plan, *, window_s: float = 15.0, learning_starts: int = 
     base = dataclasses.replace(run_config_for(wl, seed=seed), replay_ratio=1.0 / bsi,
                                learning_starts=learning_starts,
                                stop=StopCriteria(max_wall_time_s=float(window_s), eval_every=10**9))
-    candidates: list[tuple[str, dict[str, Any], float, bool]] = []
+    candidates: list[tuple[str, RuntimePlan, float, bool]] = []
     if plan.variants:
         chosen = plan.variant
         for v in plan.variants:
             label = f"setting {v.setting}, learner {v.learner_threads} thread(s)"
-            candidates.append((label, {"setting": v.setting, "learner_threads": v.learner_threads,
-                                       "rm_threads": v.rm_threads}, v.predicted_s, v == chosen))
+            rp = plan.runtime_plan(setting=v.setting, learner_threads=v.learner_threads, rm_threads=v.rm_threads)
+            candidates.append((label, rp, v.predicted_s, v == chosen))
     else:
-        candidates.append((f"RM {plan.rm_device}, learner {plan.learner_device}", {}, plan.chosen.time_s, True))
+        candidates.append((f"RM {plan.rm_device}, learner {plan.learner_device}", plan.runtime_plan(),
+                           plan.chosen.iteration_s, True))
     if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
         raise PearlError(f"validate: repeats = {repeats!r}; expected an int >= 1.")
     results: list[list[tuple[float, int]]] = [[] for _ in candidates]
     for r in range(repeats):
-        for i, (label, overrides, _, _) in enumerate(candidates):
-            rp = plan.runtime_plan(**overrides)
+        for i, (label, rp, _, _) in enumerate(candidates):
             if progress is not None:
                 progress(f"running {label} for {window_s:g} s" + (f" (round {r + 1}/{repeats})" if repeats > 1 else "")
                          + " ...")
@@ -160,8 +169,7 @@ def validate_plan(plan: Plan, *, window_s: float = 15.0, learning_starts: int = 
                     raise PearlError(f"validate: the run of {label} failed: {exc}") from exc
                 results[i].append(measured_iteration_s(Path(config.log_dir) / "metrics.csv"))
     rows = []
-    for (label, overrides, predicted, is_chosen), got in zip(candidates, results):
-        rp = plan.runtime_plan(**overrides)
+    for (label, rp, predicted, is_chosen), got in zip(candidates, results):
         finite = [m for m, _ in got if math.isfinite(m)]
         measured = statistics.median(finite) if finite else math.nan
         rows.append(ValidationRow(label, rp.setting, rp.learner_threads, rp.rm_threads, predicted, measured,
@@ -173,8 +181,6 @@ def validate_plan(plan: Plan, *, window_s: float = 15.0, learning_starts: int = 
 
 def render_report(report: ValidationReport, console: Any) -> None:
     """Predicted vs measured per candidate, ranks, and the two acceptance figures."""
-    from rich.table import Table
-
     rows = report.rows
     pred_rank = {id(r): i + 1 for i, r in enumerate(sorted(rows, key=lambda r: r.predicted_s))}
     ok = sorted((r for r in rows if math.isfinite(r.measured_s)), key=lambda r: r.measured_s)
@@ -195,16 +201,8 @@ def render_report(report: ValidationReport, console: Any) -> None:
                   + ("agrees (within 5% of the best)" if report.top_agrees else "does not agree"))
 
 
-_VALIDATE_EXTRA: tuple = ()
-
-
 def validate_command(**options: Any) -> None:
     """Run each candidate the plan considered on this machine for a short window; print predicted vs measured."""
-    from rich.console import Console
-
-    from pearl_core.composer.cli import fail, render_plan
-    from pearl_core.composer.compose_cli import composer_from_options
-
     o = options
     console = Console(width=max(132, Console().width))
     try:
@@ -223,28 +221,17 @@ def validate_command(**options: Any) -> None:
         raise SystemExit(1)
 
 
-def _install_signature() -> None:
-    from typing import Optional
-
-    import typer
-
-    from pearl_core.composer.compose_cli import with_plan_options
-
-    global _VALIDATE_EXTRA
-    _VALIDATE_EXTRA = (
-        ("window", float, typer.Option(15.0, "--window", help="Seconds each candidate runs.")),
-        ("repeats", int, typer.Option(2, "--repeats", help="Rounds: candidates run in turn this many times; "
-                                      "each one's measurement is the median of its rounds.")),
-        ("profile", bool, typer.Option(True, "--profile/--no-profile", help="Measure the present devices' cells "
-                                       "(cached on disk); --no-profile predicts with the analytic models.")),
-        ("replay_ratio", float, typer.Option(0.5, "--replay-ratio", help="Learner updates per env step.")),
-        ("learning_starts", int, typer.Option(1_000, "--learning-starts", help="Env steps before the first "
-                                              "update (not measured).")),
-        ("max_error", Optional[float], typer.Option(None, "--max-error", help="Exit 1 when the chosen plan's "
-                                                    "prediction error exceeds this fraction (e.g. 0.2).")),
-    )
-    sig, ann = with_plan_options(_VALIDATE_EXTRA, drop=("png", "json_out"))
-    validate_command.__signature__, validate_command.__annotations__ = sig, ann  # type: ignore[attr-defined]
-
-
-_install_signature()
+_VALIDATE_EXTRA = (
+    ("window", float, typer.Option(15.0, "--window", help="Seconds each candidate runs.")),
+    ("repeats", int, typer.Option(2, "--repeats", help="Rounds: candidates run in turn this many times; "
+                                  "each one's measurement is the median of its rounds.")),
+    ("profile", bool, typer.Option(True, "--profile/--no-profile", help="Measure the present devices' cells "
+                                   "(cached on disk); --no-profile predicts with the analytic models.")),
+    ("replay_ratio", float, typer.Option(0.5, "--replay-ratio", help="Learner updates per env step.")),
+    ("learning_starts", int, typer.Option(1_000, "--learning-starts", help="Env steps before the first "
+                                          "update (not measured).")),
+    ("max_error", Optional[float], typer.Option(None, "--max-error", help="Exit 1 when the chosen plan's "
+                                                "prediction error exceeds this fraction (e.g. 0.2).")),
+)
+validate_command.__signature__, validate_command.__annotations__ = with_plan_options(  # type: ignore[attr-defined]
+    _VALIDATE_EXTRA, drop=("png", "json_out"))

@@ -292,7 +292,6 @@ class _Host:
         self.evaluator: Evaluator | None = None
         self.eval_trainer = None  # the host's evaluation copy of the policy (see start_eval)
         self.eval_job = None  # the running evaluation (a Future), if any
-        self.eval_started_at = -1
         self.eval_pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="pearl-eval")
 
         # A loaded checkpoint is never mutated: the run counts on a copy of its counters.
@@ -703,7 +702,6 @@ class _Host:
             return steps, res, time.perf_counter() - t
 
         self.eval_job = self.eval_pool.submit(job)
-        self.eval_started_at = steps
         self.monitor.record_started_eval(steps)
 
     def collect_eval(self, wait: bool = False) -> None:
