@@ -128,7 +128,12 @@ class MLPDQNEngine:
         return self._online, self._target
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
-        """``Q(obs, .)`` of the online network, ``(n, n_actions)`` float32 (no gradients, no torch ops)."""
+        """``Q(obs, .)`` of the online network, ``(n, n_actions)`` float32 (no gradients, no torch ops).
+
+        BLAS threads follow torch's thread count here too: an actor (1 torch thread) must not
+        leave an idle OpenBLAS thread spinning on the core the learner needs.
+        """
+        _limit_blas_threads(max(1, torch.get_num_threads()))
         return _forward(obs, self._views()[0])
 
     def update(self, obs: np.ndarray, act: np.ndarray, rew: np.ndarray, next_obs: np.ndarray, done: np.ndarray,
