@@ -10,9 +10,12 @@ gradient steps (replay ratio 0.5), eps 1 -> 0.04 over the first 8k env steps
 Solved = a greedy evaluation of 20 episodes, run every 5k env steps, averages
 >= 475; the run stops at the first pass or at the budget (100k env steps).
 For SB3 the same rule is an ``EvalCallback``-like callback on a separate env.
-Evaluation time COUNTS in the wall time of every contestant (PEARL's runtimes
-evaluate in the host process and report the wall time after that evaluation;
-the SB3 callback does the same).
+Every wall time is a stopwatch in this process, from building the runtime (or
+the SB3 model) to ``run()`` (``learn()``) returning: PEARL's process start-up
+and shutdown count, as SB3's model construction does, and env steps/s is env
+steps over that whole time. Evaluation time COUNTS in the wall time of every
+contestant (PEARL's runtimes evaluate in the host process and report the wall
+time after that evaluation; the SB3 callback does the same).
 
 Contestants::
 
@@ -87,6 +90,7 @@ def run_pearl(name: str, seed: int, budget: int, eval_every: int, eval_episodes:
         log_dir=str(log_root / f"{name}-seed{seed}"),
     )
     common = dict(progress=False, tensorboard=False, plot=False)
+    t0 = time.perf_counter()  # a stopwatch, as for SB3: from building the runtime to run() returning
     if kind == "serial":
         from pearl_core.runtime.serial import SerialRuntime
 
@@ -98,17 +102,24 @@ def run_pearl(name: str, seed: int, budget: int, eval_every: int, eval_episodes:
         plan = RuntimePlan(setting=setting, n_actors=n_actors, envs_per_actor=envs_per_actor,
                            learner_threads=1, rm_threads=1)
         rt = ParallelRuntime(cfg, plan, **common)
+    t_run = time.perf_counter()
     res = rt.run()
+    wall = time.perf_counter() - t0
+    # The run's own clock starts once its processes are up (res.startup_s before it); the
+    # stopwatch figures count that start-up, and the shutdown after, as SB3's do.
+    before_clock = (t_run - t0) + res.startup_s
     return {
         "solved_at": res.solved_at_env_steps,
-        "wall_to_solved_s": res.solved_at_wall_s,
+        "wall_to_solved_s": None if res.solved_at_wall_s is None else before_clock + res.solved_at_wall_s,
         "env_steps": res.env_steps,
         "updates": res.updates,
-        "wall_s": res.wall_time_s,
+        "wall_s": wall,
+        "startup_s": round(before_clock, 3),
+        "run_clock_s": res.wall_time_s,
         "eval_s": res.eval_time_s,
-        "env_steps_per_s": res.env_steps / res.wall_time_s,
-        "updates_per_s": res.updates / res.wall_time_s,
-        "samples_per_s": res.updates * BATCH / res.wall_time_s,
+        "env_steps_per_s": res.env_steps / wall,
+        "updates_per_s": res.updates / wall,
+        "samples_per_s": res.updates * BATCH / wall,
         "evals": [round(m, 1) for _, m, _ in res.eval_history],
         "plan": {"setting": setting, "n_actors": n_actors, "envs_per_actor": envs_per_actor}
         if kind == "parallel" else {"serial": True},

@@ -93,7 +93,8 @@ class RunResult:
 
     Attributes:
         env_steps, updates, episodes: totals at the end (over resumed segments too).
-        wall_time_s: total wall time of the run.
+        wall_time_s: total wall time of the run, from the moment every worker was ready
+            (process start-up is ``startup_s``, not included).
         eval_history: ``(env_steps, mean_return, wall_s)`` per greedy evaluation.
         solved_at_env_steps / solved_at_wall_s: when a return criterion
             (``mean_return`` or ``eval_return``) fired, else ``None``.
@@ -106,6 +107,10 @@ class RunResult:
         final_mean_return: mean return of the last ``stop.window`` training
             episodes (fewer if fewer finished; ``None`` if none).
         log_dir, checkpoint_path: where the logs and the final checkpoint went.
+        startup_s: seconds from ``run()`` to the start of the run clock (building the
+            trainer, environments and logs; for the parallel runtime, starting its
+            processes), this segment only. ``startup_s + solved_at_wall_s`` is the time to
+            solved as a stopwatch started at ``run()`` sees it (for a run not resumed).
     """
 
     env_steps: int
@@ -125,6 +130,7 @@ class RunResult:
     final_mean_return: float | None
     log_dir: str
     checkpoint_path: str | None
+    startup_s: float = 0.0
 
     @property
     def solved(self) -> bool:
@@ -140,7 +146,8 @@ class RunResult:
 
     @classmethod
     def from_state(cls, state: RunState, decision: "StopDecision", *, batch_size: int,
-                   final_mean_return: float | None, log_dir: str, checkpoint_path: str | None) -> "RunResult":
+                   final_mean_return: float | None, log_dir: str, checkpoint_path: str | None,
+                   startup_s: float = 0.0) -> "RunResult":
         wall = max(state.wall_time_s, 1e-9)
         return cls(
             env_steps=state.env_steps,
@@ -160,6 +167,7 @@ class RunResult:
             final_mean_return=final_mean_return,
             log_dir=log_dir,
             checkpoint_path=checkpoint_path,
+            startup_s=startup_s,
         )
 
 

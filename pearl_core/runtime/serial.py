@@ -148,6 +148,7 @@ class _Run:
     """One segment of a run: built from a :class:`SerialRuntime`, looped once, closed."""
 
     def __init__(self, rt: SerialRuntime):
+        self._called = time.perf_counter()  # startup_s: from here to the run clock's start
         cfg, plan, ck = rt.config, rt.plan, rt.checkpoint
         self.rt, self.cfg, self.plan = rt, cfg, plan
         self.state = RunState.from_dict(ck.state.to_dict()) if ck is not None else RunState()
@@ -297,7 +298,7 @@ class _Run:
                                 window=s.window, threshold=s.eval_return if s.eval_return is not None else s.mean_return)
         return RunResult.from_state(st, decision, batch_size=self.cfg.batch_size,
                                     final_mean_return=self.monitor.recent_mean(), log_dir=str(self.log_dir),
-                                    checkpoint_path=str(path))
+                                    checkpoint_path=str(path), startup_s=self._t0 - self._called)
 
     def close(self) -> None:
         self.display.close()
