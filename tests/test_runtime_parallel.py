@@ -14,11 +14,12 @@ import queue
 import numpy as np
 import pytest
 
-from pearl_core.errors import InvalidValueError
+from pearl_core.errors import InvalidValueError, SpecError
 from pearl_core.replay import DataStorage, StorageSpec, UniformReplay
 from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
 from pearl_core.runtime.control import load_checkpoint
 from pearl_core.runtime.parallel import LocalRRQ, ParallelRuntime, ReplayServer
+from pearl_core.runtime.procs import START_METHOD_ENV
 from pearl_core.runtime.serial import SerialRuntime
 from test_runtime_support import no_leaks  # noqa: F401 - fixture
 
@@ -74,6 +75,24 @@ def test_tiny_run_end_to_end(tmp_path, setting):
     log_dir = tmp_path / "run"
     assert len(read_csv(log_dir / "episodes.csv")) == res.episodes
     assert read_csv(log_dir / "metrics.csv")
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_both_start_methods_run_and_report_their_start_up(tmp_path, monkeypatch, method):
+    # The fork server is the default (pearl_core.runtime.procs); spawn stays supported.
+    monkeypatch.setenv(START_METHOD_ENV, method)
+    plan = RuntimePlan(setting=2, n_actors=1, envs_per_actor=2, insert_batch=16, queue_size=4)
+    rt, res = run_parallel(config(tmp_path, steps=256), plan)
+    assert res.env_steps == 256 and res.updates == owed(256) and rt.faults == []
+    assert res.startup_s > 0  # the processes' start-up, outside the run clock
+
+
+def test_a_bad_start_method_is_refused_before_anything_starts(tmp_path, monkeypatch):
+    monkeypatch.setenv(START_METHOD_ENV, "fork")
+    plan = RuntimePlan(setting=2, n_actors=1, envs_per_actor=1)
+    with pytest.raises(SpecError, match=r"PEARL_START_METHOD='fork'.*expected one of \['forkserver', 'spawn'\]"):
+        run_parallel(config(tmp_path), plan)
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("setting,max_in_flight", [(1, 0), (1, 2), (2, 1)])

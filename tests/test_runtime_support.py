@@ -147,9 +147,15 @@ class SlowLearner(LinearQ):
 
 
 def child_pids(pid: int | None = None) -> list[int]:
-    """Live (non-zombie) children of ``pid`` from /proc, minus multiprocessing's resource tracker."""
+    """Live (non-zombie) worker processes under ``pid``, from /proc.
+
+    Children of ``pid``, and the children of multiprocessing's fork server (the parallel
+    runtime's workers start from it, :mod:`pearl_core.runtime.procs`). The resource tracker
+    and the fork server themselves are helpers that live as long as the Python process and
+    are not counted.
+    """
     pid = os.getpid() if pid is None else pid
-    out = []
+    procs = {}  # pid -> (ppid, cmdline)
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -161,9 +167,16 @@ def child_pids(pid: int | None = None) -> list[int]:
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2:].split()
-        state, ppid = fields[0], int(fields[1])
-        if ppid == pid and state != "Z" and "resource_tracker" not in cmd:
-            out.append(int(entry))
+        if fields[0] != "Z":
+            procs[int(entry)] = (int(fields[1]), cmd)
+    out = []
+    for child, (ppid, cmd) in procs.items():
+        if ppid != pid or "resource_tracker" in cmd:
+            continue
+        if "forkserver" in cmd:
+            out.extend(c for c, (pp, _) in procs.items() if pp == child)
+        else:
+            out.append(child)
     return out
 
 

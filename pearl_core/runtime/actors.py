@@ -29,8 +29,8 @@ learner busy meanwhile.
 
 Errors: an exception in the loop is sent to the host as ``("error", actor,
 traceback)`` and the process exits with code 1; the host decides whether to
-restart it. An actor exits by itself when the host's stop flag is set or its
-parent process changes (the host died).
+restart it. An actor exits by itself when the host's stop flag is set or the
+host process is gone (:class:`~pearl_core.runtime.procs.HostWatch`).
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from pearl_core.runtime.config import RunConfig
+from pearl_core.runtime.procs import HostWatch
 from pearl_core.runtime.shm import (
     BlockHandle,
     Control,
@@ -96,7 +97,6 @@ class ActorSpec:
         ring, control, weights: shared-memory handles.
         dcq: the actor's queue to the host.
         weight_check_every: vector steps between looks at the weight version.
-        parent_pid: the host's pid; the actor exits when its parent changes.
         env_seed_offset: added to every environment index (a resumed run passes
             its env-step count, as the serial runtime does, so it starts new episodes).
     """
@@ -112,7 +112,6 @@ class ActorSpec:
     weights: WeightHandle
     dcq: PipeQueue
     weight_check_every: int = 1
-    parent_pid: int = 0
     env_seed_offset: int = 0
 
 
@@ -190,10 +189,10 @@ class _Actor:
         )
         self._w = self.weights.empty_like()
         self.version = 0
-        self.parent = spec.parent_pid or os.getppid()
+        self.host = HostWatch()  # is the host still alive? (pearl_core.runtime.procs)
 
     def stopping(self) -> bool:
-        return self.ctrl.stop or os.getppid() != self.parent
+        return self.ctrl.stop or self.host.gone()
 
     def pull_weights(self) -> None:
         v = self.weights.read_into(self._w, newer_than=self.version)

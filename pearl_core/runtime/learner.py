@@ -52,6 +52,7 @@ from pearl_core.errors import InvalidValueError
 from pearl_core.replay.base import ReplayManager, check_td_errors
 from pearl_core.replay.storage import Batch
 from pearl_core.runtime.config import RunConfig, RuntimePlan
+from pearl_core.runtime.procs import HostWatch
 from pearl_core.runtime.shm import (
     BlockHandle,
     Control,
@@ -124,7 +125,6 @@ class LearnerSpec:
         actor_rings: setting 2: every actor's experience ring, by actor id.
         trainer_state: a :func:`dump_blob` of a trainer state to resume from.
         replay_state: setting 2: a :func:`dump_blob` of replay contents to resume from.
-        parent_pid: the host's pid; the process exits when its parent changes.
         metrics_every: updates between metric reports.
     """
 
@@ -138,7 +138,6 @@ class LearnerSpec:
     actor_rings: tuple[RingHandle, ...] = ()
     trainer_state: bytes | None = None
     replay_state: bytes | None = None
-    parent_pid: int = 0
     metrics_every: int = METRICS_EVERY
 
 
@@ -150,7 +149,7 @@ class _Base:
 
         torch.set_num_threads(spec.plan.learner_threads)
         self.spec = spec
-        self.parent = spec.parent_pid or os.getppid()
+        self.host = HostWatch()  # is the host still alive? (pearl_core.runtime.procs)
         self.ctrl = Control.attach(spec.control)
         self.weights = WeightBuffer.attach(spec.weights)
         env = make_env(spec.config.env_id)
@@ -166,7 +165,7 @@ class _Base:
         self.learn_s = 0.0  # seconds spent in update_policy (reported to the host)
 
     def gone(self) -> bool:
-        return os.getppid() != self.parent
+        return self.host.gone()
 
     def send(self, msg) -> None:
         """Put on the LDQ; give up (and exit) if the host is gone or stopping."""
@@ -397,10 +396,13 @@ class _Colocated(_Base):
             can_train = self.updates < ctrl.update_budget and replay.size >= 1
             # Drain the host's messages; wait for one only when there is nothing to train.
             timeout = 0.0 if can_train else 0.01
+            handled = False
             while inbox.poll(timeout):
                 if not self.handle(inbox.get()):
                     return
-                timeout = 0.0
+                timeout, handled = 0.0, True
+            if handled:  # a state request comes after the host's budget stop: no update after a snapshot
+                can_train = self.updates < ctrl.update_budget and replay.size >= 1
             if not can_train:
                 idle_checks += 1
                 if idle_checks % 50 == 0 and (self.gone() or ctrl.stop):

@@ -49,7 +49,6 @@ import collections
 import concurrent.futures
 import logging
 import math
-import multiprocessing as mp
 import os
 import queue
 import signal
@@ -87,6 +86,7 @@ from pearl_core.runtime.learner import (
     run_colocated,
     run_learner,
 )
+from pearl_core.runtime.procs import worker_context
 from pearl_core.runtime.shm import Control, PipeQueue, ShmArena, SlotRing, WeightBuffer
 from pearl_core.runtime.wiring import (
     Evaluator,
@@ -280,9 +280,10 @@ class _Host:
     """One segment of a parallel run: shared memory, processes and the host loop."""
 
     def __init__(self, rt: ParallelRuntime):
+        self._called = time.perf_counter()  # startup_s: from here to the run clock's start (see start)
         cfg, plan, ck = rt.config, rt.plan, rt.checkpoint
         self.rt, self.cfg, self.plan = rt, cfg, plan
-        self.ctx = mp.get_context("spawn")
+        self.ctx = worker_context(early=True)  # the fork server loads torch while we build the trainer
         self.interrupted: str | None = None
         self.actor_procs: list[Any] = []
         self.learner_proc = None
@@ -394,7 +395,7 @@ class _Host:
             outbox=self.outbox, batch_ring=self.batch_ring.handle if self.batch_ring is not None else None,
             actor_rings=tuple(r.handle for r in self.rings),
             trainer_state=dump_blob(self.trainer.state_dict()) if ck is not None else None,
-            replay_state=replay_blob, parent_pid=os.getpid(),
+            replay_state=replay_blob
         )
 
     def start(self) -> None:
@@ -435,7 +436,7 @@ class _Host:
             actor_id=a, incarnation=self.restarts[a], config=self.cfg, n_actors=plan.n_actors,
             n_envs=plan.envs_per_actor, batch_rows=plan.insert_batch, ring=self.rings[a].handle,
             control=self.ctrl.handle, weights=self.weights.handle, dcq=dcq,
-            weight_check_every=self.rt.weight_check_every, parent_pid=os.getpid(),
+            weight_check_every=self.rt.weight_check_every,
             env_seed_offset=self.state.env_steps if self.rt.checkpoint is not None else 0,
         )
         proc = self.ctx.Process(target=run_actor, args=(spec,), daemon=True, name=f"pearl-actor-{a}")
@@ -835,7 +836,7 @@ class _Host:
                                 threshold=s.eval_return if s.eval_return is not None else s.mean_return)
         return RunResult.from_state(st, decision, batch_size=self.cfg.batch_size,
                                     final_mean_return=self.monitor.recent_mean(), log_dir=str(self.log_dir),
-                                    checkpoint_path=str(path))
+                                    checkpoint_path=str(path), startup_s=self._t0 - self._called)
 
     def _fail(self, stop: _Stop) -> None:
         """Write what can be saved before the error propagates (nothing if the run never progressed,

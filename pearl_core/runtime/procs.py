@@ -1,0 +1,99 @@
+"""How the parallel runtime starts its worker processes.
+
+Every actor and learner process needs torch, numpy, gymnasium and PEARL's runtime
+modules. Started with ``spawn``, each child imports them itself: about 3 s of CPU
+per child (torch, plus ``torch._dynamo``, which torch's optimizers import on first
+use), so a run on a 2-core machine spent ~3 s starting before its first env step,
+and so did every actor restart.
+
+On platforms that have it (Linux, macOS) workers therefore start from
+multiprocessing's *fork server*: one clean, single-purpose process that imports
+:mod:`pearl_core.runtime._preload` once and forks a worker per request. The first
+run in a Python process pays the imports once (in the server, overlapped with the
+host building its own trainer); later runs, and actor restarts, start in a fraction
+of a second. The server is not a copy of the host (no threads, no CUDA context, no
+open files of the user's) — what makes plain ``fork`` unsafe does not apply.
+
+Liveness: a worker watches the host through multiprocessing's parent sentinel
+(:class:`HostWatch`), which works the same under both methods. Its parent pid would
+not do: a fork-server worker's parent is the server, which lives on while any of
+its workers does.
+
+``PEARL_START_METHOD=spawn`` (or ``forkserver``) chooses explicitly. Spawn is the
+default where there is no fork server (Windows). The fork server keeps the
+environment it started with: set environment variables that workers must see
+(``CUDA_VISIBLE_DEVICES``, ...) before the first run, or use ``spawn``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+
+from pearl_core.errors import SpecError
+
+__all__ = ["START_METHOD_ENV", "HostWatch", "start_method", "worker_context"]
+
+#: Environment variable that overrides the start method (``forkserver`` or ``spawn``).
+START_METHOD_ENV = "PEARL_START_METHOD"
+_METHODS = ("forkserver", "spawn")
+_PRELOAD = ["pearl_core.runtime._preload"]
+
+
+def start_method() -> str:
+    """The start method for worker processes: ``$PEARL_START_METHOD``, else the fork server where available."""
+    chosen = os.environ.get(START_METHOD_ENV, "").strip()
+    available = mp.get_all_start_methods()
+    if chosen:
+        if chosen not in _METHODS or chosen not in available:
+            ok = [m for m in _METHODS if m in available]
+            raise SpecError(
+                f"{START_METHOD_ENV}={chosen!r}: not a start method PEARL can use here; expected one of {ok}. "
+                f"Fix: unset {START_METHOD_ENV} (the default is {ok[0]!r}) or set it to one of those."
+            )
+        return chosen
+    return "forkserver" if "forkserver" in available else "spawn"
+
+
+def worker_context(early: bool = False):
+    """The multiprocessing context workers start from.
+
+    Args:
+        early: start the fork server now (if that is the method and it is not running), so
+            its imports overlap the caller's own set-up.
+    """
+    method = start_method()
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        # Affects only a server started after this call; one already running is used as it is.
+        ctx.set_forkserver_preload(_PRELOAD)
+        if early:
+            from multiprocessing import forkserver
+
+            forkserver.ensure_running()
+    return ctx
+
+
+class HostWatch:
+    """In a worker: has the host (the process that started this one) exited?
+
+    Looks at most every ``every_s`` seconds (a zero-timeout wait on multiprocessing's
+    parent sentinel, a few microseconds), so it can sit in a hot loop. In a process
+    not started by multiprocessing it never reports the host gone.
+    """
+
+    def __init__(self, every_s: float = 0.05):
+        self._parent = mp.parent_process()
+        self._every = every_s
+        self._next = 0.0
+        self._gone = False
+
+    def gone(self) -> bool:
+        if self._gone or self._parent is None:
+            return self._gone
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self._every
+            self._gone = not self._parent.is_alive()
+        return self._gone
