@@ -42,6 +42,7 @@ import os
 import platform
 import queue
 import secrets
+import select
 import threading
 import time
 import weakref
@@ -681,6 +682,7 @@ class PipeQueue:
         self._reader, self._writer = ctx.Pipe(duplex=False)
         self._free = ctx.BoundedSemaphore(maxsize)
         self._rlock = threading.Lock()
+        self._poller = None  # select.poll on the reader, made at the first poll(0) (see poll)
 
     def __getstate__(self):
         return {"maxsize": self.maxsize, "_reader": self._reader, "_writer": self._writer, "_free": self._free}
@@ -688,6 +690,7 @@ class PipeQueue:
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._rlock = threading.Lock()
+        self._poller = None
 
     @property
     def reader(self):
@@ -729,7 +732,16 @@ class PipeQueue:
         return self.get(block=False)
 
     def poll(self, timeout: float = 0.0) -> bool:
-        """Whether a message is waiting (waits up to ``timeout`` seconds)."""
+        """Whether a message (or the end of the stream) is waiting; waits up to ``timeout`` seconds.
+
+        ``poll(0)`` sits in a worker's hot loop: it asks one ``select.poll`` object kept for
+        the reader (~1 us) instead of building a selector per call (~30 us here).
+        """
+        if timeout == 0 and hasattr(select, "poll"):
+            if self._poller is None:
+                self._poller = select.poll()
+                self._poller.register(self._reader.fileno(), select.POLLIN)
+            return bool(self._poller.poll(0))
         return self._reader.poll(timeout)
 
     def qsize(self) -> int:
