@@ -13,7 +13,8 @@ For SB3 the same rule is an ``EvalCallback``-like callback on a separate env.
 Every wall time is a stopwatch in this process, from building the runtime (or
 the SB3 model) to ``run()`` (``learn()``) returning: PEARL's process start-up
 and shutdown count, as SB3's model construction does, and env steps/s is env
-steps over that whole time. Evaluation time COUNTS in the wall time of every
+steps over that whole time. One-off costs of the Python process are paid before
+any stopwatch starts (:func:`warm_up`). Evaluation time COUNTS in the wall time of every
 contestant (PEARL's runtimes evaluate in the host process and report the wall
 time after that evaluation; the SB3 callback does the same).
 
@@ -280,6 +281,21 @@ def report(args, rows: list[dict], started: str, load_start: str, done: bool) ->
             f"{table(rows)}\n\n{summary(rows)}\n")
 
 
+def warm_up(names: list[str]) -> None:
+    """Load, before any stopwatch, what a contestant's first run would otherwise load inside it:
+    torch's optimizer machinery (the first ``torch.optim.Adam`` imports ``torch._dynamo``, ~1.4 s
+    here) for everybody, and PEARL's worker fork server (which imports torch once for all the
+    workers it forks, ~3 s; :mod:`pearl_core.runtime.procs`). Both are one-off costs of a Python
+    process, like ``import stable_baselines3``, which is not timed either."""
+    import torch
+
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+    if any(n.startswith("pearl-par") for n in names):
+        from pearl_core.runtime.procs import worker_context
+
+        worker_context(early=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -313,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             names.remove("sb3-uniform")
     budget, eval_every, eval_episodes = (3_000, 1_500, 2) if args.quick else (args.budget, EVAL_EVERY, EVAL_EPISODES)
 
+    warm_up(names)
     started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     load_start = machine()
     rows: list[dict] = []
