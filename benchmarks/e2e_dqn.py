@@ -127,7 +127,7 @@ def run_pearl(name: str, seed: int, budget: int, eval_every: int, eval_episodes:
     }
 
 
-def run_sb3(seed: int, budget: int, eval_every: int, eval_episodes: int) -> dict:
+def run_sb3(seed: int, budget: int, eval_every: int, eval_episodes: int, sb3_threads: int) -> dict:
     import gymnasium as gym
     import torch
     from stable_baselines3 import DQN
@@ -165,10 +165,12 @@ def run_sb3(seed: int, budget: int, eval_every: int, eval_episodes: int) -> dict
     from threadpoolctl import threadpool_limits
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as PEARL's learner_threads=1
-    # numpy's BLAS pinned to one thread as well, as PEARL's learner pins it: SB3 runs up to 30% faster
-    # so on 2 cores, and a PEARL run in this process must not decide it by side effect.
-    blas = threadpool_limits(limits=1, user_api="blas")
+    # SB3 is one process: it may use every core for torch (its default here). Set explicitly,
+    # torch and numpy's BLAS alike, so that a PEARL run earlier in this process (which pins
+    # BLAS in the host) cannot decide it by side effect. 1 and 2 threads measured within noise
+    # of each other on the 2-core dev VM (medians 653 vs 686 env steps/s, 5 interleaved runs each).
+    torch.set_num_threads(sb3_threads)
+    blas = threadpool_limits(limits=sb3_threads, user_api="blas")
     try:
         t0 = time.perf_counter()
         env = gym.make("CartPole-v1")
@@ -200,7 +202,7 @@ def run_sb3(seed: int, budget: int, eval_every: int, eval_episodes: int) -> dict
         "updates_per_s": updates / wall,
         "samples_per_s": updates * BATCH / wall,
         "evals": cb.evals,
-        "plan": {"sb3": True},
+        "plan": {"sb3": True, "threads": sb3_threads},
     }
 
 
@@ -304,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=int, default=100_000, help="env steps per run (default 100k)")
     p.add_argument("--n-actors", type=int, default=1, help="parallel runtime: actor processes")
     p.add_argument("--envs-per-actor", type=int, default=1, help="parallel runtime: envs per actor")
+    p.add_argument("--sb3-threads", type=int, default=os.cpu_count() or 1,
+                   help="torch (and BLAS) threads for SB3 (default: every core, SB3's own default)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: 3k env steps, a 2-episode eval every 1.5k steps; no solve expected")
     p.add_argument("--out", type=Path, default=None, help="write the markdown report here (after every run)")
@@ -339,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in names:
                 print(f"[e2e] {name} seed {seed} ...", file=sys.stderr, flush=True)
                 if name == "sb3-uniform":
-                    r = run_sb3(seed, budget, eval_every, eval_episodes)
+                    r = run_sb3(seed, budget, eval_every, eval_episodes, args.sb3_threads)
                 else:
                     r = run_pearl(name, seed, budget, eval_every, eval_episodes, log_root,
                                   args.n_actors, args.envs_per_actor)
