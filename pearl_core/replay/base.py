@@ -115,6 +115,11 @@ class ReplayManager(abc.ABC):
         InvalidDTypeError: ``rng`` is not usable by ``numpy.random.default_rng``.
     """
 
+    #: Whether :meth:`update_priorities` changes what :meth:`sample` draws. ``False`` for
+    #: uniform replay, whose update only validates: a caller that validated the TD errors
+    #: itself may skip the call.
+    keeps_priorities: bool = True
+
     def __init__(self, storage: DataStorage, rng: np.random.Generator | int | None = None):
         if not isinstance(storage, DataStorage):
             raise SpecError(
@@ -192,6 +197,8 @@ class UniformReplay(ReplayManager):
     Complexity: ``sample`` is ``O(B * row_bytes)`` (the gather).
     """
 
+    keeps_priorities = False
+
     def sample(self, batch_size: int) -> SampledBatch:
         """Draw ``batch_size`` filled slots uniformly with replacement.
 
@@ -207,7 +214,8 @@ class UniformReplay(ReplayManager):
         n = check_batch_size(batch_size, "UniformReplay.sample")
         self._check_not_empty()
         indices = self._rng.integers(0, self._storage.size, size=n, dtype=np.int64)
-        return SampledBatch(indices=indices, batch=self._storage.gather(indices), weights=np.ones(n, np.float32))
+        # indices drawn from [0, size) here: valid by construction, no second check
+        return SampledBatch(indices=indices, batch=self._storage._take(indices), weights=np.ones(n, np.float32))
 
     def update_priorities(self, indices, td_errors) -> None:
         """Validate ``indices`` and ``td_errors`` as prioritized replay would; store nothing.

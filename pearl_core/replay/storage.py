@@ -368,7 +368,11 @@ class DataStorage:
             InvalidDTypeError: ``indices`` is not integer.
             InvalidIndexError: an index outside ``[0, size)``.
         """
-        idx = check_filled_indices(indices, self._size, self._capacity)
+        return self._take(check_filled_indices(indices, self._size, self._capacity))
+
+    def _take(self, idx: np.ndarray) -> Batch:
+        """:meth:`gather` without the checks, for a replay manager's own ``int64`` indices that are
+        valid by construction (uniform replay draws them from ``[0, size)``)."""
         return Batch(**{name: self._arrays[name][idx] for name in self._FIELDS})
 
     def _validate(self, given: dict) -> dict[str, np.ndarray]:

@@ -413,7 +413,8 @@ class _Colocated(_Base):
             result = trainer.update_policy(sampled.batch, sampled.weights)
             self.learn_s += time.perf_counter() - t
             td = check_td_errors(result.td_errors, b, "Trainer.update_policy")
-            replay.update_priorities(sampled.indices, td)
+            if replay.keeps_priorities:  # uniform replay's update would only validate again
+                replay.update_priorities(sampled.indices, td)
             self.after_update()
             if self.updates % every == 0:
                 self.send(("metrics", self.updates, dict(result.metrics), self.learn_s))
