@@ -338,6 +338,19 @@ def test_pipe_queue_is_bounded():
     q.close()
 
 
+def test_pipe_queue_poll_sees_messages_and_the_end_of_the_stream():
+    q = PipeQueue(2)
+    assert not q.poll(0) and not q.poll(0.01)  # the cached poller and the waiting path agree
+    q.put("x")
+    assert q.poll(0) and q.poll(0.01)
+    assert q.get() == "x" and not q.poll(0)
+    q.close_sender()  # the only sender is gone: poll reports the end, get raises EOFError
+    assert q.poll(0)
+    with pytest.raises(EOFError):
+        q.get()
+    q.close()
+
+
 def test_pipe_queue_blocks_a_producer_process_until_consumed():
     q = PipeQueue(3)
     p = CTX.Process(target=_queue_producer, args=(q, 20))
