@@ -187,3 +187,31 @@ def test_workers_exit_when_the_host_is_killed(tmp_path):
     while list_segments(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert list_segments(proc.pid) == []
+
+
+NO_GUARD = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {here!r})
+    from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
+    from pearl_core.runtime.parallel import ParallelRuntime
+
+    cfg = RunConfig(env_id="CartPole-v1", trainer="test_runtime_support:LinearQ", batch_size=16,
+                    learning_starts=32, replay=ReplayConfig(capacity=512), stop=StopCriteria(max_env_steps=200),
+                    log_dir={log_dir!r})
+    ParallelRuntime(cfg, RuntimePlan(setting=2, n_actors=1, envs_per_actor=1), progress=False, plot=False,
+                    tensorboard=False).run()
+    """
+)
+
+
+def test_a_script_without_the_main_guard_fails_with_the_fix(tmp_path):
+    # Workers re-import the script; without the guard each would start a run of its own.
+    script = tmp_path / "no_guard.py"
+    script.write_text(NO_GUARD.format(here=HERE, log_dir=str(tmp_path / "run")))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    # the learner or the actor fails first, whichever it is says what to do
+    assert ("LearnerError" in proc.stderr or "ActorError" in proc.stderr), proc.stderr[-2000:]
+    assert 'under `if __name__ == "__main__":`' in proc.stderr
+    assert "can only join a started process" not in proc.stderr  # the cleanup no longer hides the cause

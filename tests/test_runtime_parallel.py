@@ -77,6 +77,24 @@ def test_tiny_run_end_to_end(tmp_path, setting):
     assert read_csv(log_dir / "metrics.csv")
 
 
+@pytest.mark.parametrize("setting", [1, 2])
+def test_ddpg_actors_take_continuous_actions(tmp_path, setting):
+    # The authors' prototype had DDPG actors take discrete actions; ours store the policy's
+    # continuous, clipped actions (Pendulum: one torque in [-2, 2]).
+    cfg = RunConfig(env_id="Pendulum-v1", trainer="pearl_core.algorithms:DDPG",
+                    trainer_kwargs={"actor_hidden": [16], "critic_hidden": [16]},
+                    replay=ReplayConfig(kind="prioritized", capacity=1_000), batch_size=16, learning_starts=LS,
+                    train_every=TE, replay_ratio=RATIO, stop=StopCriteria(max_env_steps=256),
+                    log_dir=str(tmp_path / "ddpg"), save_replay=True)
+    plan = RuntimePlan(setting=setting, n_actors=1, envs_per_actor=2, insert_batch=16, queue_size=4)
+    rt, res = run_parallel(cfg, plan)
+    assert res.env_steps == 256 and res.updates == owed(256) and rt.faults == []
+    actions = load_checkpoint(res.checkpoint_path).replay["action"]
+    assert actions.shape == (256, 1) and actions.dtype.kind == "f"
+    assert np.all(np.abs(actions) <= 2.0)
+    assert np.unique(np.round(actions, 4)).size > 50  # a continuum, not a handful of discrete values
+
+
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
 def test_both_start_methods_run_and_report_their_start_up(tmp_path, monkeypatch, method):
     # The fork server is the default (pearl_core.runtime.procs); spawn stays supported.

@@ -622,6 +622,12 @@ class _Host:
         self.actor_procs[a] = None
         what = f"actor {a} (pid {proc.pid}) exited with code {code}" + ("" if tb else " without a traceback")
         self.rt.faults.append((self.wall(), f"actor {a}", what + (f"\n{tb}" if tb else "")))
+        if not tb and not self.actor_ready[a]:
+            # It never started: a restart would fail the same way.
+            raise _Stop(ActorError(
+                f"{what} before it was ready: it failed while starting, before PEARL's code ran (its traceback "
+                "is on stderr), or was killed. Fix for the common start-up failure: run the code that starts a run "
+                "under `if __name__ == \"__main__\":`, since workers re-import your script.", tb, code))
         if self.restarts[a] >= self.rt.max_restarts:
             raise _Stop(ActorError(
                 f"{what}; it failed {self.restarts[a] + 1} times, more than max_restarts={self.rt.max_restarts}. "
@@ -639,8 +645,10 @@ class _Host:
         proc = self.learner_proc
         proc.join(1.0)
         raise _Stop(LearnerError(
-            f"the learner process (pid {proc.pid}) exited with code {proc.exitcode} without reporting an error "
-            "(killed by a signal or out of memory?).", "", proc.exitcode))
+            f"the learner process (pid {proc.pid}) exited with code {proc.exitcode} without reporting an error: "
+            "killed by a signal or out of memory, or it failed while starting, before PEARL's code ran (its "
+            "traceback is on stderr). Fix for the common start-up failure: run the code that starts a run under "
+            "`if __name__ == \"__main__\":`, since workers re-import your script.", "", proc.exitcode))
 
     # -- state requests, evaluation, logs, checkpoints -------------------------------------
     def request_state(self, with_replay: bool, timeout: float = 120.0) -> dict:
@@ -865,7 +873,10 @@ class _Host:
         try:
             if self.arena is not None and getattr(self, "ctrl", None) is not None:
                 self.ctrl.request_stop()
-            procs = [p for p in [self.learner_proc, *self.actor_procs] if p is not None]
+            # pid is None for a process whose start() failed (e.g. a script without the
+            # ``if __name__ == "__main__":`` guard): there is nothing to join, and joining would
+            # hide the original error behind an AssertionError.
+            procs = [p for p in [self.learner_proc, *self.actor_procs] if p is not None and p.pid is not None]
             if self.learner_proc is not None and self.learner_proc.is_alive():
                 try:
                     self.inbox.put_nowait(("stop",))
