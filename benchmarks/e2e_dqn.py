@@ -167,8 +167,9 @@ def run_sb3(seed: int, budget: int, eval_every: int, eval_episodes: int, sb3_thr
     threads = torch.get_num_threads()
     # SB3 is one process: it may use every core for torch (its default here). Set explicitly,
     # torch and numpy's BLAS alike, so that a PEARL run earlier in this process (which pins
-    # BLAS in the host) cannot decide it by side effect. 1 and 2 threads measured within noise
-    # of each other on the 2-core dev VM (medians 653 vs 686 env steps/s, 5 interleaved runs each).
+    # BLAS in the host) cannot decide it by side effect. On the 2-core dev VM 2 threads were as fast
+    # or faster: 15k-step runs, medians 686 vs 653 env steps/s (5 interleaved runs each); solved
+    # runs, 562 vs 467 (seed 1) and 564 vs 561 (seed 2).
     torch.set_num_threads(sb3_threads)
     blas = threadpool_limits(limits=sb3_threads, user_api="blas")
     try:
