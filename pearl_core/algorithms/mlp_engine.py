@@ -67,8 +67,11 @@ _BLAS_THREADS: list[int] = []
 _ZERO = np.float32(0.0)
 
 
-def _limit_blas_threads(n: int) -> None:
-    """Pin the process's BLAS threads to ``n`` once (spinning BLAS threads must not fight the actors)."""
+def _blas_follows_torch() -> None:
+    """Pin the process's BLAS threads to torch's intra-op thread count (the runtime sets that from
+    the plan); threadpoolctl is asked only when the count changes. An idle OpenBLAS thread spins,
+    and must not fight the actors for a core."""
+    n = max(1, torch.get_num_threads())
     if _BLAS_THREADS and _BLAS_THREADS[0] == n:
         return
     try:
@@ -144,7 +147,7 @@ class MLPDQNEngine:
         BLAS threads follow torch's thread count here too: an actor (1 torch thread) must not
         leave an idle OpenBLAS thread spinning on the core the learner needs.
         """
-        _limit_blas_threads(max(1, torch.get_num_threads()))
+        _blas_follows_torch()
         return _forward(obs, self._views()[0])
 
     def _workspace(self, B: int) -> "_Workspace":
@@ -157,7 +160,7 @@ class MLPDQNEngine:
                w: np.ndarray) -> tuple[np.ndarray, float, float]:
         """One step; returns ``(|delta| per sample (float32), loss, mean q)``."""
         t = self.t
-        _limit_blas_threads(max(1, torch.get_num_threads()))
+        _blas_follows_torch()
         online, target = self._views()
         last = len(online) - 1
         B = obs.shape[0]
@@ -165,7 +168,7 @@ class MLPDQNEngine:
         rows, h, grads = ws.rows, ws.h, ws.grads
 
         # 1. targets
-        q_next_all = _forward_into(next_obs, target, ws.ht)
+        q_next_all = _forward(next_obs, target, ws.ht)
         if t.double_dqn:
             a_star = _forward(next_obs, online).argmax(axis=1)
             y = q_next_all[rows, a_star]
@@ -176,7 +179,7 @@ class MLPDQNEngine:
         y += rew
 
         # 2. online forward; h[i] keeps layer i's output (the input of layer i + 1)
-        x = _forward_into(obs, online, h)
+        x = _forward(obs, online, h)
         q = x[rows, act]
         delta = q - y
         ad = np.abs(delta)
@@ -266,24 +269,14 @@ class _Workspace:
         self.grads_t = [torch.from_numpy(g) for g in self.grads]
 
 
-def _forward_into(x: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]], outs: list[np.ndarray]) -> np.ndarray:
-    """:func:`_forward` writing layer ``i``'s output into ``outs[i]``; returns the last."""
+def _forward(x: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]],
+             outs: list[np.ndarray] | None = None) -> np.ndarray:
+    """``Q(x, .)`` through the ReLU layers; with ``outs``, layer ``i``'s output is written into
+    ``outs[i]`` (no allocation), else fresh arrays. Returns the last layer's output."""
     last = len(layers) - 1
     for i, (W, b) in enumerate(layers):
-        out = outs[i]
-        np.matmul(x, W.T, out=out)
-        out += b
-        if i < last:
-            np.maximum(out, _ZERO, out=out)
-        x = out
-    return x
-
-
-def _forward(x: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-    last = len(layers) - 1
-    for i, (W, b) in enumerate(layers):
-        x = x @ W.T
+        x = np.matmul(x, W.T, out=None if outs is None else outs[i])
         x += b
         if i < last:
-            np.maximum(x, 0.0, out=x)
+            np.maximum(x, _ZERO, out=x)
     return x

@@ -267,6 +267,11 @@ def _restore_signal_handlers(old: dict[int, Any]) -> None:
         signal.signal(sig, handler)
 
 
+#: The tail of the error for a worker that died before PEARL's code ran in it.
+_STARTUP_FIX = ("Its traceback is on stderr. Fix for the common start-up failure: run the code that starts a run "
+                "under `if __name__ == \"__main__\":`, since workers re-import your script.")
+
+
 class _Stop(Exception):
     """Internal: a worker failure ends the loop."""
 
@@ -395,7 +400,7 @@ class _Host:
             outbox=self.outbox, batch_ring=self.batch_ring.handle if self.batch_ring is not None else None,
             actor_rings=tuple(r.handle for r in self.rings),
             trainer_state=dump_blob(self.trainer.state_dict()) if ck is not None else None,
-            replay_state=replay_blob
+            replay_state=replay_blob,
         )
 
     def start(self) -> None:
@@ -625,9 +630,8 @@ class _Host:
         if not tb and not self.actor_ready[a]:
             # It never started: a restart would fail the same way.
             raise _Stop(ActorError(
-                f"{what} before it was ready: it failed while starting, before PEARL's code ran (its traceback "
-                "is on stderr), or was killed. Fix for the common start-up failure: run the code that starts a run "
-                "under `if __name__ == \"__main__\":`, since workers re-import your script.", tb, code))
+                f"{what} before it was ready: it failed while starting, before PEARL's code ran, or was "
+                f"killed. {_STARTUP_FIX}", tb, code))
         if self.restarts[a] >= self.rt.max_restarts:
             raise _Stop(ActorError(
                 f"{what}; it failed {self.restarts[a] + 1} times, more than max_restarts={self.rt.max_restarts}. "
@@ -646,9 +650,8 @@ class _Host:
         proc.join(1.0)
         raise _Stop(LearnerError(
             f"the learner process (pid {proc.pid}) exited with code {proc.exitcode} without reporting an error: "
-            "killed by a signal or out of memory, or it failed while starting, before PEARL's code ran (its "
-            "traceback is on stderr). Fix for the common start-up failure: run the code that starts a run under "
-            "`if __name__ == \"__main__\":`, since workers re-import your script.", "", proc.exitcode))
+            "killed by a signal or out of memory, or it failed while starting, before PEARL's code ran. "
+            f"{_STARTUP_FIX}", "", proc.exitcode))
 
     # -- state requests, evaluation, logs, checkpoints -------------------------------------
     def request_state(self, with_replay: bool, timeout: float = 120.0) -> dict:
