@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from pearl_core.sumtree import SumTree
 
@@ -136,6 +136,25 @@ class Backend(abc.ABC):
             A :class:`~pearl_core.composer.matrix.DeviceRow` for ``device.name`` with
             ``"profiled"`` cells (compute only, like :meth:`analytic_cells`) and the
             tuning found (thread split, streams, ...) in ``config``.
+        """
+        return None
+
+    def learner_kernel(self, name: str) -> Callable[..., Any] | None:
+        """A native implementation of a named learner step on this backend's device, or ``None``.
+
+        Optional: the default returns ``None`` and the trainer keeps its own code.
+        Known names and the factory each returns:
+
+        ``"dqn_mlp"``
+            one DQN update of a ReLU MLP (:mod:`pearl_core.algorithms.mlp_engine`
+            states the math). ``factory(online, target, exp_avgs, exp_avg_sqs,
+            steps, batch)`` returns an object whose ``step(obs, actions, rewards,
+            next_obs, done, weights, gamma, huber_delta, max_grad_norm,
+            double_dqn, lr, beta1, beta2, eps)`` updates the arrays in place and
+            returns ``(|delta| per sample, loss, mean q)``; ``max_grad_norm`` 0
+            means no clipping. The CPU backend provides it.
+
+        Must be cheap and must not raise for an unknown name (return ``None``).
         """
         return None
 

@@ -95,7 +95,9 @@ class DQN(CountedTrainer):
         engine: how :meth:`update_policy` computes: ``"torch"`` (autograd and
             torch's Adam), ``"numpy"`` (the same math hand-written over BLAS,
             :mod:`pearl_core.algorithms.mlp_engine`, about twice as fast for small
-            MLPs on a CPU) or ``"auto"`` (numpy on the CPU, torch elsewhere).
+            MLPs on a CPU), ``"native"`` (that math as one call into the CPU
+            backend's C++ step, ``pearl-cpu``; faster again) or ``"auto"``
+            (native, else numpy, on the CPU; torch elsewhere).
 
     Exploration reads :attr:`env_steps`, which the runtime sets before each
     ``get_action``: ``ε = eps_start + (eps_final - eps_start) * min(1, env_steps / decay_steps)``.
@@ -162,16 +164,25 @@ class DQN(CountedTrainer):
         self.target_net.requires_grad_(False)
         self.optimizer = adam(self.q_net.parameters(), check_positive(lr, o, "lr"), adam_eps)
         self._params = list(self.q_net.parameters())
-        if engine not in ("auto", "torch", "numpy"):
-            raise SpecError(f"DQN: engine = {engine!r}; expected 'auto', 'torch' or 'numpy'.")
-        from pearl_core.algorithms.mlp_engine import MLPDQNEngine, supports
+        if engine not in ("auto", "torch", "numpy", "native"):
+            raise SpecError(f"DQN: engine = {engine!r}; expected 'auto', 'native', 'numpy' or 'torch'.")
+        from pearl_core.algorithms.mlp_engine import MLPDQNEngine, native_factory, supports
 
         fits = supports(self.q_net, self.device)
-        if engine == "numpy" and not fits:
-            raise SpecError(f"DQN: engine='numpy' needs the networks on the CPU (device={device!r}). "
+        if engine in ("numpy", "native") and not fits:
+            raise SpecError(f"DQN: engine={engine!r} needs a ReLU MLP on the CPU (device={device!r}). "
                             "Fix: engine='torch' or 'auto'.")
-        self.engine = "numpy" if fits and engine != "torch" else "torch"
-        self._engine = MLPDQNEngine(self) if self.engine == "numpy" else None
+        if engine == "native" and native_factory() is None:
+            raise SpecError("DQN: engine='native' needs the CPU backend's native learner step, which is not "
+                            "installed or not built here. Fix: pip install ./plugins/pearl_cpu (pearl-cpu), or "
+                            "engine='auto' (it falls back to the numpy engine).")
+        if not fits or engine == "torch":
+            self.engine = "torch"
+        elif engine == "auto":
+            self.engine = "native" if native_factory() is not None else "numpy"
+        else:
+            self.engine = engine
+        self._engine = MLPDQNEngine(self, native=self.engine == "native") if self.engine != "torch" else None
         self._target_params = list(self.target_net.parameters())
         self._rng = np.random.default_rng(seed)
         self.updates = 0

@@ -44,6 +44,23 @@ __all__ = ["MLPDQNEngine", "supports"]
 #: torch's fused CPU Adam kernel (private API); ``None`` -> the same rule in numpy.
 _FUSED_ADAM = getattr(torch, "_fused_adam_", None)
 
+_NATIVE: list[Any] = []
+
+
+def native_factory() -> Any:
+    """The CPU backend's native DQN step (``learner_kernel("dqn_mlp")``), or ``None`` when no
+    installed backend provides it. Looked up once per process."""
+    if not _NATIVE:
+        factory = None
+        try:
+            from pearl_core.plugins import get_backend
+
+            factory = get_backend("cpu").learner_kernel("dqn_mlp")
+        except Exception:  # noqa: BLE001 - no CPU plugin (or a broken one): the numpy path is complete
+            factory = None
+        _NATIVE.append(factory)
+    return _NATIVE[0]
+
 
 def supports(net: nn.Module, device: torch.device) -> bool:
     """The engine can run ``net``: a CPU ``Sequential`` of float32 ``Linear`` layers with ``ReLU`` between."""
@@ -86,8 +103,10 @@ def _blas_follows_torch() -> None:
 class MLPDQNEngine:
     """Runs :meth:`DQN.update_policy`'s math for a trainer whose networks :func:`supports` accepts."""
 
-    def __init__(self, trainer: Any):
+    def __init__(self, trainer: Any, native: bool = False):
         self.t = trainer
+        self.native = bool(native)  # the update runs in the CPU backend's native step (native_factory)
+        self._kernel: Any = None  # that step, bound to the current arrays (see _native_kernel)
         # numpy views of the parameters: valid for the trainer's life (torch updates them in place:
         # load_state_dict and the target copies write into the same storage)
         self._online: list[tuple[np.ndarray, np.ndarray]] | None = None  # made at the first update
@@ -108,7 +127,15 @@ class MLPDQNEngine:
     def __deepcopy__(self, memo: dict) -> "MLPDQNEngine":
         import copy
 
-        return MLPDQNEngine(copy.deepcopy(self.t, memo))
+        return MLPDQNEngine(copy.deepcopy(self.t, memo), self.native)
+
+    def __getstate__(self) -> dict:
+        # The views, buffers and native kernel point into this process's tensors: a pickled
+        # engine (a trainer sent to a worker) rebuilds them over the unpickled trainer.
+        return {"t": self.t, "native": self.native}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["t"], state["native"])
 
     # Adam moments in the torch optimizer's own state, so checkpoints keep working.
     def _adam_state(self) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
@@ -156,11 +183,33 @@ class MLPDQNEngine:
             ws = self._ws = _Workspace(self._views()[0], B)
         return ws
 
+    def _native_kernel(self, B: int) -> Any:
+        """The native step bound to the current parameters, target and Adam state (rebound when
+        the optimizer state is replaced, e.g. by ``load_state_dict``, or the batch size changes)."""
+        online, target = self._views()
+        self._adam_state()
+        k = self._kernel
+        if k is None or k[0] is not self._adam_key or k[1].batch != B:
+            exp_avgs, exp_avg_sqs, _ = self._adam
+            factory = native_factory()
+            if factory is None:
+                raise RuntimeError("the native DQN step is not available (is pearl-cpu installed?)")
+            kern = factory(online, target, [m.numpy() for m in exp_avgs], [v.numpy() for v in exp_avg_sqs],
+                           self._steps, B)
+            k = self._kernel = (self._adam_key, kern)
+        return k[1]
+
     def update(self, obs: np.ndarray, act: np.ndarray, rew: np.ndarray, next_obs: np.ndarray, done: np.ndarray,
                w: np.ndarray) -> tuple[np.ndarray, float, float]:
         """One step; returns ``(|delta| per sample (float32), loss, mean q)``."""
         t = self.t
         _blas_follows_torch()
+        if self.native:
+            group = t.optimizer.param_groups[0]
+            b1, b2 = group["betas"]
+            return self._native_kernel(obs.shape[0]).step(
+                obs, act, rew, next_obs, done, w, t.gamma, t.huber_delta, t.max_grad_norm or 0.0, t.double_dqn,
+                float(group["lr"]), float(b1), float(b2), float(group["eps"]))
         online, target = self._views()
         last = len(online) - 1
         B = obs.shape[0]

@@ -1,10 +1,10 @@
-"""The CPU backend: a native n-ary sum tree (C++, pybind11, threads)."""
+"""The CPU backend: a native n-ary sum tree (C++, pybind11, threads) and a native DQN learner step."""
 
 from __future__ import annotations
 
 import os
 import platform
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from pearl_core.backend import Availability, Backend, DeviceInfo
 from pearl_core.sumtree import SumTree
@@ -63,6 +63,18 @@ class CpuBackend(Backend):
         if options:
             raise TypeError(f"cpu backend: unknown sum-tree options {sorted(options)}; known: ['threads']")
         return CpuSumTree(capacity, fanout, threads=threads)
+
+    def learner_kernel(self, name: str) -> Callable[..., Any] | None:
+        """``"dqn_mlp"``: the native DQN step (:func:`pearl_cpu.learner.dqn_mlp_kernel`), when
+        its extension imports and numpy's BLAS exposes ``cblas_sgemm``; else ``None``."""
+        if name != "dqn_mlp":
+            return None
+        try:
+            from pearl_cpu import _learner  # noqa: F401 - the compiled extension
+            from pearl_cpu.learner import dqn_mlp_kernel, find_sgemm
+        except ImportError:
+            return None
+        return dqn_mlp_kernel if find_sgemm() is not None else None
 
     def profile_cells(self, device: "DeviceSpec", workload: "Workload", *, iterations: int = 1000,
                       warmup: int = 50) -> "DeviceRow":
