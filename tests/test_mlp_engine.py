@@ -151,3 +151,23 @@ def test_pickled_trainer_owns_its_engine(engine):
     np.testing.assert_array_equal(ra.td_errors, rb.td_errors)
     for p0, p1 in zip(_params(a), _params(b)):
         np.testing.assert_array_equal(p0, p1)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_engine_takes_strided_and_cast_batch_arrays(engine):
+    """Views with strides (a column of a wider array) and other dtypes give the same step as
+    contiguous float32 / int64 input: the trainer makes what the engine needs."""
+    a, b = _pair(engine, hidden_sizes=(16, 16))
+    rng = np.random.default_rng(5)
+    B = 16
+    wide = rng.standard_normal((B, 8)).astype(np.float64)
+    acts = rng.integers(0, 2, (B, 2)).astype(np.int32)
+    cols = rng.standard_normal((B, 3)).astype(np.float32)
+    strided = Batch(wide[:, ::2], acts[:, 0], cols[:, 1], wide[:, 1::2], cols[:, 2] > 1.0)
+    w = rng.uniform(0.2, 1.0, (B, 2)).astype(np.float32)[:, 1]
+    plain = Batch(np.ascontiguousarray(wide[:, ::2], np.float32), acts[:, 0].astype(np.int64),
+                  cols[:, 1].copy(), np.ascontiguousarray(wide[:, 1::2], np.float32), cols[:, 2] > 1.0)
+    ra, rb = a.update_policy(plain, w.copy()), b.update_policy(strided, w)
+    np.testing.assert_allclose(rb.td_errors, ra.td_errors, rtol=2e-4, atol=2e-5)
+    for pa, pb in zip(_params(a), _params(b)):
+        np.testing.assert_allclose(pb, pa, rtol=1e-4, atol=2e-6)

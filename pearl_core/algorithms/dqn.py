@@ -266,12 +266,12 @@ class DQN(CountedTrainer):
         return UpdateResult(td_errors=td, metrics={"loss": float(loss.detach()), "q_mean": float(q.detach().mean())})
 
     def _update_numpy(self, batch, weights: np.ndarray) -> UpdateResult:
-        act = np.asarray(batch.action, dtype=np.int64).reshape(-1)
+        act = _vec(batch.action, np.int64)
         if self.action_start:
             act = act - self.action_start
         td, loss, q_mean = self._engine.update(  # type: ignore[union-attr]
-            _flat32(batch.obs), act, np.asarray(batch.reward, dtype=np.float32).reshape(-1), _flat32(batch.next_obs),
-            np.asarray(batch.done, dtype=np.bool_).reshape(-1), np.asarray(weights, dtype=np.float32).reshape(-1))
+            _flat32(batch.obs), act, _vec(batch.reward, np.float32), _flat32(batch.next_obs),
+            _vec(batch.done, np.bool_), _vec(weights, np.float32))
         self.updates += 1
         return UpdateResult(td_errors=td, metrics={"loss": loss, "q_mean": q_mean})
 
@@ -289,3 +289,8 @@ def _flat32(obs) -> np.ndarray:
     """``(n, *shape)`` observations as one contiguous ``(n, features)`` float32 block (the MLP's input)."""
     arr = np.asarray(obs)
     return np.ascontiguousarray(arr.reshape(arr.shape[0], -1), dtype=np.float32)
+
+
+def _vec(values, dtype) -> np.ndarray:
+    """A contiguous 1-D array of ``dtype`` (no copy when it already is one): the engines' per-sample input."""
+    return np.ascontiguousarray(np.asarray(values, dtype=dtype).reshape(-1))
