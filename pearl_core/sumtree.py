@@ -156,13 +156,16 @@ def check_indices(indices, capacity: int, what: str = "indices", *, bound: str =
             f"{what} must be an integer array; found dtype {arr.dtype}. "
             f"Fix: convert explicitly, e.g. np.asarray({what}, dtype=np.int64)."
         )
-    bad = (arr < 0) | (arr >= capacity)
-    if bad.any():
+    out = arr.astype(np.int64, copy=False)
+    # One reduction checks both ends: a negative int64 viewed as uint64 is above any capacity
+    # (and a uint64 above 2**63 that wrapped to a negative int64 reads as itself again).
+    if int(out.view(np.uint64).max()) >= capacity:
+        bad = (arr < 0) | (arr >= capacity)
         pos = int(np.argmax(bad))
         raise InvalidIndexError(
             f"{what}[{pos}] = {arr[pos]} is out of range; expected 0 <= index < {bound} = {capacity}.{fix}"
         )
-    return arr.astype(np.int64, copy=False)
+    return out
 
 
 def check_priorities(priorities, n: int) -> np.ndarray:

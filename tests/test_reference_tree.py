@@ -34,3 +34,19 @@ def test_errors():
     with pytest.raises(InvalidValueError, match=r"priorities\[0\]"):
         t.update([0], [-1.0])
     assert t.total() == 0.0
+
+
+@pytest.mark.parametrize("indices,pos,shown", [
+    (np.array([0, 3, -1, 2], np.int64), 2, "-1"),
+    (np.array([0, 9, 4], np.int64), 1, "9"),
+    (np.array([1, 2, 8], np.int32), 2, "8"),
+    (np.array([1, 2**63 + 5], np.uint64), 1, str(2**63 + 5)),  # wraps to a negative int64 when cast
+    (np.array([2**62], np.int64), 0, str(2**62)),
+])
+def test_check_indices_names_the_first_bad_index(indices, pos, shown):
+    from pearl_core.sumtree import check_indices
+
+    with pytest.raises(InvalidIndexError, match=rf"indices\[{pos}\] = {shown} is out of range; expected 0 <= index < capacity = 8"):
+        check_indices(indices, 8)
+    ok = check_indices(np.array([0, 7, 3], np.uint8), 8)
+    assert ok.dtype == np.int64 and ok.tolist() == [0, 7, 3]

@@ -89,9 +89,8 @@ def check_td_errors(td_errors, n: int, owner: str) -> np.ndarray:
             "Fix: pass the indices of the SampledBatch the TD errors were computed on."
         )
     arr = arr.astype(np.float64, copy=False)
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        pos = int(np.argmax(bad))
+    if not np.isfinite(arr).all():
+        pos = int(np.argmax(~np.isfinite(arr)))
         raise InvalidValueError(
             f"{owner}: td_errors[{pos}] = {arr[pos]!r} is not finite; expected finite TD errors. "
             "Fix: look for a diverging loss, or clip TD errors before updating."

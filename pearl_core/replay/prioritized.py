@@ -113,6 +113,7 @@ class PrioritizedReplay(ReplayManager):
             raise InvalidValueError(f"PrioritizedReplay: beta_steps must be >= 0; found {self._beta_steps}.")
         self._tree = tree
         self._stratified = bool(stratified)
+        self._ramp = np.empty(0)  # 0, 1, ..., B - 1 for the stratified masses (kept per batch size)
         self._steps = 0
         self._max_priority = 1.0
         self._adopt_tree()
@@ -233,7 +234,10 @@ class PrioritizedReplay(ReplayManager):
             )
         u = self._rng.random(n)
         if self._stratified:
-            masses = (np.arange(n, dtype=np.float64) + u) * (total / n)
+            if self._ramp.shape[0] != n:
+                self._ramp = np.arange(n, dtype=np.float64)
+            masses = u + self._ramp
+            masses *= total / n
         else:
             masses = u * total
         indices = np.asarray(self._tree.sample(masses), dtype=np.int64)
@@ -245,7 +249,9 @@ class PrioritizedReplay(ReplayManager):
             )
         weights = (self._storage.size * probs) ** -self.beta
         weights /= weights.max()
-        batch = self._storage.gather(indices)
+        # tree.get accepted the indices (< capacity) and each has a positive priority, which only
+        # a filled slot has: they are valid, and the gather needs no second check
+        batch = self._storage._take(indices)
         self._steps += 1
         return SampledBatch(indices=indices, batch=batch, weights=weights.astype(np.float32))
 
@@ -270,9 +276,14 @@ class PrioritizedReplay(ReplayManager):
         td = check_td_errors(td_errors, idx.shape[0], "PrioritizedReplay.update_priorities")
         if idx.size == 0:
             return
-        with np.errstate(over="ignore"):  # overflow is detected and reported just below
-            prio = (np.abs(td) + self._eps) ** self._alpha
-        if not np.isfinite(prio).all():
+        prio = np.abs(td)
+        prio += self._eps
+        if self._alpha <= 1.0:  # x ** alpha <= max(x, 1): finite TD errors give finite priorities
+            prio **= self._alpha
+        else:
+            with np.errstate(over="ignore"):  # overflow is detected and reported just below
+                prio **= self._alpha
+        if self._alpha > 1.0 and not np.isfinite(prio).all():
             pos = int(np.argmax(~np.isfinite(prio)))
             raise InvalidValueError(
                 f"PrioritizedReplay.update_priorities: td_errors[{pos}] = {td[pos]!r} gives priority "
