@@ -64,10 +64,11 @@ struct Gemm {
 
 using F32 = py::array_t<float, py::array::c_style>;
 
-// The element-wise loops (Adam above all: a square root and a division per
-// parameter) are also built for AVX2 and picked at load time (GCC/Clang
-// function multi-versioning); the build itself stays baseline x86-64.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(_WIN32)
+// The Adam loop (a square root and two divisions per parameter, ~67k parameters
+// here) is also built for AVX2 and picked at load time (GCC/Clang
+// function multi-versioning, which needs glibc's ifunc); the build itself stays
+// baseline x86-64, and elsewhere the loops are built once, for the baseline.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && defined(__linux__) && defined(__GLIBC__)
 #define PEARL_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define PEARL_VECTOR_CLONES
@@ -355,8 +356,7 @@ class DQNMLPKernel {
               static_cast<float>(b1), static_cast<float>(b2), static_cast<float>(eps));
   }
 
-  // Divides by sqrt(1 - b2^t) as torch does (a product with the reciprocal rounds differently, and
-  // Adam's scale invariance turns a last-bit difference in a near-zero gradient into a whole step).
+  // Written as torch's rule is: sqrt(v) / sqrt(1 - b2^t) + eps, then m over that.
   PEARL_VECTOR_CLONES static void adam_loop(float* __restrict p, const float* __restrict g, float* __restrict m,
                                             float* __restrict v, int64_t n, float step_size, float bc2_sqrt,
                                             float b1, float b2, float eps) {
