@@ -82,13 +82,14 @@ std::string shape_str(const py::array& a) {
   return s + (a.ndim() == 1 ? ",)" : ")");
 }
 
-// A float32 C-contiguous array of exactly `shape` (held, not copied: the kernel writes into it).
-F32 held(const py::handle& obj, const std::vector<py::ssize_t>& shape, const std::string& what) {
-  if (!py::isinstance<py::array>(obj)) fail(what + " is not a numpy array");
-  auto arr = py::reinterpret_borrow<py::array>(obj);
-  if (!arr.dtype().is(py::dtype::of<float>())) fail(what + " must be float32; found " + std::string(py::str(arr.dtype())));
+// `arr` as a C-contiguous array of T of exactly `shape`, or ValueError naming `what`.
+template <typename T>
+py::array_t<T, py::array::c_style> checked(const py::array& arr, const std::vector<py::ssize_t>& shape,
+                                          const std::string& what) {
+  if (!arr.dtype().is(py::dtype::of<T>()))
+    fail(what + " must be " + std::string(py::str(py::dtype::of<T>())) + "; found " +
+         std::string(py::str(arr.dtype())));
   if (!(arr.flags() & py::array::c_style)) fail(what + " must be C-contiguous");
-  if (!arr.writeable()) fail(what + " must be writeable");
   bool same = static_cast<size_t>(arr.ndim()) == shape.size();
   for (size_t i = 0; same && i < shape.size(); ++i) same = arr.shape(i) == shape[i];
   if (!same) {
@@ -96,7 +97,15 @@ F32 held(const py::handle& obj, const std::vector<py::ssize_t>& shape, const std
     for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
     fail(what + " has shape " + shape_str(arr) + "; expected " + want + (shape.size() == 1 ? ",)" : ")"));
   }
-  return py::reinterpret_borrow<F32>(arr);
+  return py::reinterpret_borrow<py::array_t<T, py::array::c_style>>(arr);
+}
+
+// A float32 array the kernel keeps and writes into (held, not copied).
+F32 held(const py::handle& obj, const std::vector<py::ssize_t>& shape, const std::string& what) {
+  if (!py::isinstance<py::array>(obj)) fail(what + " is not a numpy array");
+  auto arr = py::reinterpret_borrow<py::array>(obj);
+  if (!arr.writeable()) fail(what + " must be writeable");
+  return checked<float>(arr, shape, what);
 }
 
 struct Layer {
@@ -184,12 +193,12 @@ class DQNMLPKernel {
                  double huber, double max_grad_norm, bool double_dqn, double lr, double beta1, double beta2,
                  double eps) {
     const int64_t B = B_, F = in_features(), A = n_actions();
-    auto obs = batch_array<float>(obs_in, {B, F}, "obs");
-    auto nobs = batch_array<float>(next_in, {B, F}, "next_obs");
-    auto act = batch_array<int64_t>(act_in, {B}, "actions");
-    auto rew = batch_array<float>(rew_in, {B}, "rewards");
-    auto done = batch_array<bool>(done_in, {B}, "done");
-    auto w = batch_array<float>(w_in, {B}, "weights");
+    auto obs = checked<float>(obs_in, {B, F}, "obs");
+    auto nobs = checked<float>(next_in, {B, F}, "next_obs");
+    auto act = checked<int64_t>(act_in, {B}, "actions");
+    auto rew = checked<float>(rew_in, {B}, "rewards");
+    auto done = checked<bool>(done_in, {B}, "done");
+    auto w = checked<float>(w_in, {B}, "weights");
     const int64_t* a = act.data();
     for (int64_t i = 0; i < B; ++i)
       if (a[i] < 0 || a[i] >= A)
@@ -210,23 +219,6 @@ class DQNMLPKernel {
   }
 
  private:
-  template <typename T>
-  py::array_t<T, py::array::c_style> batch_array(const py::array& in, const std::vector<py::ssize_t>& shape,
-                                                 const std::string& what) {
-    if (!in.dtype().is(py::dtype::of<T>()))
-      fail(what + " must be " + std::string(py::str(py::dtype::of<T>())) + "; found " +
-           std::string(py::str(in.dtype())));
-    if (!(in.flags() & py::array::c_style)) fail(what + " must be C-contiguous");
-    bool same = static_cast<size_t>(in.ndim()) == shape.size();
-    for (size_t i = 0; same && i < shape.size(); ++i) same = in.shape(i) == shape[i];
-    if (!same) {
-      std::string want = "(";
-      for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
-      fail(what + " has shape " + shape_str(in) + "; expected " + want + (shape.size() == 1 ? ",)" : ")"));
-    }
-    return py::reinterpret_borrow<py::array_t<T, py::array::c_style>>(in);
-  }
-
   // out (B x n) = x (B x m) W^T + b, ReLU unless the last layer.
   void forward(const float* x, const float* W, const float* b, int64_t m, int64_t n, float* out, bool relu) const {
     gemm_(false, true, B_, n, m, x, m, W, m, 0.0f, out, n);
