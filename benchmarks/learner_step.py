@@ -1,0 +1,180 @@
+"""One DQN learner step on the CPU: PEARL's engines vs stable-baselines3, same network and batch.
+
+A step is what bounds PEARL's CartPole runs on a small machine (``e2e_dqn.py``): draw a
+batch of 64 from a 30k-transition uniform replay, compute targets with the target
+network, take one Adam step on the Huber loss of a 4-256-256-2 MLP (SB3's tuned
+CartPole-v1 settings). Contestants, timed in interleaved rounds so the machine's
+drift hits all alike:
+
+    pearl-native   DQN(engine="native"): the CPU plugin's C++ step (pearl_cpu._learner)
+    pearl-numpy    DQN(engine="numpy"): the same math in numpy (pearl_core.algorithms.mlp_engine)
+    pearl-torch    DQN(engine="torch"): autograd and torch's Adam
+    sb3            stable_baselines3.DQN.train(gradient_steps=N): its replay sample and update, N
+                   steps a call (its per-call cost spread as in its own runs)
+
+Every contestant samples from its own replay (PEARL: ``UniformReplay``; SB3: its
+``ReplayBuffer``), so a step is ``sample + update`` for all. Torch and BLAS run on
+``--threads`` threads (default 1, as PEARL's learner runs in the e2e benchmark).
+
+    .venv/bin/python benchmarks/learner_step.py                 # 7 rounds x 500 steps
+    .venv/bin/python benchmarks/learner_step.py --quick         # smoke (tests/test_bench_learner_step_smoke.py)
+
+Prints a markdown table: median microseconds per step over the rounds, their spread,
+steps/s, and each contestant's speed relative to SB3 (when SB3 is installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+BATCH = 64
+FILL = 30_000
+HIDDEN = (256, 256)
+LR = 2.3e-3
+
+
+def _random_transitions(n: int, seed: int):
+    rng = np.random.default_rng(seed)
+    obs = rng.uniform(-0.5, 0.5, (n, 4)).astype(np.float32)
+    return (obs, rng.integers(0, 2, n), np.ones(n, np.float32), obs + rng.normal(0, 0.05, (n, 4)).astype(np.float32),
+            rng.random(n) < 0.05)
+
+
+def pearl_step(engine: str, seed: int):
+    """A ``steps(n)`` closure: ``n`` times uniform sample + ``DQN.update_policy``; ``None`` if the
+    engine is missing."""
+    import gymnasium as gym
+    import torch
+
+    from pearl_core.algorithms import DQN
+    from pearl_core.errors import SpecError
+    from pearl_core.replay import DataStorage, StorageSpec, UniformReplay
+
+    env = gym.make("CartPole-v1")
+    torch.manual_seed(seed)
+    try:
+        trainer = DQN(env.observation_space, env.action_space, hidden_sizes=HIDDEN, lr=LR, engine=engine, seed=seed)
+    except SpecError as exc:
+        return None, str(exc)
+    replay = UniformReplay(DataStorage(StorageSpec.from_spaces(env.observation_space, env.action_space), 100_000),
+                           rng=seed)
+    env.close()
+    replay.add(*_random_transitions(FILL, seed))
+
+    def steps(n: int) -> None:
+        for _ in range(n):
+            s = replay.sample(BATCH)
+            trainer.update_policy(s.batch, s.weights)
+
+    return steps, trainer.engine
+
+
+def sb3_step(seed: int):
+    """A ``steps(n)`` closure: SB3's ``DQN.train(gradient_steps=n)`` over a filled replay buffer."""
+    try:
+        from stable_baselines3 import DQN
+    except ImportError as exc:
+        return None, f"stable-baselines3 is not installed ({exc}); pip install -e '.[bench]'"
+    import gymnasium as gym
+
+    env = gym.make("CartPole-v1")
+    model = DQN("MlpPolicy", env, learning_rate=LR, batch_size=BATCH, buffer_size=100_000, learning_starts=0,
+                gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
+                policy_kwargs={"net_arch": list(HIDDEN)}, seed=seed, device="cpu")
+    obs, act, rew, nxt, done = _random_transitions(FILL, seed)
+    buf = model.replay_buffer
+    for i in range(FILL):
+        buf.add(obs[i:i + 1], nxt[i:i + 1], act[i:i + 1], rew[i:i + 1], done[i:i + 1], [{}])
+    model._logger = _quiet_logger()
+
+    def steps(n: int) -> None:  # one call for the block, as SB3 trains (128 gradient steps a call)
+        model.train(gradient_steps=n, batch_size=BATCH)
+
+    return steps, "sb3"
+
+
+def _quiet_logger():
+    from stable_baselines3.common.logger import Logger
+
+    return Logger(folder=None, output_formats=[])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (default 7)")
+    p.add_argument("--steps", type=int, default=500, help="steps per contestant per round (default 500)")
+    p.add_argument("--warmup", type=int, default=100, help="untimed steps per contestant first (default 100)")
+    p.add_argument("--threads", type=int, default=1, help="torch and BLAS threads (default 1)")
+    p.add_argument("--contestants", default="all", help="comma list of pearl-native,pearl-numpy,pearl-torch,sb3")
+    p.add_argument("--quick", action="store_true", help="2 rounds x 20 steps, PEARL only (a smoke run)")
+    p.add_argument("--out", type=Path, default=None, help="also write the markdown report here")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rounds, args.steps, args.warmup = 2, 20, 5
+        if args.contestants == "all":
+            args.contestants = "pearl-native,pearl-numpy,pearl-torch"
+    names = ["pearl-native", "pearl-numpy", "pearl-torch", "sb3"] if args.contestants == "all" else [
+        c.strip() for c in args.contestants.split(",") if c.strip()]
+    unknown = sorted(set(names) - {"pearl-native", "pearl-numpy", "pearl-torch", "sb3"})
+    if unknown:
+        p.error(f"unknown contestants {unknown}; expected pearl-native, pearl-numpy, pearl-torch, sb3")
+    if args.rounds < 1 or args.steps < 1 or args.warmup < 0 or args.threads < 1:
+        p.error("--rounds, --steps and --threads must be >= 1 and --warmup >= 0")
+
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(args.threads)
+    threadpool_limits(limits=args.threads, user_api="blas")
+
+    blocks, skipped = {}, {}
+    for name in names:
+        print(f"[learner_step] building {name} ...", file=sys.stderr)
+        fn, info = sb3_step(0) if name == "sb3" else pearl_step(name.split("-", 1)[1], 0)
+        if fn is None:
+            skipped[name] = info
+            continue
+        if args.warmup:
+            fn(args.warmup)
+        blocks[name] = fn
+    times: dict[str, list[float]] = {n: [] for n in blocks}
+    for r in range(args.rounds):
+        for name, fn in blocks.items():
+            t0 = time.perf_counter()
+            fn(args.steps)
+            times[name].append((time.perf_counter() - t0) / args.steps * 1e6)
+        print(f"[learner_step] round {r + 1}/{args.rounds} done", file=sys.stderr)
+
+    lines = [
+        f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, Python "
+        f"{platform.python_version()}, torch {torch.__version__}, {args.threads} thread(s)",
+        "",
+        f"DQN step (uniform sample of {BATCH} + one update), MLP 4-{HIDDEN[0]}-{HIDDEN[1]}-2; "
+        f"{args.rounds} interleaved rounds x {args.steps} steps",
+        "",
+        "| contestant | median us/step | min-max us | steps/s | vs sb3 |",
+        "|---|---|---|---|---|",
+    ]
+    sb3 = statistics.median(times["sb3"]) if "sb3" in times else None
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        vs = "-" if sb3 is None or name == "sb3" else f"{sb3 / med:.2f}x faster"
+        lines.append(f"| {name} | {med:.0f} | {min(ts):.0f}-{max(ts):.0f} | {1e6 / med:.0f} | {vs} |")
+    for name, why in skipped.items():
+        lines.append(f"\nskipped {name}: {why}")
+    report = "\n".join(lines)
+    print(report)
+    if args.out is not None:
+        args.out.write_text(report + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
