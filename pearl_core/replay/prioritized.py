@@ -283,11 +283,11 @@ class PrioritizedReplay(ReplayManager):
         else:
             with np.errstate(over="ignore"):  # overflow is detected and reported just below
                 prio **= self._alpha
-        if self._alpha > 1.0 and not np.isfinite(prio).all():
-            pos = int(np.argmax(~np.isfinite(prio)))
-            raise InvalidValueError(
-                f"PrioritizedReplay.update_priorities: td_errors[{pos}] = {td[pos]!r} gives priority "
-                f"{prio[pos]!r} with alpha = {self._alpha}; expected a finite priority. Fix: clip TD errors."
-            )
+            if not np.isfinite(prio).all():
+                pos = int(np.argmax(~np.isfinite(prio)))
+                raise InvalidValueError(
+                    f"PrioritizedReplay.update_priorities: td_errors[{pos}] = {td[pos]!r} gives priority "
+                    f"{prio[pos]!r} with alpha = {self._alpha}; expected a finite priority. Fix: clip TD errors."
+                )
         self._tree.update(idx, prio)
         self._max_priority = max(self._max_priority, float(prio.max()))
