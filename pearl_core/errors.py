@@ -59,3 +59,30 @@ class TrainerError(PearlError):
     does not match the environment, no ``nn.Linear``/``nn.Conv2d`` layers, or a
     smoke call of ``get_action``/``update_policy`` that returns the wrong thing.
     """
+
+
+class ComposerError(PearlError, ValueError):
+    """A Composer method was called out of order, without a required setting, or with a bad value."""
+
+
+class WorkerError(PearlError):
+    """A worker process of a parallel run failed.
+
+    Attributes:
+        traceback_text: the worker's formatted traceback (``""`` when it died
+            without one, e.g. killed by a signal).
+        exitcode: the process's exit code (negative: killed by that signal), if known.
+    """
+
+    def __init__(self, message: str, traceback_text: str = "", exitcode: int | None = None):
+        super().__init__(message)
+        self.traceback_text = traceback_text
+        self.exitcode = exitcode
+
+
+class ActorError(WorkerError):
+    """An actor kept failing after its restarts were used up."""
+
+
+class LearnerError(WorkerError):
+    """The learner (setting 1) or the replay + learner worker (setting 2) failed."""

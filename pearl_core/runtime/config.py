@@ -14,6 +14,7 @@ Both are frozen dataclasses with ``to_dict``/``from_dict`` and
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import math
 from dataclasses import dataclass, field
@@ -21,7 +22,24 @@ from typing import Any, Mapping
 
 from pearl_core.errors import SpecError
 
-__all__ = ["ReplayConfig", "RunConfig", "RuntimePlan", "StopCriteria"]
+__all__ = ["ReplayConfig", "RunConfig", "RuntimePlan", "Setting", "StopCriteria"]
+
+
+class Setting(enum.IntEnum):
+    """The protocol setting of a parallel run (the paper's two settings).
+
+    An ``int`` subclass: ``Setting.COLOCATED == 2``, and plans written as plain
+    ints (JSON, older checkpoints) still read back.
+
+    * ``THROUGH_HOST`` (1): the replay manager lives in the host process and the
+      learner in its own; every batch and every priority update passes the host
+      (RRQ, LAQ, LDQ).
+    * ``COLOCATED`` (2): replay manager, Data Storage and learner share one worker
+      on one device and talk directly; the host forwards only the actors' insertions.
+    """
+
+    THROUGH_HOST = 1
+    COLOCATED = 2
 
 
 def _require(cond: bool, owner: str, name: str, value: Any, expected: str) -> None:
@@ -187,9 +205,10 @@ class RuntimePlan(_Serialisable):
         rm_backend: backend name of the replay manager's sum tree (``"cpu"``, ...).
         learner_device: torch device string of the learner (``"cpu"``, ``"cuda:0"``).
         storage_device: where the Data Storage lives (``"cpu"`` = host memory).
-        setting: 1 = RM and learner talk through the host (RRQ/LAQ/LDQ queues);
-            2 = RM, DS and learner co-located in one worker, the host forwards only
-            the actors' insertions.
+        setting: a :class:`Setting` (an int given here is converted):
+            ``THROUGH_HOST`` (1) = RM and learner talk through the host (RRQ/LAQ/LDQ
+            queues); ``COLOCATED`` (2) = RM, DS and learner in one worker, the host
+            forwards only the actors' insertions.
         learner_threads: torch intra-op threads of the learner.
         rm_threads: threads of the RM's batched tree operations.
         n_actors: actor processes.
@@ -203,7 +222,7 @@ class RuntimePlan(_Serialisable):
     rm_backend: str = "cpu"
     learner_device: str = "cpu"
     storage_device: str = "cpu"
-    setting: int = 1
+    setting: Setting = Setting.THROUGH_HOST
     learner_threads: int = 1
     rm_threads: int = 1
     n_actors: int = 1
@@ -214,7 +233,9 @@ class RuntimePlan(_Serialisable):
 
     def __post_init__(self):
         o = "RuntimePlan"
-        _require(self.setting in (1, 2), o, "setting", self.setting, "1 (through the host) or 2 (co-located)")
+        _require(not isinstance(self.setting, bool) and self.setting in (1, 2), o, "setting", self.setting,
+                 "1 (Setting.THROUGH_HOST) or 2 (Setting.COLOCATED)")
+        object.__setattr__(self, "setting", Setting(self.setting))
         for name in ("learner_threads", "rm_threads", "n_actors", "envs_per_actor", "insert_batch", "queue_size"):
             v = getattr(self, name)
             _require(isinstance(v, int) and v >= 1, o, name, v, "an int >= 1")
