@@ -6,7 +6,8 @@ network, take one Adam step on the Huber loss of a 4-256-256-2 MLP (SB3's tuned
 CartPole-v1 settings). Contestants, timed in interleaved rounds so the machine's
 drift hits all alike:
 
-    pearl-native   DQN(engine="native"): the CPU plugin's C++ step (pearl_cpu._learner)
+    pearl-native   DQN(engine="native", learner_kernels=kernel_lookup("cpu")): the CPU plugin's
+                   C++ step (pearl_cpu._learner), handed over as the runtime hands it
     pearl-numpy    DQN(engine="numpy"): the same math in numpy (pearl_core.algorithms.mlp_engine)
     pearl-torch    DQN(engine="torch"): autograd and torch's Adam
     sb3            stable_baselines3.DQN.train(gradient_steps=N): its replay sample and update, N
@@ -55,12 +56,14 @@ def pearl_step(engine: str, seed: int):
 
     from pearl_core.algorithms import DQN
     from pearl_core.errors import SpecError
+    from pearl_core.plugins import kernel_lookup
     from pearl_core.replay import DataStorage, StorageSpec, UniformReplay
 
     env = gym.make("CartPole-v1")
     torch.manual_seed(seed)
     try:
-        trainer = DQN(env.observation_space, env.action_space, hidden_sizes=HIDDEN, lr=LR, engine=engine, seed=seed)
+        trainer = DQN(env.observation_space, env.action_space, hidden_sizes=HIDDEN, lr=LR, engine=engine, seed=seed,
+                      learner_kernels=kernel_lookup("cpu"))
     except SpecError as exc:
         return None, str(exc)
     replay = UniformReplay(DataStorage(StorageSpec.from_spaces(env.observation_space, env.action_space), 100_000),

@@ -15,7 +15,7 @@ from pearl_core.sumtree import SumTree
 from pearl_core.backend import Availability, Backend, DeviceInfo
 from pearl_core.plugins import PluginRegistry, get_backend, list_backends
 
-__version__ = "0.1.0"
+from pearl_core._version import __version__
 __all__ = [
     "Availability",
     "Backend",

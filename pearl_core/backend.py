@@ -2,12 +2,20 @@
 
 A backend describes one kind of device (``cpu``, ``cuda``, ``fpga`` or any kind a
 third party adds). The core asks it whether it can run here, which devices it
-sees, and for kernels (today: the sum tree). Backends report; the composer
-decides where each primitive runs.
+sees, and for kernels: the sum tree and, optionally, native learner steps.
+Backends report; the composer decides where each primitive runs.
+
+A backend may also be a cost model for its kind: the composer calls
+``analytic_cells`` and ``profile_cells`` on backends that define them (the
+protocols :class:`~pearl_core.composer.costs.AnalyticCostModel` and
+:class:`~pearl_core.composer.costs.ProfiledCostModel` state their signatures).
+This module sits below the composer and imports nothing from it.
 
 Typical use::
 
-    backend = pearl_core.get_backend("cpu")
+    from pearl_core.plugins import get_backend
+
+    backend = get_backend("cpu")
     tree = backend.make_sum_tree(capacity=2**20, fanout=16)
 """
 
@@ -15,14 +23,9 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 from pearl_core.sumtree import SumTree
-
-if TYPE_CHECKING:
-    from pearl_core.composer.matrix import DeviceRow
-    from pearl_core.composer.spec import DeviceSpec
-    from pearl_core.composer.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -64,13 +67,17 @@ class Backend(abc.ABC):
     """A device backend. Subclass it in a plugin and register the class.
 
     Class attributes:
-        name: registry key used by :func:`pearl_core.get_backend`.
+        name: registry key used by :func:`pearl_core.plugins.get_backend`.
         device_kind: kind of device it drives (``"cpu"``, ``"cuda"``, ``"fpga"``, ...).
         max_fanout: largest sum-tree fanout supported, or ``None`` for any ``>= 2``.
             The conformance kit only tests fanouts the backend declares.
 
     Instantiation must be cheap and must not touch a device; device libraries are
     imported in :meth:`availability` or later.
+
+    Optional cost-model methods (not part of this class; the composer looks for
+    them): ``analytic_cells(device, workload)`` and ``profile_cells(device,
+    workload, *, iterations, warmup)``, see :mod:`pearl_core.composer.costs`.
     """
 
     name: ClassVar[str]
@@ -95,55 +102,13 @@ class Backend(abc.ABC):
             **options: backend-specific tuning (e.g. ``threads`` for the CPU backend).
         """
 
-    def analytic_cells(self, device: "DeviceSpec", workload: "Workload") -> "DeviceRow | None":
-        """Model a device of this kind that is described in a hardware spec (present or not).
-
-        Optional: the default returns ``None`` and the composer falls back to its
-        own models (CPU and GPU) or marks the device unusable. Called even when
-        the backend is unavailable here, so it must not touch a device.
-
-        Args:
-            device: the device as the spec describes it (resources, clock, power).
-            workload: batch sizes, replay configuration and learner layers.
-
-        Returns:
-            A :class:`~pearl_core.composer.matrix.DeviceRow` for ``device.name``
-            with ``"analytic"`` cells: per-iteration seconds and watts of the RM
-            operations, the learner and both co-located, **excluding**
-            communication (Algorithm 1 adds it from the spec's links). Leave a
-            cell ``None`` (and say why in ``notes``) when the primitive cannot run
-            there, e.g. RM and learner do not fit one FPGA together.
-        """
-        return None
-
-    def profile_cells(self, device: "DeviceSpec", workload: "Workload", *, iterations: int = 1000,
-                      warmup: int = 50) -> "DeviceRow | None":
-        """Measure a *present* device of this kind on synthetic data.
-
-        Optional: the default returns ``None`` and the composer falls back to
-        :meth:`analytic_cells`. Called only when :meth:`availability` says yes and
-        the spec's device is one this backend detects. The composer caches the
-        returned row on disk, keyed by backend name and version, device and
-        workload, so implementations need not cache.
-
-        Args:
-            device: the device as the spec (or detection) describes it.
-            workload: batch sizes, replay configuration and learner layers.
-            iterations: timed iterations per cell (medians are reported).
-            warmup: untimed iterations before timing.
-
-        Returns:
-            A :class:`~pearl_core.composer.matrix.DeviceRow` for ``device.name`` with
-            ``"profiled"`` cells (compute only, like :meth:`analytic_cells`) and the
-            tuning found (thread split, streams, ...) in ``config``.
-        """
-        return None
-
     def learner_kernel(self, name: str) -> Callable[..., Any] | None:
         """A native implementation of a named learner step on this backend's device, or ``None``.
 
         Optional: the default returns ``None`` and the trainer keeps its own code.
-        Known names and the factory each returns:
+        Trainers receive kernels through :func:`pearl_core.plugins.kernel_lookup`,
+        which asks the backends of the learner device's kind. Known names and the
+        factory each returns:
 
         ``"dqn_mlp"``
             one DQN update of a ReLU MLP (:mod:`pearl_core.algorithms.mlp_engine`

@@ -86,3 +86,19 @@ class ActorError(WorkerError):
 
 class LearnerError(WorkerError):
     """The learner (setting 1) or the replay + learner worker (setting 2) failed."""
+
+
+class InvalidOptionError(PearlError, TypeError):
+    """A backend or kernel was given a keyword option it does not know."""
+
+
+class NothingToReadError(PearlError, LookupError):
+    """A read found nothing to return: an empty replay, or a transport nothing was sent through."""
+
+
+class DeviceRuntimeError(PearlError, RuntimeError):
+    """A device library or a native kernel failed while it ran (no usable device, a missing symbol)."""
+
+
+class KernelUnavailableError(SpecError):
+    """A trainer was told to use a native learner kernel that no installed backend provides."""

@@ -7,23 +7,33 @@ or to register is *recorded* (see :meth:`PluginRegistry.plugins`, shown by
 
 Set ``PEARL_DISABLE_PLUGIN_AUTOLOAD=1`` to skip entry points (tests then register
 plugins by hand with :meth:`PluginRegistry.register_plugin`).
+
+Native learner kernels are found by device, never by a backend's name:
+:func:`kernel_lookup` (``kernel_lookup("cuda:0")("dqn_mlp")``) asks the backends
+of the device's kind. The runtime hands such a lookup to trainers that accept
+``learner_kernels``; a trainer never imports this module.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import traceback
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any
+from typing import Any, Callable
 
 import pluggy
 
 from pearl_core import hookspecs
 from pearl_core.backend import Availability, Backend
-from pearl_core.errors import BackendUnavailableError, PluginLoadError
+from pearl_core.errors import BackendUnavailableError, InvalidValueError, PluginLoadError
+
+__all__ = ["AUTOLOAD_ENV", "BackendStatus", "KernelLookup", "PluginRecord", "PluginRegistry", "default_registry",
+           "get_backend", "kernel_lookup", "list_backends", "reset_default_registry"]
 
 AUTOLOAD_ENV = "PEARL_DISABLE_PLUGIN_AUTOLOAD"
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -184,6 +194,35 @@ class PluginRegistry:
         """Names of every registered backend (available or not)."""
         return sorted(self._classes)
 
+    def device_kinds(self) -> tuple[str, ...]:
+        """The ``device_kind`` of every registered backend class, sorted (no backend is created)."""
+        kinds = {getattr(cls, "device_kind", None) for cls, _ in self._classes.values()}
+        return tuple(sorted(k for k in kinds if isinstance(k, str) and k))
+
+    def learner_kernel(self, device: str, name: str) -> Any | None:
+        """The learner kernel ``name`` of a backend that drives ``device``'s kind, or ``None``.
+
+        The kind is ``device`` up to the first ``":"`` (``"cuda:0"`` -> ``"cuda"``).
+        Backends of that kind are asked in name order; unavailable ones are
+        skipped, and the first :meth:`~pearl_core.backend.Backend.learner_kernel`
+        that is not ``None`` wins. Never raises for a missing or broken backend:
+        a backend whose ``learner_kernel`` raises is logged and skipped.
+        """
+        kind = str(device).split(":", 1)[0]
+        for bname in self.backend_names():
+            cls, plugin = self._classes[bname]
+            if getattr(cls, "device_kind", None) != kind or not self._availability(bname)[0].available:
+                continue
+            try:
+                kernel = self._instance(bname).learner_kernel(name)
+            except Exception as exc:  # noqa: BLE001 - a broken plugin must not stop a trainer
+                _log.warning("backend %r (plugin %r): learner_kernel(%r) raised %s; it is skipped",
+                             bname, plugin, name, _describe(exc))
+                continue
+            if kernel is not None:
+                return kernel
+        return None
+
     def _instance(self, name: str) -> Backend:
         inst = self._instances.get(name)
         if inst is None:
@@ -285,3 +324,39 @@ def get_backend(name: str) -> Backend:
 def list_backends() -> list[BackendStatus]:
     """Every installed backend with its availability (see :meth:`PluginRegistry.status`)."""
     return default_registry().status()
+
+
+@dataclass(frozen=True)
+class KernelLookup:
+    """``name -> kernel factory or None`` for one device: what :func:`kernel_lookup` returns.
+
+    Calling it asks the registry at that moment (:meth:`PluginRegistry.learner_kernel`).
+    A lookup on the default registry pickles as its device string, so a trainer that
+    holds one can be sent to a worker process.
+
+    Attributes:
+        device: the device the kernels are for, e.g. ``"cpu"`` or ``"cuda:0"``.
+        registry: the registry asked; ``None`` means :func:`default_registry`.
+    """
+
+    device: str
+    registry: PluginRegistry | None = field(default=None, compare=False, repr=False)
+
+    def __call__(self, name: str) -> Any | None:
+        return (self.registry or default_registry()).learner_kernel(self.device, name)
+
+
+def kernel_lookup(device: str, registry: PluginRegistry | None = None) -> Callable[[str], Any | None]:
+    """A function ``name -> learner kernel factory or None`` for ``device`` (``"cpu"``, ``"cuda:0"``).
+
+    Pass it to a trainer that accepts ``learner_kernels`` (the built-in
+    :class:`~pearl_core.algorithms.DQN` does), e.g.
+    ``DQN(obs_space, act_space, learner_kernels=kernel_lookup("cpu"))``; the
+    runtime does this for the plan's learner device. The lookup returns ``None``
+    when no available backend of the device's kind offers the kernel; it never
+    raises for a missing backend.
+    """
+    if not isinstance(device, str) or not device:
+        raise InvalidValueError(f"kernel_lookup: device = {device!r} is invalid; expected a device string "
+                                "such as 'cpu' or 'cuda:0'.")
+    return KernelLookup(device, registry)

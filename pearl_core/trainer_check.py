@@ -176,18 +176,22 @@ def smoke_batch(observation_space, action_space, n: int = _SMOKE_N, seed: int = 
     )
 
 
+def _smoke_call(call: str, fn: Any, tail: str) -> Any:
+    """``fn()``; any exception it raises becomes a :class:`TrainerError` ``"{call} raised {type}: {exc}{tail}"``."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - wrapped with context
+        raise TrainerError(f"{call} raised {type(exc).__name__}: {exc}{tail}") from exc
+
+
 def _check_actions(trainer, observation_space, action_space, kind: str) -> None:
     cls = _name(type(trainer))
     obs = _sample_obs(observation_space, _SMOKE_N)
     for explore in (True, False):
         call = f"{cls}.get_action(obs of shape {obs.shape}, explore={explore})"
-        try:
-            act = trainer.get_action(obs, explore)
-        except Exception as exc:  # noqa: BLE001 - wrapped with context
-            raise TrainerError(
-                f"{call} raised {type(exc).__name__}: {exc}. Fix: get_action takes a batch of observations "
-                f"(n, *{tuple(observation_space.shape)}) as a numpy array and returns n actions."
-            ) from exc
+        act = _smoke_call(call, lambda: trainer.get_action(obs, explore),
+                          f". Fix: get_action takes a batch of observations (n, *{tuple(observation_space.shape)}) "
+                          "as a numpy array and returns n actions.")
         if not isinstance(act, np.ndarray):
             raise TrainerError(
                 f"{call} returned {type(act).__name__}; expected a numpy array. "
@@ -233,13 +237,9 @@ def _check_update(trainer, observation_space, action_space) -> None:
     batch = smoke_batch(observation_space, action_space)
     weights = np.ones(_SMOKE_N, np.float32)
     call = f"{cls}.update_policy(random batch of B={_SMOKE_N}, weights)"
-    try:
-        result = trainer.update_policy(batch, weights)
-    except Exception as exc:  # noqa: BLE001 - wrapped with context
-        raise TrainerError(
-            f"{call} raised {type(exc).__name__}: {exc}. Fix: update_policy takes a pearl_core.replay.Batch "
-            "(obs, action, reward, next_obs, done; leading axis B) and (B,) float32 importance weights."
-        ) from exc
+    result = _smoke_call(call, lambda: trainer.update_policy(batch, weights),
+                         ". Fix: update_policy takes a pearl_core.replay.Batch (obs, action, reward, next_obs, "
+                         "done; leading axis B) and (B,) float32 importance weights.")
     td = getattr(result, "td_errors", None)
     if td is None:
         raise TrainerError(
@@ -272,10 +272,7 @@ def _check_update(trainer, observation_space, action_space) -> None:
 
 def _check_weights(trainer) -> None:
     cls = _name(type(trainer))
-    try:
-        weights = trainer.get_weights()
-    except Exception as exc:  # noqa: BLE001
-        raise TrainerError(f"{cls}.get_weights() raised {type(exc).__name__}: {exc}.") from exc
+    weights = _smoke_call(f"{cls}.get_weights()", trainer.get_weights, ".")
     if not isinstance(weights, Mapping) or not all(
         isinstance(k, str) and isinstance(v, np.ndarray) for k, v in weights.items()
     ):
@@ -283,13 +280,8 @@ def _check_weights(trainer) -> None:
             f"{cls}.get_weights() returned {type(weights).__name__}; expected a dict of str -> numpy array "
             "(sent to actor processes). Fix: {k: v.detach().cpu().numpy() for k, v in net.state_dict().items()}."
         )
-    try:
-        trainer.set_weights(weights)
-    except Exception as exc:  # noqa: BLE001
-        raise TrainerError(
-            f"{cls}.set_weights(get_weights()) raised {type(exc).__name__}: {exc}; expected the round trip "
-            "to work. Fix: set_weights must accept exactly what get_weights returns."
-        ) from exc
+    _smoke_call(f"{cls}.set_weights(get_weights())", lambda: trainer.set_weights(weights),
+                "; expected the round trip to work. Fix: set_weights must accept exactly what get_weights returns.")
 
 
 def check_trainer(trainer_cls: type, observation_space, action_space, **hparams: Any) -> Trainer:

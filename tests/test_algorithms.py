@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from pearl_core.algorithms import DDPG, DQN
+from pearl_core.algorithms import DDPG, DQN, default_trainer, hidden_kwargs
 from pearl_core.errors import SpecError
 from pearl_core.trainer_check import smoke_batch
 
@@ -255,3 +255,15 @@ def test_ddpg_state_round_trip():
     np.testing.assert_array_equal(a.get_action(obs, False), c.get_action(obs, False))
     np.testing.assert_array_equal(a.get_action(obs, True), c.get_action(obs, True))  # same noise stream
     assert c.updates == 1
+
+
+def test_default_trainer_and_its_hidden_size_keywords():
+    assert default_trainer(DISC) is DQN and default_trainer(BOX) is DDPG
+    assert hidden_kwargs(DQN, (8, 8)) == {"hidden_sizes": (8, 8)}
+    assert hidden_kwargs(DDPG, [8]) == {"actor_hidden": [8], "critic_hidden": [8]}
+
+    class Wide(DDPG):
+        pass
+
+    assert set(hidden_kwargs(Wide, (4,))) == {"actor_hidden", "critic_hidden"}
+    assert DQN(OBS, DISC, **hidden_kwargs(DQN, (8,))).hidden_sizes == (8,)

@@ -23,6 +23,7 @@ from pearl_core.composer import (
     workload_for_env,
 )
 from pearl_core.composer.analytic import cpu_row, gpu_row, learner_ops
+from pearl_core.composer.costs import AnalyticCostModel, ProfiledCostModel, analytic_row, profiled_row
 from pearl_core.errors import SpecError
 from pearl_core.hookspecs import hookimpl
 from pearl_core.plugins import PluginRegistry
@@ -227,3 +228,16 @@ def test_the_example_server_plan_uses_the_fpga_backend_model_without_any_acceler
     assert all(math.isfinite(c.score) and c.score > 0 for c in plan.candidates)
     # Small batch, power efficiency: the FPGA hosts the replay manager (the paper's Figure 10 finding).
     assert plan.rm_device == "agilex"
+
+
+def test_a_backend_is_a_cost_model_by_its_methods_not_by_the_abc():
+    class Bare(NpuBackend):
+        analytic_cells = None  # a backend of the kind that models nothing
+
+    assert isinstance(NpuBackend(), AnalyticCostModel) and not isinstance(NpuBackend(), ProfiledCostModel)
+    assert not hasattr(Backend, "analytic_cells") and not hasattr(Backend, "profile_cells")
+    wl = Workload(batch_size=8, obs_bytes=16, action_bytes=8, layers=TINY)
+    assert analytic_row(object(), npu_spec().device("n0"), wl) is None
+    assert profiled_row(NpuBackend(), npu_spec().device("n0"), wl) is None
+    row = fill_matrix(npu_spec(), wl, registry=registry_with(Bare)).row("n0")
+    assert not row.can_rm and "backend 'npu-backend' has no analytic model" in row.notes[0]

@@ -9,6 +9,7 @@ import pytest
 
 from pearl_core.algorithms import DQN
 from pearl_core.composer import HardwareSpec, Plan, make_plan, workload_for_env
+from pearl_core.composer.detect import detect_hardware
 from pearl_core.composer.matrix import CostCell, DeviceRow
 from pearl_core.composer.profiling import median_time, present_device, profiler_for
 from pearl_core.composer.spec import DeviceSpec
@@ -26,7 +27,7 @@ def workload():
 
 @pytest.fixture(scope="module")
 def spec():
-    return HardwareSpec.detect()
+    return detect_hardware()
 
 
 def _host(spec):
@@ -201,7 +202,7 @@ def test_validate_runs_every_variant_and_measures_it(tmp_path):
 
     wl = workload_for_env("CartPole-v1", 16, trainer=DQN, trainer_kwargs={"hidden_sizes": (16,)}, capacity=2048,
                           insert_batch=2)
-    spec = HardwareSpec.detect()
+    spec = detect_hardware()
     plan = make_plan(spec, wl, profiler=profiler_for(spec, iterations=20, warmup=2, cache_dir=tmp_path))
     assert plan.variants
     lines = []

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from pearl_core.composer import DeviceSpec, HardwareSpec, LinkSpec
+from pearl_core.composer.detect import detect_hardware
 from pearl_core.errors import SpecError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,7 +174,7 @@ def test_kinds_of_registered_backends_are_accepted():
 
 
 def test_detect_describes_this_machine_with_assumptions_listed():
-    spec = HardwareSpec.detect()
+    spec = detect_hardware()
     host = spec.host_device
     assert host.kind == "cpu" and host.cores >= 1 and spec.source == "detected"
     assert "idle_power_w" in host.assumed

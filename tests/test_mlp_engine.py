@@ -10,10 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from pearl_core.algorithms import DQN, mlp_engine
-from pearl_core.algorithms.mlp_engine import native_factory
-from pearl_core.errors import SpecError
+from pearl_core.algorithms import DQN
+from pearl_core.errors import KernelUnavailableError, SpecError
+from pearl_core.plugins import kernel_lookup
 from pearl_core.replay.storage import Batch
+
+
+#: what the runtime gives a trainer whose learner runs on the CPU
+CPU_KERNELS = kernel_lookup("cpu")
 
 
 def _pair(engine="numpy", **kw):
@@ -21,12 +25,12 @@ def _pair(engine="numpy", **kw):
     torch.manual_seed(3)
     a = DQN(env.observation_space, env.action_space, engine="torch", seed=0, **kw)
     torch.manual_seed(3)
-    b = DQN(env.observation_space, env.action_space, engine=engine, seed=0, **kw)
+    b = DQN(env.observation_space, env.action_space, engine=engine, seed=0, learner_kernels=CPU_KERNELS, **kw)
     env.close()
     return a, b
 
 
-needs_native = pytest.mark.skipif(native_factory() is None,
+needs_native = pytest.mark.skipif(CPU_KERNELS("dqn_mlp") is None,
                                   reason="the CPU backend's native DQN step (pearl-cpu) is not installed here")
 ENGINES = ["numpy", pytest.param("native", marks=needs_native)]
 
@@ -115,21 +119,29 @@ def test_engine_checkpoints_resume_exactly(engine):
         np.testing.assert_array_equal(p1, p2)
 
 
-def test_engine_choice_and_errors(monkeypatch):
+def test_engine_choice_and_errors():
     env = gym.make("CartPole-v1")
     spaces = env.observation_space, env.action_space
     env.close()
-    auto = "native" if native_factory() is not None else "numpy"
-    assert DQN(*spaces).engine == auto  # auto on the CPU: native where the CPU plugin provides it
+    auto = "native" if CPU_KERNELS("dqn_mlp") is not None else "numpy"
+    # auto on the CPU: native where the learner device's backend provides it
+    assert DQN(*spaces, learner_kernels=CPU_KERNELS).engine == auto
     with pytest.raises(SpecError, match="engine = 'jax'"):
         DQN(*spaces, engine="jax")
     with pytest.raises(SpecError, match="needs a ReLU MLP on the CPU"):
         DQN(*spaces, engine="native", device="meta")
-    # without the CPU plugin's native step: auto falls back to numpy, 'native' says how to get it
-    monkeypatch.setattr(mlp_engine, "_NATIVE", [None])
-    assert DQN(*spaces).engine == "numpy"
-    with pytest.raises(SpecError, match="pip install ./plugins/pearl_cpu"):
+    # without a native step (no lookup, or one that finds none): auto falls back to numpy,
+    # 'native' says how to get one
+    for kernels in (None, lambda name: None):
+        assert DQN(*spaces, learner_kernels=kernels).engine == "numpy"
+        with pytest.raises(KernelUnavailableError, match="pip install ./plugins/pearl_cpu"):
+            DQN(*spaces, engine="native", learner_kernels=kernels)
+    with pytest.raises(SpecError, match=r"kernel_lookup\('cpu'\)"):
         DQN(*spaces, engine="native")
+    with pytest.raises(SpecError, match="learner_kernels = 'cpu'; expected a function"):
+        DQN(*spaces, learner_kernels="cpu")
+    # the lookup asks by device kind: a kind no backend drives has no kernels
+    assert kernel_lookup("npu:0")("dqn_mlp") is None
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -11,7 +12,9 @@ import types
 import pytest
 
 from pearl_core import Availability, Backend, BackendUnavailableError, PluginRegistry
+from pearl_core.errors import InvalidValueError
 from pearl_core.hookspecs import hookimpl
+from pearl_core.plugins import kernel_lookup
 from pearl_core.testing import ReferenceSumTree
 
 
@@ -144,3 +147,43 @@ def test_broken_entry_point_does_not_stop_cli_or_cpu(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "cpu ok 3" in out.stdout and "broken: ImportError" in out.stdout
+
+
+def _kernel_backend(name: str, kind: str, *, available: bool = True, kernel=None, raises: Exception | None = None):
+    cls = make_backend(name, available, None if available else "no device")
+    cls.device_kind = kind
+
+    def learner_kernel(self, kname):
+        if raises is not None:
+            raise raises
+        return kernel if kname == "dqn_mlp" else None
+
+    cls.learner_kernel = learner_kernel
+    return cls
+
+
+def test_kernel_lookup_asks_the_backends_of_the_device_kind(caplog):
+    def factory(*args):
+        return args
+
+    reg = PluginRegistry(autoload=False)
+    reg.register_plugin(plugin_registering(
+        _kernel_backend("a-broken", "npu", raises=RuntimeError("driver crashed")),
+        _kernel_backend("b-absent", "npu", available=False, kernel=lambda *a: None),
+        _kernel_backend("c-npu", "npu", kernel=factory),
+        _kernel_backend("other", "dsp", kernel=lambda *a: None)), name="npus")
+    lookup = kernel_lookup("npu:1", reg)
+    # the broken backend is logged and skipped, the unavailable one is skipped, the first offer wins
+    assert lookup("dqn_mlp") is factory
+    assert "driver crashed" in caplog.text and "a-broken" in caplog.text
+    assert lookup("no-such-step") is None
+    assert kernel_lookup("tpu", reg)("dqn_mlp") is None  # no backend of that kind: None, never an error
+    assert reg.device_kinds() == ("dsp", "npu")
+    with pytest.raises(InvalidValueError, match="device = '' is invalid"):
+        kernel_lookup("")
+
+
+def test_kernel_lookup_on_the_default_registry_pickles_as_its_device():
+    lookup = kernel_lookup("cpu")
+    again = pickle.loads(pickle.dumps(lookup))
+    assert again == lookup and again.device == "cpu" and callable(again)

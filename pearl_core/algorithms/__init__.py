@@ -8,9 +8,17 @@
 
 Both return one TD error per sample from ``update_policy``. In a run config
 they are named ``"pearl_core.algorithms:DQN"`` / ``"pearl_core.algorithms:DDPG"``.
+:func:`default_trainer` picks one for an action space (what a run gets when the
+user names no trainer).
+
+Native learner steps come from the caller, never from a backend looked up by
+name: ``DQN(..., learner_kernels=lookup)`` takes a function ``name -> kernel
+factory or None`` (the runtime passes :func:`pearl_core.plugins.kernel_lookup`
+for the plan's learner device). This package imports no plugin machinery.
 """
 
 from pearl_core.algorithms.ddpg import DDPG
+from pearl_core.algorithms.defaults import default_trainer, hidden_kwargs
 from pearl_core.algorithms.dqn import DQN
 
-__all__ = ["DDPG", "DQN"]
+__all__ = ["DDPG", "DQN", "default_trainer", "hidden_kwargs"]

@@ -13,36 +13,24 @@ Both networks have Polyak-averaged targets (``tau``); the critic minimises the
 importance-weighted squared TD error and returns ``|Q(s, a) - y|`` per sample,
 ``y = r + gamma * (1 - done) * Q'(s', mu'(s'))``, for prioritized replay.
 
-Defaults (hidden 256-256, Adam 1e-3 for both nets, gamma 0.98, tau 0.005,
-noise 0.1) follow rl-baselines3-zoo's Pendulum-v1 DDPG/TD3 settings, with the
-nets narrowed from 400-300 to 256-256 to halve the learner's CPU time. With a
-run config of ``batch_size=128, learning_starts=1000, replay_ratio=1.0,
-train_every=200`` (one burst of 200 updates per Pendulum episode, like the
-zoo's ``train_freq=(1, "episode"), gradient_steps=-1``) it reaches a mean
-return of -200 over 20 episodes in about 10k env steps (see
-``benchmarks/learning_serial.py``).
+Defaults (Adam 1e-3 for both nets, gamma 0.98, tau 0.005, noise 0.1) follow
+rl-baselines3-zoo's Pendulum-v1 DDPG/TD3 settings; the hidden layers are
+256-256 (the zoo's are 400-300). The matching run config is ``batch_size=128,
+learning_starts=1000, replay_ratio=1.0, train_every=200`` (one burst of 200
+updates per Pendulum episode, like the zoo's ``train_freq=(1, "episode"),
+gradient_steps=-1``); ``benchmarks/learning_serial.py`` measures how it learns.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
-from pearl_core.algorithms.common import (
-    CountedTrainer,
-    adam,
-    check_hidden,
-    check_positive,
-    check_unit,
-    hard_update,
-    load_module_weights,
-    mlp,
-    module_weights,
-    polyak_update,
-)
+from pearl_core.algorithms.common import (CountedTrainer, adam, check_hidden, check_positive, check_unit,
+                                          hard_update, mlp, polyak_update)
 from pearl_core.errors import SpecError
 from pearl_core.trainer import UpdateResult
 
@@ -70,6 +58,7 @@ class DDPG(CountedTrainer):
     """
 
     action_kind = "continuous"
+    acting_net = "actor"
 
     def __init__(
         self,
@@ -150,13 +139,6 @@ class DDPG(CountedTrainer):
         frac = min(1.0, self.env_steps / self.noise_decay_steps)
         return self.noise_std + frac * (self.noise_final - self.noise_std)
 
-    def _as_input(self, obs: np.ndarray) -> torch.Tensor:
-        arr = np.asarray(obs)
-        t = torch.from_numpy(arr.reshape(arr.shape[0], -1))
-        if t.dtype != torch.float32:
-            t = t.float()
-        return t.to(self.device, non_blocking=True)
-
     def get_action(self, obs: np.ndarray, explore: bool) -> np.ndarray:
         """Actions ``(n, *action_shape)`` ``float32`` inside the Box; Gaussian noise if ``explore``."""
         obs = np.asarray(obs)
@@ -211,12 +193,3 @@ class DDPG(CountedTrainer):
             metrics["actor_loss"] = float(actor_loss.detach())
         self.updates += 1
         return UpdateResult(td_errors=td.detach().abs_().cpu().numpy(), metrics=metrics)
-
-    # -- weights and state ---------------------------------------------------------
-    def get_weights(self) -> dict[str, np.ndarray]:
-        """The actor's parameters (what actors need to act)."""
-        return module_weights(self.actor)
-
-    def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
-        """Load actor parameters produced by :meth:`get_weights`."""
-        load_module_weights(self.actor, weights)

@@ -45,28 +45,20 @@ multiplied by its importance weight before averaging.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pearl_core.algorithms.common import (
-    CountedTrainer,
-    adam,
-    check_hidden,
-    check_positive,
-    check_unit,
-    hard_update,
-    load_module_weights,
-    mlp,
-    module_weights,
-    polyak_update,
-)
-from pearl_core.errors import SpecError
+from pearl_core.algorithms.common import (CountedTrainer, adam, check_hidden, check_positive, check_unit,
+                                          hard_update, mlp, polyak_update)
+from pearl_core.errors import KernelUnavailableError, SpecError
 from pearl_core.trainer import UpdateResult
 
 __all__ = ["DQN"]
+
+ENGINES = ("auto", "native", "numpy", "torch")
 
 
 class DQN(CountedTrainer):
@@ -94,16 +86,21 @@ class DQN(CountedTrainer):
         device: torch device of the networks.
         engine: how :meth:`update_policy` computes: ``"torch"`` (autograd and
             torch's Adam), ``"numpy"`` (the same math hand-written over BLAS,
-            :mod:`pearl_core.algorithms.mlp_engine`, about twice as fast for small
-            MLPs on a CPU), ``"native"`` (that math as one call into the CPU
-            backend's C++ step, ``pearl-cpu``; faster again) or ``"auto"``
-            (native, else numpy, on the CPU; torch elsewhere).
+            :mod:`pearl_core.algorithms.mlp_engine`), ``"native"`` (that math as
+            one call into the ``"dqn_mlp"`` kernel from ``learner_kernels``) or
+            ``"auto"`` (native when ``learner_kernels`` gives the kernel, else
+            numpy, for a ReLU MLP on the CPU; torch otherwise).
+        learner_kernels: ``name -> kernel factory or None``, where native
+            learner steps come from; the runtime passes
+            ``pearl_core.plugins.kernel_lookup(<learner device>)``. ``None``: no
+            native step (``engine="auto"`` then runs the numpy engine).
 
     Exploration reads :attr:`env_steps`, which the runtime sets before each
     ``get_action``: ``ε = eps_start + (eps_final - eps_start) * min(1, env_steps / decay_steps)``.
     """
 
     action_kind = "discrete"
+    acting_net = "q_net"
 
     def __init__(
         self,
@@ -127,6 +124,7 @@ class DQN(CountedTrainer):
         seed: int | None = None,
         device: str = "cpu",
         engine: str = "auto",
+        learner_kernels: Callable[[str], Any | None] | None = None,
     ):
         import gymnasium.spaces as spaces
 
@@ -164,25 +162,7 @@ class DQN(CountedTrainer):
         self.target_net.requires_grad_(False)
         self.optimizer = adam(self.q_net.parameters(), check_positive(lr, o, "lr"), adam_eps)
         self._params = list(self.q_net.parameters())
-        if engine not in ("auto", "torch", "numpy", "native"):
-            raise SpecError(f"DQN: engine = {engine!r}; expected 'auto', 'native', 'numpy' or 'torch'.")
-        from pearl_core.algorithms.mlp_engine import MLPDQNEngine, native_factory, supports
-
-        fits = supports(self.q_net, self.device)
-        if engine in ("numpy", "native") and not fits:
-            raise SpecError(f"DQN: engine={engine!r} needs a ReLU MLP on the CPU (device={device!r}). "
-                            "Fix: engine='torch' or 'auto'.")
-        if engine == "native" and native_factory() is None:
-            raise SpecError("DQN: engine='native' needs the CPU backend's native learner step, which is not "
-                            "installed or not built here. Fix: pip install ./plugins/pearl_cpu (pearl-cpu), or "
-                            "engine='auto' (it falls back to the numpy engine).")
-        if not fits or engine == "torch":
-            self.engine = "torch"
-        elif engine == "auto":
-            self.engine = "native" if native_factory() is not None else "numpy"
-        else:
-            self.engine = engine
-        self._engine = MLPDQNEngine(self, native=self.engine == "native") if self.engine != "torch" else None
+        self.engine, self._engine = _choose_engine(self, engine, learner_kernels, device)
         self._target_params = list(self.target_net.parameters())
         self._rng = np.random.default_rng(seed)
         self.updates = 0
@@ -195,15 +175,8 @@ class DQN(CountedTrainer):
         frac = min(1.0, self.env_steps / self.eps_decay_steps)
         return self.eps_start + frac * (self.eps_final - self.eps_start)
 
-    def _as_input(self, obs: np.ndarray) -> torch.Tensor:
-        arr = np.asarray(obs)
-        t = torch.from_numpy(arr.reshape(arr.shape[0], -1))
-        if t.dtype != torch.float32:
-            t = t.float()
-        return t.to(self.device, non_blocking=True)
-
     def _greedy(self, obs: np.ndarray) -> np.ndarray:
-        if self._engine is not None:  # the numpy engine's forward: ~4x less overhead for an actor's few rows
+        if self._engine is not None:  # the numpy engine's forward: no torch dispatch for an actor's few rows
             return self._engine.q_values(_flat32(obs)).argmax(axis=1)
         with torch.inference_mode():
             q = self.q_net(self._as_input(obs))
@@ -275,14 +248,35 @@ class DQN(CountedTrainer):
         self.updates += 1
         return UpdateResult(td_errors=td, metrics={"loss": loss, "q_mean": q_mean})
 
-    # -- weights and state ---------------------------------------------------------
-    def get_weights(self) -> dict[str, np.ndarray]:
-        """The online Q-network's parameters (what actors need)."""
-        return module_weights(self.q_net)
 
-    def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
-        """Load online Q-network parameters produced by :meth:`get_weights`."""
-        load_module_weights(self.q_net, weights)
+
+def _choose_engine(trainer: DQN, engine: str, learner_kernels: Any, device: str) -> tuple[str, Any]:
+    """``(engine name, MLPDQNEngine or None)`` for ``DQN(engine=...)``; see the class docstring."""
+    from pearl_core.algorithms.mlp_engine import MLPDQNEngine, supports
+
+    if engine not in ENGINES:
+        raise SpecError(f"DQN: engine = {engine!r}; expected 'auto', 'native', 'numpy' or 'torch'.")
+    if learner_kernels is not None and not callable(learner_kernels):
+        raise SpecError(f"DQN: learner_kernels = {learner_kernels!r}; expected a function name -> kernel factory "
+                        "or None, e.g. pearl_core.plugins.kernel_lookup('cpu').")
+    fits = supports(trainer.q_net, trainer.device)
+    if engine in ("numpy", "native") and not fits:
+        raise SpecError(f"DQN: engine={engine!r} needs a ReLU MLP on the CPU (device={device!r}). "
+                        "Fix: engine='torch' or 'auto'.")
+    wants_native = learner_kernels is not None and fits and engine in ("auto", "native")
+    native = learner_kernels("dqn_mlp") if wants_native else None
+    if engine == "native" and native is None:
+        found = "none was given (learner_kernels=None)" if learner_kernels is None else \
+            f"{learner_kernels!r} has none"
+        raise KernelUnavailableError(
+            f"DQN: engine='native' needs the native 'dqn_mlp' learner kernel, and {found}. Fix: build the trainer "
+            "through the runtime (it passes the learner device's kernels), or install pearl-cpu "
+            "(pip install ./plugins/pearl_cpu) and pass learner_kernels=pearl_core.plugins.kernel_lookup('cpu'), "
+            "or use engine='auto' (it falls back to the numpy engine).")
+    if not fits or engine == "torch":
+        return "torch", None
+    name = engine if engine != "auto" else ("native" if native is not None else "numpy")
+    return name, MLPDQNEngine(trainer, native if name == "native" else None)
 
 
 def _flat32(obs) -> np.ndarray:

@@ -1,19 +1,16 @@
 """A hand-written DQN update for ReLU MLPs on the CPU: the same math as the torch path, in numpy.
 
-Why: at batch 64 a DQN update of a 256-256 MLP costs about 1.5 ms in torch's
-eager mode on one core, of which the matrix products are about 0.5 ms; the rest
-is per-op dispatch, autograd bookkeeping and the optimizer. The same update as
-a dozen BLAS calls and in-place numpy element-wise work takes about 0.7 ms: four
-64x256x256 products (~0.11 ms each, ~80% of one AVX2 core's peak), torch's fused
-Adam, and ~40 small numpy calls at ~4 us each, written into buffers kept between
-updates (:class:`_Workspace`). The learner bounds PEARL's runs on small machines, so this is PEARL's CPU learner
-for the built-in DQN.
+The update is a dozen BLAS calls and in-place numpy element-wise work, written
+into buffers kept between updates (:class:`_Workspace`), with torch's fused
+Adam kernel for the optimizer step; it skips eager torch's per-op dispatch and
+autograd bookkeeping. ``DQN(engine="numpy")`` runs it; ``benchmarks/learner_step.py``
+measures it against the torch path and the native step.
 
-Native step: where the CPU plugin (pearl-cpu) provides it (:func:`native_factory`,
-``Backend.learner_kernel("dqn_mlp")``), the same math runs as one C++ call per
-update: the same BLAS products, everything between them fused, ~0.54 ms instead of
-~0.72 ms here. ``DQN(engine="auto")`` picks native, else numpy, on the CPU;
-``engine="numpy"`` keeps this module's numpy code.
+Native step: a backend's ``learner_kernel("dqn_mlp")`` (the CPU plugin, pearl-cpu,
+provides one) runs the same math as one call per update: the same BLAS products,
+everything between them fused. The trainer hands its factory to
+:class:`MLPDQNEngine` (``DQN(learner_kernels=...)``); this module never looks
+for a backend itself.
 
 Same math, step for step (checked against the torch path in
 ``tests/test_mlp_engine.py``):
@@ -49,24 +46,6 @@ __all__ = ["MLPDQNEngine", "supports"]
 
 #: torch's fused CPU Adam kernel (private API); ``None`` -> the same rule in numpy.
 _FUSED_ADAM = getattr(torch, "_fused_adam_", None)
-
-_NATIVE: list[Any] = []
-
-
-def native_factory() -> Any:
-    """The CPU backend's native DQN step (``learner_kernel("dqn_mlp")``), or ``None`` when no
-    installed backend provides it. Looked up once per process."""
-    if not _NATIVE:
-        factory = None
-        try:
-            from pearl_core.plugins import get_backend
-
-            factory = get_backend("cpu").learner_kernel("dqn_mlp")
-        except Exception:  # noqa: BLE001 - no CPU plugin (or a broken one): the numpy path is complete
-            factory = None
-        _NATIVE.append(factory)
-    return _NATIVE[0]
-
 
 def supports(net: nn.Module, device: torch.device) -> bool:
     """The engine can run ``net``: a CPU ``Sequential`` of float32 ``Linear`` layers with ``ReLU`` between."""
@@ -107,12 +86,20 @@ def _blas_follows_torch() -> None:
 
 
 class MLPDQNEngine:
-    """Runs :meth:`DQN.update_policy`'s math for a trainer whose networks :func:`supports` accepts."""
+    """Runs :meth:`DQN.update_policy`'s math for a trainer whose networks :func:`supports` accepts.
 
-    def __init__(self, trainer: Any, native: bool = False):
+    Args:
+        trainer: the DQN whose networks and optimizer the engine updates in place.
+        native_factory: a ``"dqn_mlp"`` kernel factory (``Backend.learner_kernel``
+            states its signature); each update then runs in that kernel.
+            ``None``: the numpy code of this module.
+    """
+
+    def __init__(self, trainer: Any, native_factory: Any = None):
         self.t = trainer
-        self.native = bool(native)  # the update runs in the CPU backend's native step (native_factory)
-        self._kernel: Any = None  # that step, bound to the current arrays (see _native_kernel)
+        self.native_factory = native_factory
+        self.native = native_factory is not None  # the update runs in the native kernel
+        self._kernel: Any = None  # that kernel, bound to the current arrays (see _native_kernel)
         # numpy views of the parameters: valid for the trainer's life (torch updates them in place:
         # load_state_dict and the target copies write into the same storage)
         self._online: list[tuple[np.ndarray, np.ndarray]] | None = None  # made at the first update
@@ -133,15 +120,15 @@ class MLPDQNEngine:
     def __deepcopy__(self, memo: dict) -> "MLPDQNEngine":
         import copy
 
-        return MLPDQNEngine(copy.deepcopy(self.t, memo), self.native)
+        return MLPDQNEngine(copy.deepcopy(self.t, memo), self.native_factory)
 
     def __getstate__(self) -> dict:
         # The views, buffers and native kernel point into this process's tensors: a pickled
         # engine (a trainer sent to a worker) rebuilds them over the unpickled trainer.
-        return {"t": self.t, "native": self.native}
+        return {"t": self.t, "native_factory": self.native_factory}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["t"], state["native"])
+        self.__init__(state["t"], state["native_factory"])
 
     # Adam moments in the torch optimizer's own state, so checkpoints keep working.
     def _adam_state(self) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
@@ -159,7 +146,7 @@ class MLPDQNEngine:
                 st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         states = [opt.state[p] for p in self.t._params]
         # Every step counter becomes a 0-dim view of one array: one numpy add per update counts
-        # them all (six 0-dim tensor adds cost ~30 us here). Each parameter keeps its own counter.
+        # them all (instead of one 0-dim tensor add per parameter). Each keeps its own counter.
         base = torch.tensor([float(st["step"]) for st in states], dtype=torch.float32)
         for i, st in enumerate(states):
             st["step"] = base[i]
@@ -197,11 +184,8 @@ class MLPDQNEngine:
         k = self._kernel
         if k is None or k[0] is not self._adam_key or k[1].batch != B:
             exp_avgs, exp_avg_sqs, _ = self._adam
-            factory = native_factory()
-            if factory is None:
-                raise RuntimeError("the native DQN step is not available (is pearl-cpu installed?)")
-            kern = factory(online, target, [m.numpy() for m in exp_avgs], [v.numpy() for v in exp_avg_sqs],
-                           self._steps, B)
+            kern = self.native_factory(online, target, [m.numpy() for m in exp_avgs],
+                                       [v.numpy() for v in exp_avg_sqs], self._steps, B)
             k = self._kernel = (self._adam_key, kern)
         return k[1]
 
@@ -229,7 +213,7 @@ class MLPDQNEngine:
             y = q_next_all[rows, a_star]
         else:
             y = q_next_all.max(axis=1)
-        y[done] = 0.0  # y = r + gamma * (1 - done) * q_next, in place (few, in-place ops: ~4 us a call here)
+        y[done] = 0.0  # y = r + gamma * (1 - done) * q_next, in place
         y *= np.float32(t.gamma)
         y += rew
 
@@ -275,7 +259,7 @@ class MLPDQNEngine:
         self._steps += 1  # every parameter's step counter (views of this array, see _adam_state)
         if _FUSED_ADAM is not None:
             # torch's own fused CPU kernel, called as its optimizer calls it (steps first, then one
-            # call over every tensor): ~40 us here against ~230 us for the same rule in numpy.
+            # call over every tensor); the numpy branch below is the same rule.
             with torch.no_grad():
                 _FUSED_ADAM(t._params, ws.grads_t, exp_avgs, exp_avg_sqs, [], steps,
                             amsgrad=False, lr=float(lr), beta1=float(b1), beta2=float(b2), weight_decay=0.0,

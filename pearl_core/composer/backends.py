@@ -1,4 +1,8 @@
-"""How the composer asks the plugin registry about device kinds and backends.
+"""How the composer asks the plugin registry about device kinds, backends and the devices they see.
+
+:func:`pearl_core.composer.detect.detect_hardware` turns :func:`detected_devices`
+into a hardware spec; the spec module itself reads no registry beyond the
+device kinds it accepts (:func:`~pearl_core.composer.spec.known_kinds`, re-exported here).
 
 The composer plans for devices that may be absent (a hardware spec is allowed to
 describe a server you do not have), so it needs a backend's *object* even when
@@ -14,16 +18,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator
 
 from pearl_core.backend import Backend, DeviceInfo
+from pearl_core.composer.spec import BUILTIN_KINDS, known_kinds
 
 if TYPE_CHECKING:
     from pearl_core.plugins import PluginRegistry
 
 __all__ = ["BUILTIN_KINDS", "backend_for_kind", "backend_objects", "detected_devices", "known_kinds",
            "resolve_registry"]
-
-#: Device kinds the core knows without any plugin.
-BUILTIN_KINDS: tuple[str, ...] = ("cpu", "cuda", "fpga")
-
 
 def resolve_registry(registry: "PluginRegistry | None") -> "PluginRegistry":
     """``registry`` or the process-wide default registry."""
@@ -53,16 +54,6 @@ def backend_objects(registry: "PluginRegistry | None" = None, *,
             continue
         out.append((name, obj, bool(available.get(name, False))))
     return out
-
-
-def known_kinds(registry: "PluginRegistry | None" = None) -> tuple[str, ...]:
-    """Device kinds a hardware spec may use: the built-in ones plus every registered backend's."""
-    kinds = list(BUILTIN_KINDS)
-    for _, obj, _ in backend_objects(registry, check_availability=False):
-        kind = getattr(obj, "device_kind", None)
-        if isinstance(kind, str) and kind and kind not in kinds:
-            kinds.append(kind)
-    return tuple(kinds)
 
 
 def backend_for_kind(kind: str, registry: "PluginRegistry | None" = None) -> tuple[str, Backend | None]:

@@ -71,34 +71,20 @@ def composer_from_options(o: dict[str, Any]) -> Composer:
     composer = Composer(o["hardware"], o["metric"])
     composer.set_actors(o["env_id"], o["n_actors"], insert_batch=o["insert_batch"])
     kwargs = parse_trainer_kwargs(o["trainer_kwargs"]) or {}
+    from pearl_core.algorithms.defaults import default_trainer, hidden_kwargs  # torch loads only when used
+
     if o["trainer"]:
         from pearl_core.runtime.wiring import load_trainer_class
 
         trainer = load_trainer_class(o["trainer"])
     else:
-        trainer = _default_trainer(composer)
+        trainer = default_trainer(composer._spaces[1])  # noqa: SLF001 - set by set_actors above
     if o["hidden"] is not None:
-        sizes = list(hidden_layers(o["hidden"]))
-        from pearl_core.algorithms import DDPG
-
-        if issubclass(trainer, DDPG):
-            kwargs.update(actor_hidden=sizes, critic_hidden=sizes)
-        else:
-            kwargs["hidden_sizes"] = sizes
+        kwargs.update(hidden_kwargs(trainer, list(hidden_layers(o["hidden"]))))
     composer.set_train_function(trainer, o["batch_size"], replay_ratio=o["replay_ratio"],
                                 learning_starts=o["learning_starts"], **kwargs)
     composer.set_replay(o["replay"], o["capacity"], o["fanout"])
     return composer
-
-
-def _default_trainer(composer: Composer) -> type:
-    """The built-in DQN for discrete actions, DDPG for continuous ones (as ``pearl plan`` does)."""
-    import gymnasium.spaces as spaces
-
-    from pearl_core.algorithms import DDPG, DQN
-
-    assert composer._spaces is not None  # noqa: SLF001 - set by set_actors above
-    return DQN if isinstance(composer._spaces[1], spaces.Discrete) else DDPG  # noqa: SLF001
 
 
 def with_plan_options(extra: tuple[tuple[str, Any, Any], ...], *, drop: tuple[str, ...] = ()

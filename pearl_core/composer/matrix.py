@@ -23,13 +23,13 @@ stand-alone cells.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterator, Mapping
 
+from pearl_core.composer.fields import check_fields
 from pearl_core.errors import SpecError
 
 __all__ = ["AssignmentMatrix", "CELL_NAMES", "CO_CELLS", "CostCell", "DeviceRow", "RM_CELLS", "SOURCES"]
@@ -134,11 +134,7 @@ class DeviceRow:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "DeviceRow":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise SpecError(f"DeviceRow: unknown field(s) {unknown}; known: {sorted(known)}.")
-        return cls(**data)
+        return cls(**check_fields(cls, data))
 
 
 @dataclass(frozen=True)
@@ -181,9 +177,7 @@ class AssignmentMatrix:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "AssignmentMatrix":
-        unknown = sorted(set(data) - {"rows", "comm_inclusive"})
-        if unknown:
-            raise SpecError(f"AssignmentMatrix: unknown field(s) {unknown}; known: ['comm_inclusive', 'rows'].")
+        data = check_fields(cls, data)
         return cls(tuple(DeviceRow.from_dict(r) for r in data.get("rows", ())), bool(data.get("comm_inclusive", False)))
 
     @classmethod

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from pearl_core.composer.fields import check_fields
 from pearl_core.errors import SpecError
 
 __all__ = ["LearnerLayer", "Workload", "hidden_layers", "learner_layers", "trainer_path", "workload_for_env"]
@@ -187,11 +188,7 @@ class Workload:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Workload":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise SpecError(f"Workload: unknown field(s) {unknown}; known: {sorted(known)}.")
-        data = dict(data)
+        data = check_fields(cls, data)
         data["layers"] = tuple(LearnerLayer(**ly) for ly in data.get("layers", ()))
         return cls(**data)
 
@@ -250,47 +247,31 @@ def workload_for_env(
 ) -> Workload:
     """Build a :class:`Workload` for a gymnasium environment and a trainer class.
 
-    The environment is created once to read its spaces (then closed). The
-    trainer (a class or an import path ``"pkg.module:Class"``; default the
-    built-in DQN for discrete actions, DDPG for continuous ones) is instantiated
-    with ``trainer_kwargs`` to read its layers. ``hidden_sizes`` (``(64, 64)`` or
-    ``"64,64"``) is passed as ``hidden_sizes``, or as ``actor_hidden`` and
-    ``critic_hidden`` to the built-in DDPG.
+    The environment is created once to read its spaces (then closed,
+    :func:`pearl_core.envs.env_spaces`). The trainer (a class or an import path
+    ``"pkg.module:Class"``; default :func:`pearl_core.algorithms.default_trainer`
+    of the action space) is instantiated with ``trainer_kwargs`` to read its
+    layers. ``hidden_sizes`` (``(64, 64)`` or ``"64,64"``) is passed as
+    :func:`pearl_core.algorithms.hidden_kwargs` says (``actor_hidden`` and
+    ``critic_hidden`` for the built-in DDPG, ``hidden_sizes`` otherwise).
 
     Raises:
         SpecError: unknown environment id, unsupported spaces, a trainer that
             cannot be imported or built for this environment.
     """
-    try:
-        import gymnasium as gym
-    except ImportError as exc:  # pragma: no cover - the rl extra is installed in dev
-        raise SpecError("workload_for_env needs gymnasium. Fix: pip install 'pearl-core[rl]'.") from exc
-    try:
-        env = gym.make(env_id)
-    except Exception as exc:  # noqa: BLE001 - gymnasium raises several error types
-        raise SpecError(f"environment {env_id!r} cannot be created ({type(exc).__name__}: {exc}). "
-                        "Fix: use a registered gymnasium id such as 'CartPole-v1'.") from exc
-    try:
-        obs_space, act_space = env.observation_space, env.action_space
-    finally:
-        env.close()
-    from gymnasium import spaces
-
+    from pearl_core.envs import env_spaces
     from pearl_core.replay.storage import StorageSpec
 
+    obs_space, act_space = env_spaces(env_id)
     layout = StorageSpec.from_spaces(obs_space, act_space)
     obs_bytes = int(math.prod(layout.obs_shape)) * layout.obs_dtype.itemsize
     action_bytes = int(math.prod(layout.action_shape)) * layout.action_dtype.itemsize
-    cls = _resolve_trainer(trainer, act_space, spaces)
+    cls = _resolve_trainer(trainer, act_space)
     kwargs = dict(trainer_kwargs or {})
     if hidden_sizes is not None:
-        sizes = hidden_layers(hidden_sizes)
-        from pearl_core.algorithms.ddpg import DDPG
+        from pearl_core.algorithms.defaults import hidden_kwargs
 
-        if issubclass(cls, DDPG):
-            kwargs.update(actor_hidden=sizes, critic_hidden=sizes)
-        else:
-            kwargs["hidden_sizes"] = sizes
+        kwargs.update(hidden_kwargs(cls, hidden_layers(hidden_sizes)))
     try:
         instance = cls(obs_space, act_space, **kwargs)
     except Exception as exc:  # noqa: BLE001 - report any constructor failure the same way
@@ -322,15 +303,11 @@ def _json_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _resolve_trainer(trainer: type | str | None, act_space: Any, spaces: Any) -> type:
+def _resolve_trainer(trainer: type | str | None, act_space: Any) -> type:
     if trainer is None:
-        if isinstance(act_space, spaces.Discrete):
-            from pearl_core.algorithms.dqn import DQN
+        from pearl_core.algorithms.defaults import default_trainer
 
-            return DQN
-        from pearl_core.algorithms.ddpg import DDPG
-
-        return DDPG
+        return default_trainer(act_space)
     if isinstance(trainer, type):
         return trainer
     import importlib

@@ -112,9 +112,11 @@ void convert(const ArrayView& v, D* out) {
   }
 }
 
-// Integer-kind array (native order) -> int64. Unsigned values >= 2^63 become
-// negative and are then caught by the unsigned range check like any other.
-void convert_ints(const ArrayView& v, int64_t* out) {
+// Integer-kind array (native order) -> D (int64 for indices, double for
+// priorities). Unsigned values >= 2^63 become negative as int64 and are then
+// caught by the unsigned range check like any other.
+template <class D>
+void convert_ints(const ArrayView& v, D* out) {
   const bool u = v.kind == 'u';
   switch (v.itemsize) {
     case 1: u ? convert<uint8_t>(v, out) : convert<int8_t>(v, out); break;
@@ -214,14 +216,7 @@ Reals load_reals(py::handle h, const char* what, const char* fix, int64_t expect
   if (v.kind == 'f') {
     v.itemsize == 8 ? convert<double>(v, out) : convert<float>(v, out);
   } else {
-    const bool u = v.kind == 'u';
-    switch (v.itemsize) {
-      case 1: u ? convert<uint8_t>(v, out) : convert<int8_t>(v, out); break;
-      case 2: u ? convert<uint16_t>(v, out) : convert<int16_t>(v, out); break;
-      case 4: u ? convert<uint32_t>(v, out) : convert<int32_t>(v, out); break;
-      case 8: u ? convert<uint64_t>(v, out) : convert<int64_t>(v, out); break;
-      default: throw std::runtime_error("unsupported integer width");
-    }
+    convert_ints(v, out);
   }
   R.p = out;
   return R;

@@ -7,6 +7,7 @@ import platform
 from typing import TYPE_CHECKING, Any, Callable
 
 from pearl_core.backend import Availability, Backend, DeviceInfo
+from pearl_core.errors import InvalidOptionError
 from pearl_core.sumtree import SumTree
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ class CpuBackend(Backend):
 
         threads = options.pop("threads", None)
         if options:
-            raise TypeError(f"cpu backend: unknown sum-tree options {sorted(options)}; known: ['threads']")
+            raise InvalidOptionError(f"cpu backend: unknown sum-tree options {sorted(options)}; known: ['threads']")
         return CpuSumTree(capacity, fanout, threads=threads)
 
     def learner_kernel(self, name: str) -> Callable[..., Any] | None:

@@ -3,8 +3,9 @@
 :class:`~pearl_cpu._learner.DQNMLPKernel` runs one DQN update of a ReLU MLP in a
 single call: the matrix products go to the same BLAS numpy uses, everything
 between them is fused C++ (see ``csrc/dqn_mlp.cpp``). pearl-core's numpy engine
-(:mod:`pearl_core.algorithms.mlp_engine`) asks for it through
-:meth:`CpuBackend.learner_kernel` and keeps its own path when it is missing.
+(:mod:`pearl_core.algorithms.mlp_engine`) runs it when the trainer is given it
+(``DQN(learner_kernels=pearl_core.plugins.kernel_lookup("cpu"))``, which asks
+:meth:`CpuBackend.learner_kernel`) and keeps its own path otherwise.
 
 The kernel links no BLAS of its own: :func:`find_sgemm` takes ``cblas_sgemm``
 from the BLAS library numpy has loaded (found by threadpoolctl), so thread limits
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import ctypes
 from typing import Any
+
+from pearl_core.errors import DeviceRuntimeError
 
 __all__ = ["find_sgemm", "dqn_mlp_kernel"]
 
@@ -68,13 +71,15 @@ def dqn_mlp_kernel(online: list, target: list, exp_avgs: list, exp_avg_sqs: list
         batch: the batch size every step takes.
 
     Raises:
-        RuntimeError: numpy's BLAS exposes no ``cblas_sgemm`` (see :func:`find_sgemm`).
+        DeviceRuntimeError: numpy's BLAS exposes no ``cblas_sgemm`` (see :func:`find_sgemm`).
         ValueError: an array has the wrong shape, dtype or layout.
     """
     from pearl_cpu._learner import DQNMLPKernel
 
     found = find_sgemm()
     if found is None:
-        raise RuntimeError("pearl_cpu: no cblas_sgemm in numpy's BLAS library; the numpy engine is used instead")
+        raise DeviceRuntimeError("pearl_cpu: no cblas_sgemm in numpy's BLAS library (threadpoolctl found none); "
+                                 "expected numpy linked to OpenBLAS, MKL or a reference CBLAS. Fix: use "
+                                 "DQN(engine='numpy'), or a numpy build whose BLAS exports cblas_sgemm.")
     address, ilp64 = found
     return DQNMLPKernel(address, ilp64, list(online), list(target), list(exp_avgs), list(exp_avg_sqs), steps, batch)

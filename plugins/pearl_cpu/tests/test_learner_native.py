@@ -1,5 +1,5 @@
-"""The native DQN step (pearl_cpu._learner): found through the backend, checks its input, and
-bad input changes nothing. Its math against torch: tests/test_mlp_engine.py."""
+"""The native DQN step (pearl_cpu._learner): found through the backend and kernel_lookup, checks its
+input, and bad input changes nothing. Its math against torch: tests/test_mlp_engine.py."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ import pytest
 import torch
 
 from pearl_core.algorithms import DQN
-from pearl_core.plugins import get_backend
+from pearl_core.plugins import get_backend, kernel_lookup
 from pearl_cpu.learner import dqn_mlp_kernel, find_sgemm
 
 
 def _trainer():
     env = gym.make("CartPole-v1")
     torch.manual_seed(0)
-    t = DQN(env.observation_space, env.action_space, hidden_sizes=(16, 8), engine="native", seed=0)
+    t = DQN(env.observation_space, env.action_space, hidden_sizes=(16, 8), engine="native", seed=0,
+            learner_kernels=kernel_lookup("cpu"))
     env.close()
     return t
 
@@ -46,6 +47,9 @@ def _state(t):
 def test_backend_provides_the_kernel_and_sgemm_is_found():
     assert get_backend("cpu").learner_kernel("dqn_mlp") is dqn_mlp_kernel
     assert get_backend("cpu").learner_kernel("no-such-step") is None
+    # what trainers are handed: found by the device's kind, for any device of it
+    assert kernel_lookup("cpu")("dqn_mlp") is kernel_lookup("cpu:0")("dqn_mlp") is dqn_mlp_kernel
+    assert kernel_lookup("cpu")("no-such-step") is None
     address, ilp64 = find_sgemm()
     assert address > 0 and isinstance(ilp64, bool)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pearl_core.backend import Availability, Backend, DeviceInfo
-from pearl_core.errors import BackendUnavailableError
+from pearl_core.errors import BackendUnavailableError, InvalidOptionError
 from pearl_core.sumtree import SumTree
 from pearl_cuda.detect import list_gpus, probe
 
@@ -72,8 +72,8 @@ class CudaBackend(Backend):
         device = options.pop("device", 0)
         strategy = options.pop("update_strategy", "auto")
         if options:
-            raise TypeError(f"cuda backend: unknown sum-tree options {sorted(options)}; "
-                            "known: ['device', 'threads', 'update_strategy']")
+            raise InvalidOptionError(f"cuda backend: unknown sum-tree options {sorted(options)}; "
+                                     "known: ['device', 'threads', 'update_strategy']")
         return CudaSumTree(capacity, fanout, device=device, update_strategy=strategy)
 
     def profile_cells(self, device: "DeviceSpec", workload: "Workload", *, iterations: int = 1000,

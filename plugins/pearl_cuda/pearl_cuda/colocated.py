@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from pearl_core.errors import InvalidValueError, NothingToReadError
+
 __all__ = ["DeviceBatch", "DeviceReplay", "colocated_step", "importance_weights", "priorities_from_td",
            "ring_slots", "stratified_masses"]
 
@@ -38,7 +40,8 @@ __all__ = ["DeviceBatch", "DeviceReplay", "colocated_step", "importance_weights"
 def ring_slots(pos: int, n: int, capacity: int) -> np.ndarray:
     """Slots written by inserting ``n`` rows at ring position ``pos`` (the last ``capacity`` win)."""
     if n < 0 or capacity < 1 or not 0 <= pos < capacity:
-        raise ValueError(f"bad ring insert: pos={pos}, n={n}, capacity={capacity}")
+        raise InvalidValueError(f"ring insert of n={n} rows at pos={pos} into capacity={capacity} is invalid; expected "
+                                f"n >= 0, capacity >= 1 and 0 <= pos < capacity.")
     return (pos + np.arange(n, dtype=np.int64)) % capacity
 
 
@@ -137,7 +140,8 @@ class DeviceReplay:
     def sample(self, batch_size: int) -> DeviceBatch:
         torch = self.torch
         if self.size == 0:
-            raise LookupError("DeviceReplay.sample: the replay is empty; insert rows first")
+            raise NothingToReadError("DeviceReplay.sample: the replay is empty (size 0); expected at least one row. "
+                                    "Fix: insert rows first.")
         total = torch.from_dlpack(self.tree.total_device()).clone()
         masses = stratified_masses(torch, batch_size, total, self.gen, self.device)
         idx = self.tree.sample_device(masses)

@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from pearl_core.errors import InvalidValueError
+
 __all__ = ["LearnerTiming", "SyntheticLearner", "mlp_dims", "search_streams", "split_sizes", "stream_candidates",
            "trainer_kwargs_for"]
 
@@ -35,7 +37,7 @@ MAX_STREAMS = 16
 def stream_candidates(batch_size: int, max_streams: int = MAX_STREAMS) -> tuple[int, ...]:
     """Powers of two in ``[1, min(BS, max_streams)]``, each leaving chunks of >= 8 rows (1 always)."""
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, found {batch_size}")
+        raise InvalidValueError(f"stream_candidates: batch_size = {batch_size}; expected an integer >= 1.")
     out, s = [1], 2
     while s <= min(batch_size, max_streams) and batch_size // s >= 8:
         out.append(s)
@@ -46,7 +48,7 @@ def stream_candidates(batch_size: int, max_streams: int = MAX_STREAMS) -> tuple[
 def split_sizes(batch_size: int, streams: int) -> tuple[int, ...]:
     """Chunk sizes of a batch over ``streams`` streams: as equal as possible, larger first, all >= 1."""
     if not 1 <= streams <= batch_size:
-        raise ValueError(f"streams must be in [1, batch_size={batch_size}], found {streams}")
+        raise InvalidValueError(f"split_sizes: streams = {streams}; expected an integer in [1, batch_size={batch_size}].")
     q, r = divmod(batch_size, streams)
     return tuple(q + 1 if i < r else q for i in range(streams))
 

@@ -39,6 +39,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from pearl_core.composer.matrix import CELL_NAMES, CostCell, DeviceRow
+from pearl_core.errors import InvalidValueError
 
 __all__ = ["device_ordinal", "median_s", "profile_device", "row_from_measurements", "time_calls"]
 
@@ -56,7 +57,8 @@ def device_ordinal(device: Any) -> int:
 
 def median_s(samples: list[float]) -> float:
     if not samples:
-        raise ValueError("no timing samples")
+        raise InvalidValueError("median_s: no timing samples were given; expected at least one. "
+                                "Fix: time at least one iteration.")
     return float(statistics.median(samples))
 
 
@@ -65,7 +67,8 @@ def row_from_measurements(name: str, seconds: Mapping[str, float | None], watts:
     """A ``"profiled"`` :class:`DeviceRow`: one cell per measured name (``None`` leaves it empty)."""
     unknown = sorted(set(seconds) - set(CELL_NAMES))
     if unknown:
-        raise ValueError(f"unknown cell names {unknown}; expected {list(CELL_NAMES)}")
+        raise InvalidValueError(f"row_from_measurements({name!r}): unknown cell names {unknown}; "
+                                f"expected names from {list(CELL_NAMES)}.")
     cells = {c: CostCell(max(0.0, float(s)), max(0.0, float(watts.get(c, 0.0))), "profiled")
              for c, s in seconds.items() if s is not None}
     return DeviceRow(name, "cuda", **cells, config=dict(config), notes=notes)

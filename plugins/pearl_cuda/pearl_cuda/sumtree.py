@@ -54,7 +54,7 @@ def launch_shape(n: int, strategy: str, sm_count: int, threads: int = THREADS) -
     ``levels``: one thread per item.
     """
     if n < 1:
-        raise ValueError("launch_shape needs n >= 1")
+        raise InvalidValueError(f"launch_shape: n = {n}; expected an item count >= 1.")
     if strategy == "block":
         return 1, min(1024, max(32, -(-n // 32) * 32))
     blocks = -(-n // threads)

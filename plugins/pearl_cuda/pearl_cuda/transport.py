@@ -25,13 +25,15 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from pearl_core.errors import InvalidValueError, NothingToReadError
+
 __all__ = ["DeviceLocal", "DeviceToHost", "HostToDevice", "SlotRing", "TRANSPORTS", "chunk_rows"]
 
 
 def chunk_rows(n_rows: int, slot_rows: int) -> list[tuple[int, int]]:
     """``[(start, stop), ...]`` splitting ``n_rows`` into pieces of at most ``slot_rows``."""
     if slot_rows < 1:
-        raise ValueError(f"slot_rows must be >= 1, found {slot_rows}")
+        raise InvalidValueError(f"chunk_rows: slot_rows = {slot_rows}; expected an integer >= 1.")
     return [(a, min(a + slot_rows, n_rows)) for a in range(0, max(n_rows, 0), slot_rows)]
 
 
@@ -45,7 +47,7 @@ class SlotRing:
 
     def __init__(self, slots: int, wait=lambda token: token.synchronize()):
         if slots < 1:
-            raise ValueError(f"slots must be >= 1, found {slots}")
+            raise InvalidValueError(f"SlotRing: slots = {slots}; expected an integer >= 1.")
         self.slots = slots
         self._tokens: list[Any] = [None] * slots
         self._next = 0
@@ -105,7 +107,8 @@ class HostToDevice:
         torch = self.torch
         n = len(next(iter(arrays.values())))
         if n > self.rows:
-            raise ValueError(f"{n} rows do not fit a {self.rows}-row slot; split with chunk_rows first")
+            raise InvalidValueError(f"{n} rows do not fit a {self.rows}-row slot; expected at most {self.rows}. "
+                                    "Fix: split with chunk_rows first.")
         slot = self.ring.acquire()
         host, dev = self.host[slot], self.dev[slot]
         for f in self.fields:
@@ -165,7 +168,8 @@ class DeviceLocal:
         import torch
 
         if self._item is None:
-            raise LookupError("DeviceLocal: nothing was sent")
+            raise NothingToReadError("DeviceLocal.receive: nothing was sent; expected a send() first. "
+                                    "Fix: call send() before receive().")
         tensors, event = self._item
         torch.cuda.current_stream().wait_event(event)
         self._item = None

@@ -78,13 +78,10 @@ def time_pipelined(fn, sync, calls: int, reps: int) -> float:
 
 
 def time_synced(fn, sync, calls: int) -> float:
-    out = []
-    for _ in range(calls):
-        t = time.perf_counter()
-        fn()
-        sync()
-        out.append(time.perf_counter() - t)
-    return statistics.median(out)
+    """Median seconds of ``fn(); sync()`` over ``calls`` calls (the profiler's own timer, no warm-up)."""
+    from pearl_cuda.profile import time_calls
+
+    return time_calls(fn, sync, calls, warmup=0)
 
 
 def cycle(pool):
@@ -105,9 +102,9 @@ def replay_inputs(total: float, bs: int, rng: np.random.Generator, pools: int = 
 
 
 def bench_cpu(prio: np.ndarray, calls: int, reps: int) -> dict[tuple[str, int], float]:
-    import pearl_core
+    from pearl_core.plugins import get_backend
 
-    tree = pearl_core.get_backend("cpu").make_sum_tree(CAPACITY, FANOUT)
+    tree = get_backend("cpu").make_sum_tree(CAPACITY, FANOUT)
     tree.update(np.arange(CAPACITY), prio)
     res = {}
     for bs in BATCHES:
@@ -228,9 +225,11 @@ def _numpy_batch(bs: int, rng: np.random.Generator):
 
 
 def _dqn(device: str):
+    """The built-in DQN on ``device``, with that device's native learner kernels (as the runtime builds it)."""
     from pearl_core.algorithms.dqn import DQN
+    from pearl_core.plugins import kernel_lookup
 
-    return DQN(*_cartpole_spaces(), hidden_sizes=(256, 256), device=device)
+    return DQN(*_cartpole_spaces(), hidden_sizes=(256, 256), device=device, learner_kernels=kernel_lookup(device))
 
 
 def section_learner(out: str | None, iters: int) -> int:

@@ -23,24 +23,29 @@ def _tree(capacity, fanout, strategy="auto"):
     return pearl_core.get_backend("cuda").make_sum_tree(capacity, fanout, update_strategy=strategy, threads=2)
 
 
-class TestCudaTreeAuto(SumTreeConformance):
+class _CudaTreeConformance(SumTreeConformance):
+    """The conformance suite on the CUDA tree with one update strategy (not collected itself)."""
+
+    strategy = "auto"
+
     def make_tree(self, capacity, fanout):
-        return _tree(capacity, fanout, "auto")
+        return _tree(capacity, fanout, self.strategy)
 
 
-class TestCudaTreeLevels(SumTreeConformance):
-    def make_tree(self, capacity, fanout):
-        return _tree(capacity, fanout, "levels")
+class TestCudaTreeAuto(_CudaTreeConformance):
+    strategy = "auto"
 
 
-class TestCudaTreeBlock(SumTreeConformance):
-    def make_tree(self, capacity, fanout):
-        return _tree(capacity, fanout, "block")
+class TestCudaTreeLevels(_CudaTreeConformance):
+    strategy = "levels"
 
 
-class TestCudaTreeGrid(SumTreeConformance):
-    def make_tree(self, capacity, fanout):
-        return _tree(capacity, fanout, "grid")
+class TestCudaTreeBlock(_CudaTreeConformance):
+    strategy = "block"
+
+
+class TestCudaTreeGrid(_CudaTreeConformance):
+    strategy = "grid"
 
 
 @pytest.mark.parametrize("strategy", ["levels", "block", "grid"])
@@ -151,11 +156,12 @@ def test_detection_lists_the_gpu():
 @pytest.mark.filterwarnings("ignore:hardware detection leaves out")
 def test_composer_profiles_the_present_gpu(tmp_path):
     """Detection puts the GPU in the spec; the composer's profiler measures it through profile_cells."""
-    from pearl_core.composer import HardwareSpec, workload_for_env
+    from pearl_core.composer import workload_for_env
+    from pearl_core.composer.detect import detect_hardware
     from pearl_core.composer.costs import fill_matrix
     from pearl_core.composer.profiling import profiler_for
 
-    spec = HardwareSpec.detect()
+    spec = detect_hardware()
     gpus = [d for d in spec.devices if d.kind == "cuda"]
     assert gpus, f"detection found no GPU in {[d.name for d in spec.devices]}"
     wl = workload_for_env("CartPole-v1", 64, capacity=2**16)

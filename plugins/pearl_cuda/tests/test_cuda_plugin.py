@@ -8,6 +8,7 @@ import pytest
 import pearl_core
 from pearl_core.composer import HardwareSpec
 from pearl_core.composer.costs import fill_matrix
+from pearl_core.composer.detect import detect_hardware
 from pearl_core.composer.workload import Workload
 from pearl_core.plugins import PluginRegistry
 from pearl_cuda import backend, detect
@@ -90,6 +91,6 @@ def test_composer_sees_a_present_gpu_through_detection(monkeypatch):
              "multiProcessorCount": 132, "cooperativeLaunch": 1}
     monkeypatch.setattr(backend.CudaBackend, "availability", lambda self: Availability.yes())
     monkeypatch.setattr(backend, "list_gpus", lambda: [detect.gpu_info(0, props)])
-    spec = HardwareSpec.detect(PluginRegistry())
+    spec = detect_hardware(PluginRegistry())
     (gpu,) = [d for d in spec.devices if d.kind == "cuda"]
     assert gpu.name == "cuda:0" and gpu.memory_bytes == 141 * 2**30 and "H200" in gpu.description

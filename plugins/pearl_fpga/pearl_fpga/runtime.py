@@ -37,6 +37,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from pearl_core.errors import DeviceRuntimeError
+
 __all__ = ["DpctlRuntime", "PyOpenCLRuntime", "Runtime", "ensure_icd_env", "import_dpctl", "kernel_source"]
 
 ICD_LIBS = ("libintelocl.so", "libintelocl_emu.so")
@@ -190,7 +192,8 @@ def _default_dpctl_runtime() -> DpctlRuntime:
             errors.append(f"{fs}: {dev.name} has no fp64 (the sum tree keeps float64 priorities)")
             continue
         return DpctlRuntime(queue, f"{dev.name} [{fs}]", emulated=True)
-    raise RuntimeError("no usable OpenCL device through dpctl: " + "; ".join(errors))
+    raise DeviceRuntimeError("no usable OpenCL device through dpctl; tried " + "; ".join(errors) + ". Fix: "
+                             "install an OpenCL runtime with an fp64 device (e.g. Intel's FPGA emulator).")
 
 
 class PyOpenCLRuntime(Runtime):
