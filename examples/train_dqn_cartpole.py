@@ -9,7 +9,8 @@ Logs, the learning curve (PNG) and a final checkpoint go to runs/demo/.
 import argparse
 
 from pearl_core.algorithms import DQN
-from pearl_core.composer import HardwareSpec, make_plan, workload_for_env
+from pearl_core.composer import make_plan, workload_for_env
+from pearl_core.composer.detect import detect_hardware
 from pearl_core.runtime import ReplayConfig, RunConfig, StopCriteria
 from pearl_core.runtime import ParallelRuntime
 
@@ -30,8 +31,8 @@ if __name__ == "__main__":  # actors are spawned processes: keep the entry point
         log_dir=args.log_dir,
     )
     workload = workload_for_env(config.env_id, config.batch_size, trainer=DQN)
-    plan = make_plan(HardwareSpec.detect(), workload, "throughput")
-    choice = plan.runtime_plan()
+    plan = make_plan(detect_hardware(), workload, "throughput")  # a PlacementPlan
+    choice = plan.runtime_plan()  # the RuntimePlan the runtime executes
     print(f"composed plan {plan.content_hash()[:12]}: {choice}")
 
     result = ParallelRuntime(config, choice).run()

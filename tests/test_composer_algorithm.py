@@ -9,12 +9,14 @@ the paper's profiled cells are, so Eq. 7 is evaluated on the cells alone.
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
 from pearl_core.composer import (
     AssignmentMatrix,
+    Candidate,
     CostCell,
     DeviceRow,
     DeviceSpec,
@@ -26,6 +28,7 @@ from pearl_core.composer import (
     make_plan,
 )
 from pearl_core.errors import SpecError
+from pearl_core.runtime.config import Setting
 
 MS = 1e-3            # seconds per ms
 GB_PER_MS = 1e12     # bytes/s per GB/ms
@@ -104,6 +107,8 @@ def test_every_candidate_by_hand(rm, learner, expected_ms):
     assert c.iteration_s == pytest.approx(expected_ms * MS, rel=1e-12)
     assert c.throughput == pytest.approx(512 / (expected_ms * MS), rel=1e-12)
     assert c.setting == (2 if rm == learner else 1)
+    assert c.setting is (Setting.COLOCATED if rm == learner else Setting.THROUGH_HOST)
+    assert Candidate.from_dict(json.loads(json.dumps(c.to_dict()))).setting is c.setting
 
 
 def test_ranking_matches_the_notes():

@@ -1,4 +1,4 @@
-"""The Composer API (Listing 1), RuntimeGen and `pearl compose`.
+"""The Composer API (Listing 1), the Composition it returns, RuntimeGen and `pearl compose`.
 
 Golden files: ``tests/golden/runtime_*.py`` hold the exact text RuntimeGen writes
 for two fixed plans. After an intended change of the generated program (or of the
@@ -27,12 +27,13 @@ from pearl_core.composer import (
     AssignmentMatrix,
     Composer,
     ComposerError,
+    Composition,
     CostCell,
     DeviceRow,
     DeviceSpec,
     HardwareSpec,
     LinkSpec,
-    Plan,
+    PlacementPlan,
     RuntimeGen,
     Workload,
     make_plan,
@@ -41,7 +42,8 @@ from pearl_core.composer import api as api_module
 from pearl_core.composer import runtimegen
 from pearl_core.composer.runtimegen import literal, render_program, trainer_reference
 from pearl_core.errors import InvalidValueError, PearlError
-from pearl_core.runtime import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
+from pearl_core.runtime import ReplayConfig, RunConfig, StopCriteria
+from pearl_core.runtime.config import Setting
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
@@ -67,12 +69,6 @@ HOSTILE = [
 
 
 # ----------------------------------------------------------------------------- fixtures
-@pytest.fixture(autouse=True)
-def fresh_registry(monkeypatch):
-    """Each test sees only the plans it composed (RuntimeGen's process-wide registry)."""
-    monkeypatch.setattr(api_module, "_COMPOSED", {})
-
-
 def composer(**kw) -> Composer:
     return Composer(HardwareSpec.load(THIS_MACHINE), **kw)
 
@@ -85,7 +81,7 @@ def cartpole(c: Composer | None = None) -> Composer:
     return c
 
 
-def fixed_plan(env_id: str = "CartPole-v1", batch_size: int = 64, spec_name: str = "golden") -> Plan:
+def fixed_plan(env_id: str = "CartPole-v1", batch_size: int = 64, spec_name: str = "golden") -> PlacementPlan:
     """A plan that depends on no cost model: a hand-written matrix for a hand-written spec."""
     spec = HardwareSpec((DeviceSpec("cpu0", "cpu", 2**34, 10, 65, cores=2, threads=2),),
                         (LinkSpec("cpu0", "cpu0", 5e-6, 5e9),), name=spec_name, source="golden")
@@ -167,7 +163,8 @@ def test_out_of_order_and_missing_calls_are_clear():
     with pytest.raises(ComposerError, match=r"missing: set_replay\('prioritized' \| 'uniform'") as info:
         c.run(profile=False)
     assert "set_actors" not in str(info.value).split("missing:")[1]
-    with pytest.raises(ComposerError, match="not returned by this composer's run"):
+    with pytest.raises(ComposerError, match=r"got a PlacementPlan alone; expected the Composition.*Fix: plan = "
+                                            r"composer.run\(\)"):
         c.RuntimeGen(fixed_plan(), "never.py")
     assert not Path("never.py").exists()
 
@@ -235,17 +232,31 @@ def test_changing_the_env_rechecks_the_trainer():
     assert c._env_id == "CartPole-v1"
 
 
-def test_run_returns_a_plan_and_saves_it_atomically(tmp_path):
+def test_run_returns_a_composition_and_saves_its_plan_atomically(tmp_path):
     c = cartpole()
-    plan = c.run(profile=False, save=tmp_path / "plan.json")
-    assert isinstance(plan, Plan)
+    composed = c.run(profile=False, save=tmp_path / "plan.json")
+    assert isinstance(composed, Composition)
+    plan = composed.plan
+    assert isinstance(plan, PlacementPlan)
     assert plan.workload["env_id"] == "CartPole-v1" and plan.workload["batch_size"] == 32
     assert plan.workload["insert_batch"] == 2  # round(1 / replay_ratio 0.5)
     assert len(plan.workload["layers"]) >= 3  # the trainer's Linear layers were extracted
-    assert Plan.from_json((tmp_path / "plan.json").read_text()) == plan
+    assert PlacementPlan.from_json((tmp_path / "plan.json").read_text()) == plan
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
     config = c.run_config()
     assert config.trainer == "pearl_core.algorithms.dqn:DQN" and config.stop.max_env_steps == 100_000
+    # what users read off "the plan" of the paper's listing
+    assert composed.config == config and composed.runtime_plan == plan.runtime_plan()
+    assert composed.user_script is None
+    assert (composed.rm_device, composed.learner_device, composed.ds_device) == \
+        (plan.rm_device, plan.learner_device, plan.ds_device)
+    assert composed.setting is plan.setting and isinstance(composed.setting, Setting)
+    assert composed.predicted_iteration_s == plan.predicted_iteration_s > 0
+    assert composed.metric == "throughput" and composed.chosen == plan.chosen
+    assert composed.content_hash() == plan.content_hash()
+    assert repr(composed).startswith(f"Composition(plan {plan.content_hash()[:12]}: RM on {plan.rm_device!r}")
+    with pytest.raises(AttributeError):
+        composed.config = fixed_config()  # type: ignore[misc] # frozen
 
 
 def test_run_leaves_nothing_behind_on_error(tmp_path, monkeypatch):
@@ -260,50 +271,81 @@ def test_run_leaves_nothing_behind_on_error(tmp_path, monkeypatch):
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 
-def test_atomic_write_failure_leaves_no_temp_file(tmp_path, monkeypatch):
+def test_runtimegen_write_is_atomic(tmp_path, monkeypatch):
+    composed = Composition(fixed_plan(), fixed_config())
     target = tmp_path / "runtime.py"
     target.write_text("old")
 
     def boom(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr(runtimegen.os, "replace", boom)
+    import pearl_core.fileio
+
+    monkeypatch.setattr(pearl_core.fileio.os, "replace", boom)
     with pytest.raises(OSError, match="disk full"):
-        runtimegen.atomic_write_text(target, "new")
+        RuntimeGen(composed, target)
     assert [p.name for p in tmp_path.iterdir()] == ["runtime.py"] and target.read_text() == "old"
-    with pytest.raises(InvalidValueError, match="does not exist"):
-        runtimegen.atomic_write_text(tmp_path / "no" / "dir.py", "x")
-    with pytest.raises(InvalidValueError, match="is a directory"):
-        runtimegen.atomic_write_text(tmp_path, "x")
+    monkeypatch.undo()
+    with pytest.raises(ComposerError, match="does not exist"):
+        RuntimeGen(composed, tmp_path / "no" / "dir.py")
+    with pytest.raises(ComposerError, match="is a directory"):
+        RuntimeGen(composed, tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["runtime.py"] and target.read_text() == "old"
 
 
-def test_runtimegen_needs_the_composers_settings(tmp_path):
+def test_runtimegen_takes_a_composition_only(tmp_path):
     plan = fixed_plan()
-    with pytest.raises(ComposerError, match="not composed by a Composer in this process"):
-        RuntimeGen(plan, tmp_path / "a.py")
-    with pytest.raises(ComposerError, match="expected the Plan"):
+    with pytest.raises(ComposerError, match=r"got a PlacementPlan alone; expected the Composition.*"
+                                            r"Composition\(placement_plan, run_config\)"):
+        RuntimeGen(plan, tmp_path / "a.py")  # type: ignore[arg-type]
+    with pytest.raises(ComposerError, match=r"composition = 'plan' \(str\); expected the Composition"):
         RuntimeGen("plan", tmp_path / "a.py")  # type: ignore[arg-type]
     with pytest.raises(ComposerError, match="composed for batch size 64 but the run config says 32"):
-        RuntimeGen(plan, tmp_path / "a.py", fixed_config(batch_size=32))
+        Composition(plan, fixed_config(batch_size=32))
+    with pytest.raises(ComposerError, match=r"config = .* is a str; expected a RunConfig"):
+        Composition(plan, "config")  # type: ignore[arg-type]
+    with pytest.raises(ComposerError, match=r"a class in '__main__'.*move the trainer into a module"):
+        Composition(plan, fixed_config(trainer="__main__:MyDQN"))
+    with pytest.raises(ComposerError, match="no script path was given"):
+        Composition(plan, fixed_config(trainer=f"{runtimegen.USER_SCRIPT_MODULE}:T"))
+    with pytest.raises(ComposerError, match="expected user_script=None"):
+        Composition(plan, fixed_config(), user_script="/tmp/x.py")
     assert list(tmp_path.iterdir()) == []
-    out = RuntimeGen(plan, tmp_path / "a.py", fixed_config())
+    out = RuntimeGen(Composition(plan, fixed_config()), tmp_path / "a.py")
     ast.parse(out.read_text(encoding="utf-8"))
 
 
-def test_recomposing_keeps_each_plans_own_settings(tmp_path):
+def test_runtimegen_needs_no_global_state(tmp_path):
+    # a composition built by hand, never seen by a Composer, is all RuntimeGen needs
+    assert not hasattr(api_module, "_COMPOSED")
+    by_hand = Composition(fixed_plan(), fixed_config())
+    text = RuntimeGen(by_hand, tmp_path / "a.py").read_text(encoding="utf-8")
+    assert ast.literal_eval(assign(ast.parse(text), "PLAN_HASH")) == by_hand.plan.content_hash()
+    # a composition outlives its composer
+    c = cartpole()
+    composed = c.run(profile=False)
+    del c
+    assert "max_env_steps=100000" in RuntimeGen(composed, tmp_path / "b.py").read_text(encoding="utf-8")
+
+
+def test_recomposing_keeps_each_compositions_own_settings(tmp_path):
     c = cartpole()
     first = c.run(profile=False)
     c.set_stop(max_env_steps=777)
     second = c.run(profile=False)
-    assert first.content_hash() == second.content_hash()  # stop criteria do not change the plan...
+    assert first.plan == second.plan  # stop criteria do not change the placement plan...
+    assert first.content_hash() == second.content_hash()
     text = c.RuntimeGen(second, tmp_path / "r.py").read_text(encoding="utf-8")
-    assert "max_env_steps=777" in text  # ...the latest settings of this composer are written
+    assert "max_env_steps=777" in text  # ...each composition writes the settings it was composed with
+    assert "max_env_steps=100000" in RuntimeGen(first, tmp_path / "f.py").read_text(encoding="utf-8")
     c2 = cartpole()
     c2.set_stop(max_env_steps=888)
-    assert c2.run(profile=False).content_hash() == first.content_hash()
-    with pytest.raises(ComposerError, match="two composers made this same plan"):
-        RuntimeGen(first, tmp_path / "x.py")
-    assert "max_env_steps=888" in c2.RuntimeGen(first, tmp_path / "y.py").read_text(encoding="utf-8")
+    third = c2.run(profile=False)
+    assert third.content_hash() == first.content_hash()
+    # two compositions of the same plan by two composers stay independent
+    text = RuntimeGen(first, tmp_path / "x.py").read_text(encoding="utf-8")
+    assert "max_env_steps=100000" in text and "max_env_steps=888" not in text and "max_env_steps=777" not in text
+    assert "max_env_steps=888" in c2.RuntimeGen(third, tmp_path / "y.py").read_text(encoding="utf-8")
 
 
 # ----------------------------------------------------------------------------- hostile inputs
@@ -314,7 +356,7 @@ def test_generated_program_is_safe_for_any_input(evil):
     config = fixed_config(env_id=evil, trainer=f"{runtimegen.USER_SCRIPT_MODULE}:{evil}",
                           trainer_kwargs={evil: [evil, {"k": evil}], "n": 1}, log_dir=evil)
     script = f"/tmp/{evil}/train.py"
-    text = render_program(plan, config, plan.runtime_plan(), user_script=script)
+    text = render_program(Composition(plan, config, plan.runtime_plan(), script))
     tree = ast.parse(text)
     assert all(line.startswith("#") or not line for line in header(text))
     # values round-trip through the literals
@@ -326,7 +368,7 @@ def test_generated_program_is_safe_for_any_input(evil):
     assert ast.literal_eval(kw["log_dir"]) == evil
     assert ast.literal_eval(assign(tree, "USER_SCRIPT")) == script
     plan_json = ast.literal_eval(assign(tree, "PLAN_JSON"))
-    assert Plan.from_json(plan_json) == plan
+    assert PlacementPlan.from_json(plan_json) == plan
     assert ast.literal_eval(assign(tree, "PLAN_HASH")) == plan.content_hash()
     # nothing but our own calls: no os.system, no eval/exec anywhere
     names = {n.attr if isinstance(n, ast.Attribute) else n.id for n in ast.walk(tree)
@@ -340,7 +382,7 @@ def test_generated_program_is_safe_for_any_input(evil):
     with pytest.raises(SystemExit) as done:  # the program's --help shows the hostile defaults too
         ns["parse_args"](["--help"])
     assert done.value.code == 0
-    assert Plan.from_json(ns["PLAN_JSON"]).content_hash() == ns["PLAN_HASH"]
+    assert PlacementPlan.from_json(ns["PLAN_JSON"]).content_hash() == ns["PLAN_HASH"]
 
 
 def test_trainer_defined_in_main(tmp_path, monkeypatch):
@@ -387,13 +429,15 @@ def _golden(name: str, text: str) -> None:
 
 def test_golden_builtin_trainer():
     plan = fixed_plan()
-    _golden("runtime_dqn_cartpole.py", render_program(plan, fixed_config(), plan.runtime_plan()))
+    text = render_program(Composition(plan, fixed_config(), plan.runtime_plan()))
+    assert "    setting=Setting.COLOCATED,\n" in text  # the setting reads as its name
+    _golden("runtime_dqn_cartpole.py", text)
 
 
 def test_golden_trainer_in_users_script():
     plan = fixed_plan()
     config = fixed_config(trainer=f"{runtimegen.USER_SCRIPT_MODULE}:TinyDQN", trainer_kwargs={"hidden_sizes": [64]})
-    text = render_program(plan, config, plan.runtime_plan(envs_per_actor=2), user_script="/home/me/train.py")
+    text = render_program(Composition(plan, config, plan.runtime_plan(envs_per_actor=2), "/home/me/train.py"))
     _golden("runtime_user_script.py", text)
 
 
@@ -412,7 +456,7 @@ def test_compose_cli_writes_the_program(tmp_path):
     kw = {k.arg: k.value for k in assign(tree, "RUN_CONFIG").keywords}
     assert ast.literal_eval(kw["trainer_kwargs"]) == {"hidden_sizes": [32, 32]}
     assert ast.literal_eval(kw["log_dir"]) == "runs/x"
-    plan = Plan.from_json((tmp_path / "plan.json").read_text())
+    plan = PlacementPlan.from_json((tmp_path / "plan.json").read_text())
     assert ast.literal_eval(assign(tree, "PLAN_HASH")) == plan.content_hash()
 
 
@@ -454,7 +498,7 @@ def test_generated_program_trains_with_a_tiny_budget(tmp_path):
     assert "stopped by max_env_steps" in out.stdout
     result = json.loads((log_dir / "result.json").read_text())
     assert result["plan_hash"] == plan.content_hash() and result["env_steps"] >= 300
-    assert Plan.from_json(json.dumps(json.loads((log_dir / "composer_plan.json").read_text()))) == plan
+    assert PlacementPlan.from_json(json.dumps(json.loads((log_dir / "composer_plan.json").read_text()))) == plan.plan
     assert (log_dir / "episodes.csv").exists() and not (tmp_path / "default-logs").exists()
 
 
@@ -492,9 +536,13 @@ def test_composer_is_exported():
     import pearl_core
     from pearl_core.composer import __all__ as names
 
-    assert {"Composer", "RuntimeGen", "ComposerError"} <= set(names)
+    assert {"Composer", "RuntimeGen", "ComposerError", "Composition", "PlacementPlan"} <= set(names)
     assert pearl_core.Composer is Composer and pearl_core.RuntimeGen is RuntimeGen
     assert api_module.RuntimeGen is RuntimeGen
+    assert api_module.ComposerError is pearl_core.errors.ComposerError is ComposerError
+    from pearl_core.composer import Plan  # the former name, for programs generated before the rename
+
+    assert Plan is PlacementPlan
 
 
 # ----------------------------------------------------------------------------- docs and example
@@ -530,7 +578,7 @@ def test_example_composes_generates_and_trains(tmp_path):
 
 def test_program_reports_a_missing_backend_and_exits_2(tmp_path):
     plan = fixed_plan()
-    text = render_program(plan, fixed_config(log_dir=str(tmp_path / "logs")), plan.runtime_plan())
+    text = render_program(Composition(plan, fixed_config(log_dir=str(tmp_path / "logs"))))
     assert "BACKENDS = ('cpu',)" in text
     program = tmp_path / "runtime.py"
     program.write_text(text.replace("BACKENDS = ('cpu',)", "BACKENDS = ('nosuch',)"), encoding="utf-8")

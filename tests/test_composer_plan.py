@@ -1,4 +1,4 @@
-"""Matrix and Plan values: JSON round trips, the content hash, and the runtime plan they produce."""
+"""Matrix and PlacementPlan values: JSON round trips, the content hash, and the runtime plan they produce."""
 
 from __future__ import annotations
 
@@ -17,11 +17,13 @@ from pearl_core.composer import (
     HardwareSpec,
     LearnerLayer,
     LinkSpec,
-    Plan,
+    PlacementPlan,
     Workload,
     make_plan,
 )
+from pearl_core.composer.plan import setting_label
 from pearl_core.errors import SpecError
+from pearl_core.runtime.config import Setting
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = (LearnerLayer("q.0", "linear", 4, 64, 256, 320, True, "q"),
@@ -55,7 +57,7 @@ def test_cost_cell_and_matrix_validate_and_round_trip():
 
 def test_plan_json_round_trip_is_exact():
     plan = make_plan(server(), WL, "power_efficiency")
-    again = Plan.from_json(plan.to_json())
+    again = PlacementPlan.from_json(plan.to_json())
     assert again == plan
     assert again.content_hash() == plan.content_hash()
     assert again.chosen.iteration_s == plan.chosen.iteration_s
@@ -81,6 +83,8 @@ def test_runtime_plan_for_setting_1_and_setting_2():
         plan.decision, rm_device="xeon", learner_device="gpu", ds_device="xeon", setting=1))
     rp = forced_1.runtime_plan()
     assert (rp.rm_backend, rp.learner_device, rp.storage_device, rp.setting) == ("cpu", "cuda:0", "cpu", 1)
+    assert forced_1.setting is rp.setting is Setting.THROUGH_HOST  # ints given are read as the enum
+    assert forced_1.predicted_iteration_s == forced_1.chosen.iteration_s
     assert rp.rm_threads == plan.matrix.row("xeon").config["rm_threads"] == 30   # 32 threads - 2 actors
     assert rp.n_actors == 2
     forced_2 = dataclasses.replace(plan, decision=dataclasses.replace(
@@ -88,6 +92,9 @@ def test_runtime_plan_for_setting_1_and_setting_2():
     rp = forced_2.runtime_plan(queue_size=4)
     assert (rp.rm_backend, rp.learner_device, rp.storage_device, rp.setting, rp.queue_size) == \
         ("cuda", "cuda:0", "cuda:0", 2, 4)
+    assert rp.setting is Setting.COLOCATED
+    assert setting_label(rp.setting) == "setting 2 (co-located)"
+    assert setting_label(1) == "setting 1 (through the host)"
     cpu_only = dataclasses.replace(plan, decision=dataclasses.replace(
         plan.decision, rm_device="xeon", learner_device="xeon", ds_device="xeon", setting=2))
     rp = cpu_only.runtime_plan()
@@ -100,7 +107,7 @@ def test_plan_exposes_the_spec_again():
     assert plan.hardware() == server()
     assert plan.workload_value() == WL
     with pytest.raises(SpecError, match="format"):
-        Plan.from_dict({**plan.to_dict(), "format": 99})
+        PlacementPlan.from_dict({**plan.to_dict(), "format": 99})
 
 
 # --------------------------------------------------------------------------- the plan command
@@ -126,7 +133,7 @@ def test_plan_command_on_the_example_server_prints_matrix_grid_choice_and_draws_
                      "agilex", "h100", "xeon", "Data Storage placement", "Choice: RM on", "plan hash"):
         assert expected in text
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    plan = Plan.from_json(out.read_text())
+    plan = PlacementPlan.from_json(out.read_text())
     assert plan.metric == "power_efficiency" and len(plan.candidates) == 9
 
 

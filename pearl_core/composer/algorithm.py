@@ -70,6 +70,7 @@ from pearl_core.composer.matrix import AssignmentMatrix, CostCell
 from pearl_core.composer.spec import HardwareSpec
 from pearl_core.composer.workload import Workload
 from pearl_core.errors import SpecError
+from pearl_core.runtime.config import Setting
 
 __all__ = ["Candidate", "Decision", "DSOption", "METRICS", "Message", "REL_TOL", "algorithm1",
            "evaluate_candidate", "iteration_messages", "place_storage"]
@@ -105,7 +106,8 @@ class Candidate:
 
     Attributes:
         rm_device, learner_device: device names.
-        setting: 1 (through the host) or 2 (co-located, ``rm_device == learner_device``).
+        setting: :attr:`Setting.THROUGH_HOST` (1), or :attr:`Setting.COLOCATED` (2) when
+            ``rm_device == learner_device`` (an int given here is converted).
         feasible: both primitives can run there; otherwise ``reason`` says why and
             the numbers are ``None``.
         sample_s, update_insert_s, learner_s: the cells of the three terms.
@@ -122,7 +124,7 @@ class Candidate:
 
     rm_device: str
     learner_device: str
-    setting: int
+    setting: Setting
     feasible: bool
     reason: str = ""
     sample_s: float | None = None
@@ -139,6 +141,9 @@ class Candidate:
     traffic_bytes: int = 0
     moved_bytes: int = 0
     messages: Mapping[str, tuple[Message, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "setting", Setting(self.setting))
 
     @property
     def comm_s(self) -> float:
@@ -192,7 +197,7 @@ class Decision:
         candidates: every (RM, learner) pair in spec order (RM-major).
         ds_options: every Data Storage placement for the chosen pair, in spec order.
         rm_device, learner_device, ds_device: the choice.
-        setting: 1 or 2.
+        setting: the chosen pair's :class:`Setting` (an int given here is converted).
         tied_with: other candidates whose score tied the winner's, as ``(rm, learner)``.
         tie_break: ``""`` (no tie), ``"traffic"``, ``"communication time"`` or ``"spec order"``.
     """
@@ -204,9 +209,12 @@ class Decision:
     rm_device: str
     learner_device: str
     ds_device: str
-    setting: int
+    setting: Setting
     tied_with: tuple[tuple[str, str], ...] = ()
     tie_break: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "setting", Setting(self.setting))
 
     @property
     def chosen(self) -> Candidate:
@@ -316,7 +324,7 @@ def evaluate_candidate(spec: HardwareSpec, matrix: AssignmentMatrix, wl: Workloa
     if metric not in METRICS:
         raise SpecError(f"metric = {metric!r} is invalid; expected one of {list(METRICS)}.")
     comm_in = matrix.comm_inclusive if comm_inclusive is None else comm_inclusive
-    setting = 2 if rm == learner else 1
+    setting = Setting.COLOCATED if rm == learner else Setting.THROUGH_HOST
     messages = iteration_messages(spec, wl, rm, learner)
     all_msgs = [m for msgs in messages.values() for m in msgs]
     traffic = sum(m.nbytes * m.crossings for m in all_msgs)

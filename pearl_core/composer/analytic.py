@@ -4,7 +4,7 @@ They fill a :class:`~pearl_core.composer.matrix.DeviceRow` with ``"analytic"``
 cells, compute only (Algorithm 1 adds communication). They are deliberately
 simple, roofline-style models: good enough to rank a described device against
 others, not a substitute for profiling a present one. FPGAs are modelled by the
-FPGA backend (``Backend.analytic_cells``), not here.
+FPGA backend (the ``AnalyticCostModel`` protocol of :mod:`pearl_core.composer.costs`), not here.
 
 Symbols (SI units; the spec field in brackets, with the default used when it is absent)::
 

@@ -14,6 +14,12 @@
         plan = composer.run()                  # matrix (profiled + analytic), Algorithm 1, the choice
         RuntimeGen(plan, "runtime.py")         # then: python runtime.py
 
+``composer.run()`` returns a frozen
+:class:`~pearl_core.composer.composition.Composition`: the placement plan
+(Algorithm 1's choice with every number behind it), the run config, the
+runtime plan and the user's script. ``RuntimeGen`` writes it as a program and
+needs nothing else.
+
 Order: ``set_actors`` first (the trainer is checked against its environment),
 then ``set_train_function``; ``set_replay`` is required too and may come at any
 point before ``run()``; ``set_stop``/``set_run`` are optional (default: stop
@@ -37,52 +43,25 @@ from __future__ import annotations
 import difflib
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from pearl_core.composer.algorithm import METRICS
-from pearl_core.composer.runtimegen import (
-    atomic_write_text,
-    literal,
-    refuse_while_loading,
-    trainer_reference,
-    write_program,
-)
+from pearl_core.composer.composition import Composition
+from pearl_core.composer.detect import detect_hardware
+from pearl_core.composer.plan import PlacementPlan
+from pearl_core.composer.runtimegen import literal, refuse_while_loading, trainer_reference, write_program
 from pearl_core.composer.spec import HardwareSpec
-from pearl_core.errors import InvalidValueError, PearlError, SpecError, TrainerError
+from pearl_core.envs import env_spaces
+from pearl_core.errors import ComposerError, InvalidValueError, SpecError, TrainerError
+from pearl_core.fileio import atomic_write
 
 if TYPE_CHECKING:
-    from pearl_core.composer.plan import Plan
     from pearl_core.composer.workload import Workload
     from pearl_core.plugins import PluginRegistry
-    from pearl_core.runtime.config import RunConfig, RuntimePlan
+    from pearl_core.runtime.config import RunConfig
 
-__all__ = ["ComposedRun", "Composer", "ComposerError", "RuntimeGen", "print_plan"]
-
-
-class ComposerError(PearlError, ValueError):
-    """A Composer method was called out of order, without a required setting, or with a bad value."""
-
-
-@dataclass(frozen=True)
-class ComposedRun:
-    """What :meth:`Composer.run` composed, kept so that :func:`RuntimeGen` can write the program.
-
-    Attributes:
-        config: the run config (what to train), as it was when ``run()`` ran.
-        runtime_plan: ``plan.runtime_plan()`` with the composer's overrides (envs per actor).
-        user_script: path of the script defining the trainer, when it lives in ``__main__``.
-    """
-
-    config: "RunConfig"
-    runtime_plan: "RuntimePlan"
-    user_script: str | None = None
-
-
-# Plans composed in this process: content hash -> {id(composer): its settings at its latest run()},
-# so that RuntimeGen(plan, path) needs no config.
-_COMPOSED: dict[str, dict[int, ComposedRun]] = {}
+__all__ = ["Composer", "ComposerError", "Composition", "RuntimeGen", "print_plan"]
 
 
 def _int(where: str, name: str, value: Any, minimum: int, fix: str) -> int:
@@ -124,7 +103,7 @@ class Composer:
             raise ComposerError(f"{w}: metric = {metric!r} is unknown; expected one of {list(METRICS)}. Fix: {hint}.")
         self.profile_iterations = _int(w, "profile_iterations", profile_iterations, 1, "e.g. 1000")
         if hardware is None:
-            self.spec = HardwareSpec.detect(registry)
+            self.spec = detect_hardware(registry)
         elif isinstance(hardware, HardwareSpec):
             self.spec = hardware
         elif isinstance(hardware, (str, os.PathLike)):
@@ -151,7 +130,6 @@ class Composer:
         self._replay: Any = None
         self._stop: Any = None
         self._run: dict[str, Any] = {}
-        self._composed: dict[str, ComposedRun] = {}
 
     # ------------------------------------------------------------------ setters
     def set_actors(self, env_id: str, n_actors: int = 1, *, envs_per_actor: int = 1,
@@ -337,14 +315,18 @@ class Composer:
                                 capacity=self._replay.capacity, fanout=self._replay.fanout,
                                 n_actors=self._n_actors, insert_batch=insert_batch)
 
-    def run(self, profile: bool = True, *, save: "str | os.PathLike[str] | None" = None) -> "Plan":
-        """Fill the Primitive Device Assignment Matrix, run Algorithm 1, and return the :class:`Plan`.
+    def run(self, profile: bool = True, *, save: "str | os.PathLike[str] | None" = None) -> Composition:
+        """Fill the Primitive Device Assignment Matrix, run Algorithm 1, and return the :class:`Composition`.
+
+        The composition is a frozen value: the placement plan, the run config and
+        runtime plan of the current settings, and the user's script. Later setter
+        calls change the composer, never a composition it returned.
 
         Args:
             profile: measure the cells of present devices (cached on disk by the
                 profiler); ``False`` uses the analytic models only.
-            save: also write the plan's JSON there (atomically: on any error no
-                file is left, an existing file is untouched).
+            save: also write the placement plan's JSON there (atomically: on any
+                error no file is left, an existing file is untouched).
         """
         from pearl_core.composer.plan import make_plan
         from pearl_core.composer.profiling import profiler_for
@@ -364,81 +346,53 @@ class Composer:
             raise ComposerError(f"Composer.run(): the plan chose RM on {plan.rm_device!r} and learner on "
                                 f"{plan.learner_device!r}, which the runtime cannot run: {exc}") from exc
         _, script = trainer_reference(self._trainer)  # type: ignore[arg-type]
-        composed = ComposedRun(config, runtime_plan, script)
+        composition = Composition(plan, config, runtime_plan, script)
         if save is not None:
-            atomic_write_text(save, plan.to_json())
-        key = plan.content_hash()
-        self._composed[key] = composed
-        _COMPOSED.setdefault(key, {})[id(self)] = composed
-        return plan
+            atomic_write(save, plan.to_json())
+        return composition
 
-    def RuntimeGen(self, plan: "Plan", path: "str | os.PathLike[str]" = "runtime.py") -> Path:  # noqa: N802 - the paper's name
-        """Write the standalone program for ``plan`` (returned by this composer's :meth:`run`) to ``path``."""
-        composed = self._composed.get(_hash(plan))
-        if composed is None:
-            raise ComposerError("Composer.RuntimeGen: this plan was not returned by this composer's run(). Fix: "
-                                "plan = composer.run(); composer.RuntimeGen(plan, 'runtime.py').")
-        return RuntimeGen(plan, path, composed)
+    def RuntimeGen(self, composition: Composition,  # noqa: N802 - the paper's name
+                   path: "str | os.PathLike[str]" = "runtime.py") -> Path:
+        """The same as :func:`RuntimeGen` (``composer.RuntimeGen(composer.run(), path)`` reads as the paper)."""
+        return RuntimeGen(composition, path)
 
 
-def _hash(plan: Any) -> str:
-    from pearl_core.composer.plan import Plan
-
-    if not isinstance(plan, Plan):
-        raise ComposerError(f"RuntimeGen: plan = {plan!r} ({type(plan).__name__}); expected the Plan that "
-                            "Composer.run() returned.")
-    return plan.content_hash()
-
-
-def RuntimeGen(plan: "Plan", path: "str | os.PathLike[str]" = "runtime.py",  # noqa: N802 - the paper's name
-               composed: "ComposedRun | RunConfig | None" = None) -> Path:
-    """Write the standalone training program for ``plan`` to ``path`` (atomically) and return the path.
+def RuntimeGen(composition: Composition, path: "str | os.PathLike[str]" = "runtime.py") -> Path:  # noqa: N802
+    """Write the standalone training program of ``composition`` to ``path`` (atomically) and return the path.
 
     Args:
-        plan: a plan from :meth:`Composer.run`.
+        composition: what :meth:`Composer.run` returned, or a
+            :class:`~pearl_core.composer.composition.Composition` built from a
+            placement plan and its run config.
         path: the program to write (``python <path>`` trains).
-        composed: what to train. Default: the settings of the :class:`Composer`
-            that returned ``plan`` in this process (as they were at its latest ``run()``). A
-            :class:`~pearl_core.runtime.config.RunConfig` may be given for a plan
-            made otherwise (e.g. with :func:`~pearl_core.composer.plan.make_plan`).
 
     The program's layout and its safety rules are described in
     :mod:`pearl_core.composer.runtimegen`.
-    """
-    from pearl_core.runtime.config import RunConfig
 
+    Raises:
+        ComposerError: ``composition`` is something else (a bare placement plan
+            says where to run, not what to train), a value in it cannot be
+            written as a literal, or ``path``'s directory does not exist or
+            ``path`` is a directory. Nothing is written then.
+        OSError: the write itself failed; an existing file at ``path`` is untouched.
+    """
     refuse_while_loading("RuntimeGen")
-    key = _hash(plan)
-    if isinstance(composed, RunConfig):
-        script = None
-        if composed.trainer.partition(":")[0] == "__main__":
-            raise ComposerError("RuntimeGen: the run config names a trainer in '__main__'; pass the class to a "
-                                "Composer instead (it knows the script), or move the trainer into a module.")
-        composed = ComposedRun(composed, plan.runtime_plan(), script)
-    elif composed is None:
-        runs: list[ComposedRun] = []
-        for run in _COMPOSED.get(key, {}).values():
-            if run not in runs:
-                runs.append(run)
-        if not runs:
-            raise ComposerError("RuntimeGen: this plan was not composed by a Composer in this process, so the "
-                                "settings of the run (trainer, replay ratio, stop criteria) are unknown. Fix: "
-                                "plan = composer.run(); RuntimeGen(plan, path), or pass a RunConfig as the third "
-                                "argument.")
-        if len(runs) > 1:
-            raise ComposerError("RuntimeGen: two composers made this same plan with different run settings "
-                                "(trainer arguments, stop criteria, ...). Fix: call composer.RuntimeGen(plan, path) "
-                                "on the composer you mean.")
-        composed = runs[0]
-    elif not isinstance(composed, ComposedRun):
-        raise ComposerError(f"RuntimeGen: composed = {composed!r}; expected None, a RunConfig or a ComposedRun.")
+    if isinstance(composition, PlacementPlan):
+        raise ComposerError("RuntimeGen: got a PlacementPlan alone; expected the Composition that Composer.run() "
+                            "returns (a placement plan says where to run, not what to train). Fix: "
+                            "plan = composer.run(); RuntimeGen(plan, path), or for a plan from make_plan: "
+                            "RuntimeGen(Composition(placement_plan, run_config), path).")
+    if not isinstance(composition, Composition):
+        raise ComposerError(f"RuntimeGen: composition = {composition!r:.80} ({type(composition).__name__}); "
+                            "expected the Composition that Composer.run() returns. Fix: plan = composer.run(); "
+                            "RuntimeGen(plan, path).")
     try:
-        return write_program(plan, path, composed.config, composed.runtime_plan, user_script=composed.user_script)
+        return write_program(composition, path)
     except InvalidValueError as exc:
         raise ComposerError(str(exc)) from exc
 
 
-def print_plan(plan: "Plan") -> None:
+def print_plan(plan: "Composition | PlacementPlan") -> None:
     """Print the plan as ``pearl plan`` does: matrix, RM x learner grid, candidates, DS costs, the choice."""
     from rich.console import Console
 
@@ -450,23 +404,9 @@ def print_plan(plan: "Plan") -> None:
 # ----------------------------------------------------------------------------- helpers
 def _env_spaces(env_id: str, where: str) -> tuple[Any, Any]:
     try:
-        import gymnasium as gym
-    except ImportError as exc:  # pragma: no cover - the rl extra is installed in dev
-        raise ComposerError(f"{where} needs gymnasium. Fix: pip install 'pearl-core[rl]'.") from exc
-    if env_id not in gym.envs.registry:
-        close = difflib.get_close_matches(env_id, list(gym.envs.registry), n=3)
-        hint = f"did you mean {close}?" if close else "use a registered id such as 'CartPole-v1'"
-        raise ComposerError(f"{where}: env_id = {env_id!r} is not a registered gymnasium environment. Fix: {hint} "
-                            "(or import the package that registers it first).")
-    try:
-        env = gym.make(env_id)
-    except Exception as exc:  # noqa: BLE001 - gymnasium raises several error types
-        raise ComposerError(f"{where}: environment {env_id!r} cannot be created ({type(exc).__name__}: {exc}). "
-                            "Fix: install its dependencies or choose another id.") from exc
-    try:
-        return env.observation_space, env.action_space
-    finally:
-        env.close()
+        return env_spaces(env_id)
+    except SpecError as exc:
+        raise ComposerError(f"{where}: {exc}") from exc
 
 
 def _check_trainer(trainer: type, spaces: tuple[Any, Any], kwargs: Mapping[str, Any], where: str,

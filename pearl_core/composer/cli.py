@@ -3,7 +3,9 @@
 This module defines typer *command functions*, not an app: the CLI owner adds
 them with ``app.command("plan")(plan_command)``. Rendering is split into
 functions (:func:`render_plan`, :func:`save_grid_png`) so other commands
-(``compose``, ``validate``) can reuse them.
+(``compose``, ``validate``) can reuse them. :func:`render_plan` and
+:func:`write_plan_outputs` take a :class:`~pearl_core.composer.plan.PlacementPlan`
+or the :class:`~pearl_core.composer.composition.Composition` that holds one.
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ from rich.table import Table
 
 from pearl_core.composer.algorithm import METRICS, Candidate
 from pearl_core.composer.matrix import CELL_NAMES
-from pearl_core.composer.plan import Plan, make_plan
+from pearl_core.composer.composition import Composition
+from pearl_core.composer.detect import detect_hardware
+from pearl_core.composer.plan import PlacementPlan, make_plan, setting_label
 from pearl_core.composer.spec import HardwareSpec
 from pearl_core.composer.workload import Workload, workload_for_env
 from pearl_core.errors import PearlError
+from pearl_core.fileio import atomic_write
 
 __all__ = ["fail", "grid_values", "parse_trainer_kwargs", "plan_command", "render_plan", "save_grid_png",
            "write_plan_outputs"]
@@ -41,7 +46,7 @@ def _num(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def grid_values(plan: Plan, value: str = "throughput") -> tuple[list[str], list[list[float | None]]]:
+def grid_values(plan: PlacementPlan, value: str = "throughput") -> tuple[list[str], list[list[float | None]]]:
     """The RM x learner grid (rows: RM device, columns: learner device) of ``value``.
 
     ``value`` is a :class:`Candidate` attribute: ``"throughput"``, ``"score"``,
@@ -52,8 +57,17 @@ def grid_values(plan: Plan, value: str = "throughput") -> tuple[list[str], list[
     return names, grid
 
 
-def render_plan(plan: Plan, console: Console) -> None:
-    """Print the workload, the matrix, the RM x learner grid, every candidate, the DS costs and the choice."""
+def _placement(plan: "PlacementPlan | Composition") -> PlacementPlan:
+    return plan.plan if isinstance(plan, Composition) else plan
+
+
+def render_plan(plan: "PlacementPlan | Composition", console: Console) -> None:
+    """Print the workload, the matrix, the RM x learner grid, every candidate, the DS costs and the choice.
+
+    For a composition, the runtime plan printed is the composition's (with the composer's overrides).
+    """
+    runtime_plan = plan.runtime_plan if isinstance(plan, Composition) else None
+    plan = _placement(plan)
     wl = plan.workload
     w = Workload.from_dict(wl)
     dec = plan.decision
@@ -119,37 +133,37 @@ def render_plan(plan: Plan, console: Console) -> None:
     ch = dec.chosen
     tie = f" (tie with {dec.tied_with} broken by {dec.tie_break})" if dec.tie_break else ""
     console.print(f"[bold green]Choice[/bold green]: RM on {escape(dec.rm_device)}, learner on "
-                  f"{escape(dec.learner_device)}, Data Storage on {escape(dec.ds_device)}, setting {dec.setting}"
-                  f"{' (co-located)' if dec.setting == 2 else ' (through the host)'}{escape(tie)}")
+                  f"{escape(dec.learner_device)}, Data Storage on {escape(dec.ds_device)}, "
+                  f"{setting_label(dec.setting)}{escape(tie)}")
     console.print(f"  predicted {ch.iteration_s * 1e6:,.1f} us per iteration, {ch.throughput:,.0f} samples/s, "
                   f"{ch.power_w:,.1f} W, {ch.throughput / ch.power_w:,.1f} samples/J")
     if plan.variants:
         _render_variants(plan, console)
     try:
-        console.print(f"  runtime plan: {escape(repr(plan.runtime_plan()))}")
+        console.print(f"  runtime plan: {escape(repr(runtime_plan or plan.runtime_plan()))}")
     except PearlError as exc:
         console.print(f"  [yellow]no runtime plan: {escape(str(exc))}[/yellow]")
     console.print(f"  plan hash: {plan.content_hash()}")
 
 
-def _render_variants(plan: Plan, console: Console) -> None:
+def _render_variants(plan: PlacementPlan, console: Console) -> None:
     """The host tuning: each runtime variant's prediction; the chosen one overrides Algorithm 1's setting."""
     table = Table(title="Host tuning (RM and learner on the host CPU): runtime variants")
     for col in ("setting", "learner threads", "RM threads", "predicted us", "samples/s", "W", "bound"):
         table.add_column(col, justify="right")
     for v in plan.variants:
         mark = "* " if v == plan.variant else "  "
-        table.add_row(f"{mark}{v.setting}", str(v.learner_threads), str(v.rm_threads), f"{v.predicted_s * 1e6:,.1f}",
+        table.add_row(f"{mark}{int(v.setting)}", str(v.learner_threads), str(v.rm_threads), f"{v.predicted_s * 1e6:,.1f}",
                       f"{v.throughput:,.0f}", f"{v.power_w:,.1f}", v.bound)
     console.print(table)
     v = plan.variant
     if v is not None:
-        console.print(f"  tuned: setting {v.setting}{' (co-located)' if v.setting == 2 else ' (through the host)'}, "
-                      f"{v.learner_threads} learner thread(s), predicted {v.predicted_s * 1e6:,.1f} us per iteration "
+        console.print(f"  tuned: {setting_label(v.setting)}, {v.learner_threads} learner thread(s), "
+                      f"predicted {v.predicted_s * 1e6:,.1f} us per iteration "
                       "(see docs/composer.md)")
 
 
-def _grid_table(plan: Plan, value: str, digits: int) -> Table:
+def _grid_table(plan: PlacementPlan, value: str, digits: int) -> Table:
     names, grid = grid_values(plan, value)
     dec = plan.decision
     g = Table()
@@ -168,16 +182,16 @@ def _grid_table(plan: Plan, value: str, digits: int) -> Table:
 
 def _candidate_cells(c: Candidate) -> list[str]:
     if not c.feasible:
-        return [escape(c.rm_device), escape(c.learner_device), str(c.setting), "-", "-", "-", "-", "-", "-", "-",
+        return [escape(c.rm_device), escape(c.learner_device), str(int(c.setting)), "-", "-", "-", "-", "-", "-", "-",
                 f"{c.traffic_bytes:,}"]
-    return [escape(c.rm_device), escape(c.learner_device), str(c.setting), _us(c.iteration_s),
+    return [escape(c.rm_device), escape(c.learner_device), str(int(c.setting)), _us(c.iteration_s),
             f"{_us(c.sample_s)}+{_us(c.sample_comm_s)}", f"{_us(c.update_insert_s)}+{_us(c.update_insert_comm_s)}",
             f"{_us(c.learner_s)}+{_us(c.learner_comm_s)}", _num(c.throughput), _num(c.power_w, 1),
             _num(None if not c.power_w else c.throughput / c.power_w, 1),  # type: ignore[operator]
             f"{c.traffic_bytes:,}"]
 
 
-def save_grid_png(plan: Plan, path: str | Path, value: str | None = None) -> Path:
+def save_grid_png(plan: PlacementPlan, path: str | Path, value: str | None = None) -> Path:
     """Draw the RM x learner grid as a heatmap (matplotlib, Agg backend) and write it to ``path``.
 
     ``value`` defaults to the plan's metric: ``"throughput"`` (samples/s) or
@@ -244,7 +258,7 @@ def plan_command(
     """Plan where the replay manager, learner and Data Storage run: matrix, RM x learner grid, choice."""
     console = Console(width=max(132, Console().width))
     try:
-        spec = HardwareSpec.load(hardware) if hardware is not None else HardwareSpec.detect()
+        spec = HardwareSpec.load(hardware) if hardware is not None else detect_hardware()
         kwargs = parse_trainer_kwargs(trainer_kwargs)
         wl = workload_for_env(env_id, batch_size, trainer=trainer, trainer_kwargs=kwargs, hidden_sizes=hidden,
                               replay=replay, capacity=capacity, fanout=fanout, n_actors=n_actors,
@@ -275,21 +289,21 @@ def parse_trainer_kwargs(text: Optional[str]) -> Optional[dict]:
     return kwargs
 
 
-def write_plan_outputs(plan: Plan, console: Console, png: Optional[Path], json_out: Optional[Path]) -> list[Path]:
-    """Write ``--png`` and ``--json`` when given (the JSON atomically); returns the paths written.
+def write_plan_outputs(plan: "PlacementPlan | Composition", console: Console, png: Optional[Path],
+                       json_out: Optional[Path]) -> list[Path]:
+    """Write ``--png`` and ``--json`` (the placement plan's) when given; returns the paths written.
 
-    On an error, removes what it wrote, prints the error and exits with status 2.
+    The JSON is written atomically (never a half-written plan). On an error,
+    removes what it wrote, prints the error and exits with status 2.
     """
+    plan = _placement(plan)
     written: list[Path] = []
     try:
         if png is not None:
             written.append(save_grid_png(plan, png))
             console.print(f"grid written to {escape(str(png))}")
         if json_out is not None:
-            tmp = json_out.with_name(json_out.name + ".tmp")
-            tmp.write_text(plan.to_json(), encoding="utf-8")
-            tmp.replace(json_out)  # atomic: never a half-written plan
-            written.append(json_out)
+            written.append(atomic_write(json_out, plan.to_json()))
             console.print(f"plan written to {escape(str(json_out))}")
     except (PearlError, OSError) as exc:
         for path in written:

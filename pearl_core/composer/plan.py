@@ -1,12 +1,15 @@
-"""The composer's result: a frozen, JSON-serialisable :class:`Plan` with every number behind it.
+"""Algorithm 1's output: a frozen, JSON-serialisable :class:`PlacementPlan` with every number behind it.
 
-A plan holds the hardware spec (in SI units), the workload, the Primitive Device
-Assignment Matrix, Algorithm 1's :class:`~pearl_core.composer.algorithm.Decision`
-(every candidate's predicted time, throughput, power and traffic, the Data
-Storage costs, the choice) and the backend that drives each device kind. It is
-data first; :meth:`Plan.runtime_plan` turns it into the runtime's
-:class:`~pearl_core.runtime.config.RuntimePlan`, and :meth:`Plan.content_hash`
-identifies it in generated programs.
+A placement plan holds the hardware spec (in SI units), the workload, the
+Primitive Device Assignment Matrix, Algorithm 1's
+:class:`~pearl_core.composer.algorithm.Decision` (every candidate's predicted
+time, throughput, power and traffic, the Data Storage costs, the choice) and the
+backend that drives each device kind. It is data first;
+:meth:`PlacementPlan.runtime_plan` turns it into the runtime's
+:class:`~pearl_core.runtime.config.RuntimePlan` (what the runtime executes), and
+:meth:`PlacementPlan.content_hash` identifies it in generated programs.
+:meth:`Composer.run() <pearl_core.composer.api.Composer.run>` returns it inside a
+:class:`~pearl_core.composer.composition.Composition`, with the run it was composed for.
 
 Typical use::
 
@@ -24,7 +27,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
-from pearl_core.composer.algorithm import Candidate, Decision, algorithm1
+from pearl_core.composer.algorithm import Decision, algorithm1
 from pearl_core.composer.backends import backend_for_kind
 from pearl_core.composer.costs import Profiler, fill_matrix
 from pearl_core.composer.matrix import AssignmentMatrix
@@ -32,16 +35,30 @@ from pearl_core.composer.spec import HardwareSpec
 from pearl_core.composer.tuning import host_variants, pick_variant
 from pearl_core.composer.workload import Workload
 from pearl_core.errors import SpecError
+from pearl_core.runtime.config import Setting
 
 if TYPE_CHECKING:
     from pearl_core.plugins import PluginRegistry
     from pearl_core.composer.tuning import Variant
     from pearl_core.runtime.config import RuntimePlan
 
-__all__ = ["PLAN_FORMAT", "Plan", "make_plan"]
+__all__ = ["PLAN_FORMAT", "PlacementPlan", "forwarded", "make_plan", "pearl_version", "setting_label"]
 
 #: Version of the plan's JSON layout (bump on incompatible changes).
 PLAN_FORMAT = 1
+
+
+def pearl_version() -> str:
+    """The version of pearl-core (recorded in plans, profile caches and generated programs)."""
+    from pearl_core._version import __version__
+
+    return __version__
+
+
+def setting_label(setting: int) -> str:
+    """``"setting 2 (co-located)"`` or ``"setting 1 (through the host)"``."""
+    setting = Setting(setting)
+    return f"setting {int(setting)} " + ("(co-located)" if setting == Setting.COLOCATED else "(through the host)")
 
 
 def _freeze(value: Any) -> Any:
@@ -49,9 +66,14 @@ def _freeze(value: Any) -> Any:
     return json.loads(json.dumps(value, sort_keys=True, allow_nan=False))
 
 
+def forwarded(owner: str, name: str, doc: str) -> property:
+    """A read-only attribute that reads ``self.<owner>.<name>`` (a value's view of a part it holds)."""
+    return property(lambda self: getattr(getattr(self, owner), name), doc=doc)
+
+
 @dataclass(frozen=True)
-class Plan:
-    """Where each primitive runs, and why.
+class PlacementPlan:
+    """Where each primitive runs, and why: Algorithm 1's choice with every number that led to it.
 
     Attributes:
         spec: :meth:`HardwareSpec.to_dict` (SI units) of the hardware planned for.
@@ -81,23 +103,24 @@ class Plan:
         object.__setattr__(self, "backends", dict(self.backends))
 
     # -- the choice ----------------------------------------------------------------
-    @property
-    def rm_device(self) -> str:
-        return self.decision.rm_device
+    rm_device = forwarded("decision", "rm_device", "Name of the device the replay manager runs on.")
+    learner_device = forwarded("decision", "learner_device", "Name of the device the learner runs on.")
+    ds_device = forwarded("decision", "ds_device", "Name of the device that holds the Data Storage.")
+    metric = forwarded("decision", "metric", "The metric the plan was scored by.")
+    chosen = forwarded("decision", "chosen", "The chosen (RM, learner) :class:`Candidate`.")
+    candidates = forwarded("decision", "candidates", "Every (RM, learner) :class:`Candidate`, in spec order.")
 
     @property
-    def learner_device(self) -> str:
-        return self.decision.learner_device
-
-    @property
-    def ds_device(self) -> str:
-        return self.decision.ds_device
-
-    @property
-    def setting(self) -> int:
-        """1: RM and learner talk through the host; 2: co-located on one device (the tuned variant's, if any)."""
+    def setting(self) -> Setting:
+        """The protocol :class:`~pearl_core.runtime.config.Setting` (the tuned variant's, if any)."""
         v = self.variant
         return v.setting if v is not None else self.decision.setting
+
+    @property
+    def predicted_iteration_s(self) -> float:
+        """Predicted seconds per learner iteration of the choice (the tuned variant's, if any)."""
+        v = self.variant
+        return v.predicted_s if v is not None else float(self.chosen.iteration_s)  # type: ignore[arg-type]
 
     @property
     def variants(self) -> "tuple[Variant, ...]":
@@ -111,18 +134,6 @@ class Plan:
         """The chosen host-CPU variant, or ``None``."""
         vs, i = self.variants, self.tuning.get("chosen")
         return vs[i] if vs and isinstance(i, int) else None
-
-    @property
-    def metric(self) -> str:
-        return self.decision.metric
-
-    @property
-    def chosen(self) -> Candidate:
-        return self.decision.chosen
-
-    @property
-    def candidates(self) -> tuple[Candidate, ...]:
-        return self.decision.candidates
 
     def hardware(self) -> HardwareSpec:
         """The spec as a :class:`HardwareSpec` again (kinds are not re-checked against plugins)."""
@@ -147,7 +158,7 @@ class Plan:
         """The runtime's :class:`RuntimePlan` for this choice.
 
         ``rm_backend`` is the backend of the RM device's kind, ``learner_device``
-        and ``storage_device`` are device strings, ``setting`` is 1 or 2, thread
+        and ``storage_device`` are device strings, ``setting`` is :attr:`setting`, thread
         counts come from the matrix rows (CPU devices), ``n_actors`` from the
         workload. Keyword arguments override any field.
         """
@@ -163,7 +174,7 @@ class Plan:
         }
         rm_cfg = self.matrix.row(self.rm_device).config
         ln_cfg = self.matrix.row(self.learner_device).config
-        if self.setting == 2:
+        if self.setting == Setting.COLOCATED:
             rm_t, ln_t = rm_cfg.get("co_rm_threads"), rm_cfg.get("co_learner_threads")
         else:
             rm_t, ln_t = rm_cfg.get("rm_threads"), ln_cfg.get("learner_threads")
@@ -195,7 +206,7 @@ class Plan:
         return hashlib.sha256(self.canonical_json().encode("ascii")).hexdigest()
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Plan":
+    def from_dict(cls, data: Mapping[str, Any]) -> "PlacementPlan":
         if data.get("format") != PLAN_FORMAT:
             raise SpecError(f"plan format = {data.get('format')!r} is not supported; expected {PLAN_FORMAT}. "
                             "Fix: re-run the composer with this version of PEARL.")
@@ -204,14 +215,18 @@ class Plan:
                    data.get("tuning", {}))
 
     @classmethod
-    def from_json(cls, text: str) -> "Plan":
+    def from_json(cls, text: str) -> "PlacementPlan":
         return cls.from_dict(json.loads(text))
+
+
+#: The former name of :class:`PlacementPlan`, kept so that programs generated before the rename still run.
+Plan = PlacementPlan
 
 
 def make_plan(spec: HardwareSpec, workload: Workload, metric: str = "throughput", *,
               matrix: AssignmentMatrix | None = None, comm_inclusive: bool | None = None,
-              registry: "PluginRegistry | None" = None, profiler: Profiler | None = None) -> Plan:
-    """Fill the matrix (unless given), run Algorithm 1, and wrap everything in a :class:`Plan`.
+              registry: "PluginRegistry | None" = None, profiler: Profiler | None = None) -> PlacementPlan:
+    """Fill the matrix (unless given), run Algorithm 1, and wrap everything in a :class:`PlacementPlan`.
 
     Args:
         spec: the hardware.
@@ -223,8 +238,6 @@ def make_plan(spec: HardwareSpec, workload: Workload, metric: str = "throughput"
         registry: plugin registry (backend models and names); default the installed one.
         profiler: optional measurement hook for present devices (see :func:`fill_matrix`).
     """
-    from pearl_core import __version__
-
     if matrix is None:
         matrix = fill_matrix(spec, workload, registry=registry, profiler=profiler)
     decision = algorithm1(spec, matrix, workload, metric, comm_inclusive=comm_inclusive)
@@ -236,4 +249,4 @@ def make_plan(spec: HardwareSpec, workload: Workload, metric: str = "throughput"
         variants = host_variants(host, matrix.row(spec.host), workload)
         if variants:
             tuning = {"variants": [v.to_dict() for v in variants], "chosen": pick_variant(variants, metric)}
-    return Plan(spec.to_dict(), workload.to_dict(), matrix, decision, backends, __version__, tuning)
+    return PlacementPlan(spec.to_dict(), workload.to_dict(), matrix, decision, backends, pearl_version(), tuning)

@@ -16,9 +16,9 @@ The cache (default ``$PEARL_CACHE_DIR``, else ``$XDG_CACHE_HOME/pearl``, else
 by a hash of: backend name and version, pearl-core's version, the device as the
 spec describes it and as detection reports it, the workload, the source file of
 the trainer's module (an edited trainer is measured again) and the iteration
-count. Files are written
-to a temporary name and renamed, so a crash never leaves a half-written entry;
-an unreadable entry is ignored and measured again.
+count. Files are written atomically (:func:`pearl_core.fileio.atomic_write`), so a
+crash never leaves a half-written entry; an unreadable entry is ignored and
+measured again.
 
 The measurement helpers below (:func:`median_time`, :func:`profile_replay_ops`,
 :func:`profile_learner`, :func:`profile_actor_step`) run the *real* replay
@@ -37,7 +37,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -45,11 +44,14 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import numpy as np
 
 from pearl_core.composer.backends import detected_devices
-from pearl_core.composer.costs import Profiler
+from pearl_core.composer.costs import Profiler, profiled_row
 from pearl_core.composer.matrix import DeviceRow
+from pearl_core.composer.plan import pearl_version
 from pearl_core.composer.spec import DeviceSpec, HardwareSpec
 from pearl_core.composer.workload import Workload
+from pearl_core.envs import env_spaces, make_env
 from pearl_core.errors import SpecError
+from pearl_core.fileio import atomic_write
 
 if TYPE_CHECKING:
     from pearl_core.backend import Backend, DeviceInfo
@@ -129,17 +131,11 @@ def _cache_key(bname: str, backend: "Backend", device: DeviceSpec, info: "Device
         "machine": {"node": platform.node(), "processor": platform.processor(), "cpus": os.cpu_count()},
         "workload": wl.to_dict(),
         "trainer_source": _source_digest(wl.trainer),
-        "pearl_core": _core_version(),
+        "pearl_core": pearl_version(),
         "iterations": iterations,
     }
     text = json.dumps(inputs, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest(), inputs
-
-
-def _core_version() -> str:
-    from pearl_core import __version__
-
-    return __version__
 
 
 def _source_digest(trainer: str) -> str:
@@ -159,21 +155,6 @@ def _source_digest(trainer: str) -> str:
             return hashlib.sha256(fh.read()).hexdigest()
     except (ImportError, ValueError, OSError):
         return ""
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None, iterations: int = 1000,
@@ -210,15 +191,15 @@ def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None
                 pass  # a damaged entry is measured again and overwritten
         if progress is not None:
             progress(f"profiling {device.name} ({bname} backend, {iterations} iterations per cell) ...")
-        row = backend.profile_cells(device, workload, iterations=iterations, warmup=warmup)
+        row = profiled_row(backend, device, workload, iterations=iterations, warmup=warmup)
         if row is None:
             return None
         if not isinstance(row, DeviceRow) or row.device != device.name:
             raise SpecError(f"backend {bname!r}.profile_cells returned {row!r} for {device.name!r}; expected a "
                             f"DeviceRow with device={device.name!r}.")
         try:
-            _atomic_write(path, json.dumps({"key": key, "inputs": inputs, "row": row.to_dict()}, sort_keys=True,
-                                           indent=1, default=str))
+            atomic_write(path, json.dumps({"key": key, "inputs": inputs, "row": row.to_dict()}, sort_keys=True,
+                                          indent=1, default=str), make_parents=True)
         except OSError:
             pass  # an unwritable cache costs a re-measurement next time, nothing else
         return row
@@ -262,16 +243,6 @@ def run_config_for(wl: Workload, *, seed: int = 0) -> "RunConfig":
                      batch_size=wl.batch_size, seed=seed)
 
 
-def _spaces(wl: Workload) -> tuple[Any, Any]:
-    from pearl_core.runtime.wiring import make_env
-
-    env = make_env(wl.env_id)
-    try:
-        return env.observation_space, env.action_space
-    finally:
-        env.close()
-
-
 def _synthetic_rows(obs_space: Any, act_space: Any, n: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
     from pearl_core.replay.storage import StorageSpec
 
@@ -297,7 +268,7 @@ def filled_replay(wl: Workload, plan_kwargs: dict[str, Any] | None = None, *, fi
     from pearl_core.runtime.config import RuntimePlan
     from pearl_core.runtime.wiring import build_replay
 
-    obs_space, act_space = _spaces(wl)
+    obs_space, act_space = env_spaces(wl.env_id)
     config = run_config_for(wl, seed=seed)
     replay = build_replay(config, RuntimePlan(**(plan_kwargs or {})), StorageSpec.from_spaces(obs_space, act_space))
     rng = np.random.default_rng(seed)
@@ -393,7 +364,8 @@ def profile_worker_loop(wl: Workload, plan_kwargs: dict[str, Any] | None = None,
     alone).
     """
     trainer, replay = _trainer_and_replay(wl, seed, plan_kwargs=plan_kwargs)
-    rows = _synthetic_rows(*_spaces(wl), int(wl.insert_batch or wl.n_actors), np.random.default_rng(seed))
+    rows = _synthetic_rows(*env_spaces(wl.env_id), int(wl.insert_batch or wl.n_actors),
+                           np.random.default_rng(seed))
     parts: dict[str, list[float]] = {"sample": [], "learner": [], "update": [], "insert": []}
     clock = time.perf_counter
     with _torch_threads(threads):
@@ -419,7 +391,7 @@ def profile_actor_step(wl: Workload, *, iterations: int = 500, seed: int = 0) ->
     The trainer acts as late in a run (``env_steps`` past any exploration
     schedule), so the policy network is evaluated at (nearly) every step.
     """
-    from pearl_core.runtime.wiring import build_trainer, make_env
+    from pearl_core.runtime.wiring import build_trainer
 
     env = make_env(wl.env_id, seed=seed)
     config = run_config_for(wl, seed=seed)
@@ -459,7 +431,7 @@ def profile_message_hop(iterations: int = 300) -> float:
     """
     import multiprocessing as mp
 
-    from pearl_core.runtime.shm import PipeQueue
+    from pearl_core.runtime.queues import PipeQueue
 
     ctx = mp.get_context("fork")
     to_child, to_parent = PipeQueue(2, ctx), PipeQueue(2, ctx)

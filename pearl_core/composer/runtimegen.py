@@ -1,9 +1,11 @@
-"""RuntimeGen: write the composed plan as a readable, standalone training program.
+"""RuntimeGen: write a composition as a readable, standalone training program.
 
-:func:`render_program` turns a :class:`~pearl_core.composer.plan.Plan`, the
+:func:`render_program` turns a :class:`~pearl_core.composer.composition.Composition`
+(the :class:`~pearl_core.composer.plan.PlacementPlan`, the
 :class:`~pearl_core.runtime.config.RunConfig` it was composed for and the
-:class:`~pearl_core.runtime.config.RuntimePlan` it chose into Python source;
-:func:`write_program` writes it atomically. The program:
+:class:`~pearl_core.runtime.config.RuntimePlan` to execute) into Python source;
+:func:`write_program` writes it atomically (:func:`pearl_core.fileio.atomic_write`).
+The program:
 
 * starts with a comment header: the PEARL version, the inputs (environment,
   trainer, batch, replay, hardware, metric), the plan hash and the choice;
@@ -15,7 +17,7 @@
   (actors are spawned processes);
 * accepts ``--max-env-steps``, ``--max-wall-time-s``, ``--log-dir``, ``--seed``,
   ``--quiet`` and ``--show-plan``; writes ``composer_plan.json`` and
-  ``result.json`` into the log directory next to the runtime's own logs.
+  ``result.json`` (atomically) into the log directory next to the runtime's own logs.
 
 **Safety.** Every value that comes from the user (environment id, trainer
 path, keyword arguments, file paths, names) is emitted by :func:`literal`,
@@ -23,7 +25,9 @@ which accepts only plain ``str``/``int``/``float``/``bool``/``None`` and
 lists/tuples/dicts of them (exact types, so a ``str`` subclass with its own
 ``__repr__`` cannot smuggle code) and writes them with the builtin ``repr``.
 Header comments use :func:`ascii` so no value can end a comment line. Nothing
-is ever spliced into code as raw text.
+is ever spliced into code as raw text. The only non-literal values are the
+protocol setting, written as ``Setting.<NAME>``, and the field names of our own
+dataclasses.
 
 **The embedded plan.** The full plan JSON is embedded as a string literal
 (``PLAN_JSON``, one ``repr``'d line per JSON line) rather than referenced by
@@ -45,29 +49,23 @@ a fix: move it into a module.
 from __future__ import annotations
 
 import ast
-import contextlib
 import importlib.util
-import json
 import math
 import os
 import sys
-import tempfile
 from dataclasses import fields
 from pathlib import Path
 from string import Template
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from pearl_core.composer.composition import USER_SCRIPT_MODULE, Composition
+from pearl_core.composer.plan import pearl_version, setting_label
 from pearl_core.errors import InvalidValueError, PearlError
+from pearl_core.fileio import atomic_write
+from pearl_core.runtime.config import Setting
 
-if TYPE_CHECKING:
-    from pearl_core.composer.plan import Plan
-    from pearl_core.runtime.config import RunConfig, RuntimePlan
-
-__all__ = ["USER_SCRIPT_MODULE", "atomic_write_text", "literal", "load_script_module", "render_program",
-           "trainer_reference", "write_program"]
-
-#: Module name under which a generated program loads the user's script (trainer defined in ``__main__``).
-USER_SCRIPT_MODULE = "pearl_user_script"
+__all__ = ["USER_SCRIPT_MODULE", "literal", "load_script_module", "render_program", "trainer_reference",
+           "write_program"]
 
 _MAX_DEPTH = 20
 _PLAIN = "a plain literal: str, int, float (finite), bool, None, or lists/tuples/dicts of them with str keys"
@@ -127,36 +125,6 @@ def _emit(value: Any, where: str, depth: int) -> str:
 def _comment(value: Any) -> str:
     """Text safe inside a ``#`` comment: ASCII only, never a line break."""
     return ascii(value)
-
-
-# ----------------------------------------------------------------------------- files
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` via a temporary file in the same directory and an atomic rename.
-
-    Either the whole new file is there afterwards, or (on any error) the old
-    state is: the temporary file is removed.
-    """
-    out = Path(path)
-    parent = out.parent
-    if not parent.is_dir():
-        raise InvalidValueError(f"cannot write {str(out)!r}: directory {str(parent)!r} does not exist. "
-                                "Fix: create it first or choose another path.")
-    if out.is_dir():
-        raise InvalidValueError(f"cannot write {str(out)!r}: it is a directory; expected a file path. "
-                                "Fix: name a file, e.g. runtime.py.")
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{out.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return out
 
 
 # ----------------------------------------------------------------------------- trainers
@@ -297,10 +265,12 @@ import json
 import os
 import sys
 
-from pearl_core.composer import Plan
+from pearl_core.composer.plan import PlacementPlan
 from pearl_core.errors import PearlError
+from pearl_core.fileio import atomic_write
 from pearl_core.plugins import get_backend
-from pearl_core.runtime import ParallelRuntime, ReplayConfig, RunConfig, RuntimePlan, StopCriteria
+from pearl_core.runtime import ParallelRuntime
+from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, Setting, StopCriteria
 from pearl_core.runtime.wiring import load_trainer_class
 ${script_block}
 PEARL_VERSION = ${version_lit}
@@ -337,15 +307,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def write_json(path: str, value: object) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(value, fh, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(value, indent=2, sort_keys=True), make_parents=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    plan = Plan.from_json(PLAN_JSON)
+    plan = PlacementPlan.from_json(PLAN_JSON)
     if plan.content_hash() != PLAN_HASH:
         print("warning: PLAN_JSON differs from the plan this program was generated from (hash mismatch)",
               file=sys.stderr)
@@ -369,7 +336,6 @@ def main(argv: list[str] | None = None) -> int:
                                  seed=RUN_CONFIG.seed if args.seed is None else args.seed)
     print("PEARL " + PEARL_VERSION + ": plan " + PLAN_HASH[:12] + ", RM on " + plan.rm_device + ", learner on "
           + plan.learner_device + ", Data Storage on " + plan.ds_device + ", setting " + str(plan.setting))
-    os.makedirs(config.log_dir, exist_ok=True)
     write_json(os.path.join(config.log_dir, "composer_plan.json"), json.loads(PLAN_JSON))
 
     result = ParallelRuntime(config, RUNTIME_PLAN, progress=not args.quiet).run()
@@ -381,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# The plan, as `Plan.to_json()` wrote it (sorted keys).
+# The placement plan, as `PlacementPlan.to_json()` wrote it (sorted keys).
 PLAN_JSON = (
 ${plan_json}
 )
@@ -414,55 +380,25 @@ def _fields_block(obj: Any, where: str, nested: dict[str, str] | None = None, in
             continue
         if f.name == "trainer_kwargs":
             value = dict(value)
-        lines.append(f"{indent}{f.name}={literal(value, f'{where}.{f.name}')},")
+        code = f"Setting.{value.name}" if isinstance(value, Setting) else literal(value, f"{where}.{f.name}")
+        lines.append(f"{indent}{f.name}={code},")
     return "\n".join(lines)
 
 
-def check_consistent(plan: "Plan", config: "RunConfig", runtime_plan: "RuntimePlan") -> None:
-    """Raise if the run config or runtime plan describe another workload than the plan."""
-    wl = plan.workload
-    pairs = [("environment id", wl.get("env_id"), config.env_id), ("batch size", wl.get("batch_size"),
-             config.batch_size), ("replay kind", wl.get("replay"), config.replay.kind),
-             ("replay capacity", wl.get("capacity"), config.replay.capacity),
-             ("sum-tree fanout", wl.get("fanout"), config.replay.fanout),
-             ("actors", wl.get("n_actors"), runtime_plan.n_actors)]
-    for what, planned, given in pairs:
-        if planned != given:
-            raise InvalidValueError(f"RuntimeGen: the plan was composed for {what} {planned!r} but the run config "
-                                    f"says {given!r}. Fix: run the composer again with these settings (or pass "
-                                    "the config the plan was made for).")
-
-
-def render_program(plan: "Plan", config: "RunConfig", runtime_plan: "RuntimePlan", *,
-                   user_script: str | None = None) -> str:
+def render_program(composition: Composition) -> str:
     """The generated program's source text (see the module docstring).
 
-    Args:
-        plan: the composer's plan (embedded, hashed, summarised in the header).
-        config: what to train (``config.trainer`` is a ``"module:qualname"`` path).
-        runtime_plan: the plan's :meth:`~pearl_core.composer.plan.Plan.runtime_plan`,
-            possibly with overrides.
-        user_script: absolute path of the script that defines the trainer when
-            ``config.trainer`` names :data:`USER_SCRIPT_MODULE`.
+    Raises:
+        InvalidValueError: ``composition`` is not a :class:`Composition`, or a
+            value in it is not a plain literal (the message says which).
     """
-    from pearl_core.composer.plan import Plan
-    from pearl_core.runtime.config import RunConfig, RuntimePlan
-
-    for name, obj, cls in (("plan", plan, Plan), ("config", config, RunConfig), ("runtime_plan", runtime_plan,
-                                                                                  RuntimePlan)):
-        if not isinstance(obj, cls):
-            raise InvalidValueError(f"RuntimeGen: {name} is a {type(obj).__name__}; expected a {cls.__name__}.")
-    check_consistent(plan, config, runtime_plan)
-    module = config.trainer.partition(":")[0]
-    if module == USER_SCRIPT_MODULE and not user_script:
-        raise InvalidValueError(f"RuntimeGen: trainer {config.trainer!r} lives in the user's script but no script "
-                                "path was given. Fix: pass user_script=<path of the script>.")
-    if user_script and module != USER_SCRIPT_MODULE:
-        raise InvalidValueError(f"RuntimeGen: user_script was given but trainer {config.trainer!r} is not in "
-                                f"module {USER_SCRIPT_MODULE!r}.")
-
+    if not isinstance(composition, Composition):
+        raise InvalidValueError(f"RuntimeGen: composition is a {type(composition).__name__}; expected a "
+                                "Composition. Fix: pass what Composer.run() returned.")
+    plan, config, runtime_plan = composition.plan, composition.config, composition.runtime_plan
+    user_script = composition.user_script
     plan_hash = plan.content_hash()
-    dec, ch, wl, spec = plan.decision, plan.chosen, plan.workload, plan.spec
+    dec, ch, spec = plan.decision, plan.chosen, plan.spec
     kinds = {d["name"]: d["kind"] for d in spec["device"]}
     used = [kinds[plan.rm_device], kinds[plan.learner_device], kinds[plan.ds_device]]
     backends = tuple(dict.fromkeys(plan.backends.get(k, k) for k in used))
@@ -484,8 +420,7 @@ def render_program(plan: "Plan", config: "RunConfig", runtime_plan: "RuntimePlan
         inputs.append(f"#   script        {_comment(user_script)}")
     choice = [
         f"#   RM on {_comment(plan.rm_device)}, learner on {_comment(plan.learner_device)}, Data Storage on "
-        f"{_comment(plan.ds_device)}, setting {plan.setting} "
-        + ("(co-located)" if plan.setting == 2 else "(through the host)"),
+        f"{_comment(plan.ds_device)}, {setting_label(plan.setting)}",
         f"#   predicted {ch.iteration_s * 1e6:,.1f} us per iteration, {ch.throughput:,.0f} samples/s, "
         f"{ch.power_w:,.1f} W; {len([c for c in dec.candidates if c.feasible])} feasible candidate(s)",
         f"#   backends {_comment(backends)}",
@@ -496,11 +431,10 @@ def render_program(plan: "Plan", config: "RunConfig", runtime_plan: "RuntimePlan
     if user_script:
         script_block = "\n" + _SCRIPT_BLOCK.substitute(path_lit=literal(user_script, "user_script"),
                                                         module_lit=literal(USER_SCRIPT_MODULE))
-    from pearl_core import __version__
-
+    version = pearl_version()
     text = _TEMPLATE.substitute(
-        version=_comment(__version__).strip("'"), inputs="\n".join(inputs), plan_hash=plan_hash,
-        choice="\n".join(choice), script_block=script_block, version_lit=literal(__version__, "version"),
+        version=_comment(version).strip("'"), inputs="\n".join(inputs), plan_hash=plan_hash,
+        choice="\n".join(choice), script_block=script_block, version_lit=literal(version, "version"),
         hash_lit=literal(plan_hash), backends_lit=literal(backends, "backends"),
         run_config=_fields_block(config, "config", {"replay": "ReplayConfig", "stop": "StopCriteria"}),
         runtime_plan=_fields_block(runtime_plan, "runtime_plan"), plan_json=plan_json)
@@ -508,8 +442,6 @@ def render_program(plan: "Plan", config: "RunConfig", runtime_plan: "RuntimePlan
     return text
 
 
-def write_program(plan: "Plan", path: str | os.PathLike[str], config: "RunConfig", runtime_plan: "RuntimePlan",
-                  *, user_script: str | None = None) -> Path:
+def write_program(composition: Composition, path: str | os.PathLike[str]) -> Path:
     """Render the program and write it to ``path`` atomically; returns the path."""
-    text = render_program(plan, config, runtime_plan, user_script=user_script)
-    return atomic_write_text(path, text)
+    return atomic_write(path, render_program(composition))

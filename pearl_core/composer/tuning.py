@@ -43,6 +43,7 @@ from typing import Any, Mapping
 from pearl_core.composer.matrix import DeviceRow
 from pearl_core.composer.spec import DeviceSpec
 from pearl_core.composer.workload import Workload
+from pearl_core.runtime.config import Setting
 
 __all__ = ["Variant", "host_variants", "pick_variant"]
 
@@ -52,7 +53,7 @@ class Variant:
     """One way to run RM + learner on the host CPU, with its prediction.
 
     Attributes:
-        setting: protocol setting (1 or 2).
+        setting: the protocol :class:`~pearl_core.runtime.config.Setting` (an int given here is converted).
         learner_threads, rm_threads: torch intra-op threads / sum-tree threads.
         predicted_s: predicted seconds per learner iteration.
         throughput: ``BS / predicted_s`` (experiences trained per second).
@@ -62,7 +63,7 @@ class Variant:
             ``"actors"``, ``"cpu"``).
     """
 
-    setting: int
+    setting: Setting
     learner_threads: int
     rm_threads: int
     predicted_s: float
@@ -70,6 +71,9 @@ class Variant:
     power_w: float
     traffic_bytes: int
     bound: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "setting", Setting(self.setting))
 
     def score(self, metric: str) -> float:
         return self.throughput if metric == "throughput" else self.throughput / max(self.power_w, 1e-12)
@@ -107,9 +111,8 @@ def host_variants(device: DeviceSpec, row: DeviceRow, wl: Workload) -> tuple[Var
     out: list[Variant] = []
     # The paper's rule: actors keep their cores; the learner takes at most what they leave. More
     # threads than that is not a variant worth running: torch's OpenMP threads wait for each other
-    # at every parallel region, so one that shares a core with a busy actor stalls the whole step
-    # (measured on a 2-core VM with one actor: 2.95 ms per iteration with 2 learner threads vs
-    # 1.89 ms with 1, where the profiled step alone is 10% faster with 2).
+    # at every parallel region, so one that shares a core with a busy actor stalls the whole step,
+    # even where the step profiled alone is faster with more threads.
     for t in range(1, max(1, threads - na) + 1):
         L = _learner_s(cfg, t)
         if L is None:
@@ -119,11 +122,13 @@ def host_variants(device: DeviceSpec, row: DeviceRow, wl: Workload) -> tuple[Var
         terms1 = {"learner": W_l, "host": W_h, "actors": A / na, "cpu": (t * L + 2 * h + W_h + A) / threads}
         W_w = (cs + c_rest + h) if (co and t == cfg.get("co_learner_threads")) else s + u + n + L + h
         terms2 = {"worker": W_w, "actors": A / na, "cpu": (W_w + (t - 1) * L + h + A) / threads}
-        for setting, terms, busy, traffic in ((1, terms1, t + 1 + na, batch_bytes), (2, terms2, t + na, 0)):
+        for setting, terms, busy, traffic in ((Setting.THROUGH_HOST, terms1, t + 1 + na, batch_bytes),
+                                              (Setting.COLOCATED, terms2, t + na, 0)):
             bound = max(terms, key=terms.__getitem__)
             T = terms[bound]
             power = device.idle_power_w + (device.active_power_w - device.idle_power_w) * min(1.0, busy / threads)
-            out.append(Variant(setting, t, rm_t if setting == 1 else t, T, bs / T, power, traffic, bound))
+            rm_threads = rm_t if setting == Setting.THROUGH_HOST else t
+            out.append(Variant(setting, t, rm_threads, T, bs / T, power, traffic, bound))
     return tuple(out)
 
 

@@ -13,7 +13,7 @@ writes into a temporary folder that is removed afterwards.
 
 Typical use::
 
-    plan = make_plan(spec, wl, profiler=profiler_for(spec))
+    plan = make_plan(spec, wl, profiler=profiler_for(spec))      # or composer.run().plan
     report = validate_plan(plan, window_s=15)
     report.rows            # predicted vs measured per candidate
     report.chosen_error    # |measured - predicted| / measured of the chosen plan
@@ -37,9 +37,10 @@ from rich.table import Table
 
 from pearl_core.composer.cli import fail, render_plan
 from pearl_core.composer.compose_cli import composer_from_options, with_plan_options
-from pearl_core.composer.plan import Plan
+from pearl_core.composer.plan import PlacementPlan
 from pearl_core.composer.profiling import run_config_for
 from pearl_core.errors import PearlError
+from pearl_core.runtime.config import Setting
 
 if TYPE_CHECKING:
     from pearl_core.runtime.config import RuntimePlan
@@ -61,7 +62,7 @@ class ValidationRow:
     """
 
     label: str
-    setting: int
+    setting: Setting
     learner_threads: int
     rm_threads: int
     predicted_s: float
@@ -123,7 +124,7 @@ def measured_iteration_s(metrics_csv: Path) -> tuple[float, int]:
     return ((w1 - w0) / du if du > 0 else math.nan), du
 
 
-def validate_plan(plan: Plan, *, window_s: float = 15.0, learning_starts: int = 1_000, seed: int = 0,
+def validate_plan(plan: PlacementPlan, *, window_s: float = 15.0, learning_starts: int = 1_000, seed: int = 0,
                   repeats: int = 1, progress: Callable[[str], None] | None = None) -> ValidationReport:
     """Run every candidate of ``plan`` that this machine can run; see the module docstring.
 
@@ -151,7 +152,7 @@ def validate_plan(plan: Plan, *, window_s: float = 15.0, learning_starts: int = 
             candidates.append((label, rp, v.predicted_s, v == chosen))
     else:
         candidates.append((f"RM {plan.rm_device}, learner {plan.learner_device}", plan.runtime_plan(),
-                           plan.chosen.iteration_s, True))
+                           plan.predicted_iteration_s, True))
     if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
         raise PearlError(f"validate: repeats = {repeats!r}; expected an int >= 1.")
     results: list[list[tuple[float, int]]] = [[] for _ in candidates]
@@ -207,9 +208,9 @@ def validate_command(**options: Any) -> None:
     console = Console(width=max(132, Console().width))
     try:
         composer = composer_from_options(o)
-        plan = composer.run(profile=o["profile"])
-        render_plan(plan, console)
-        report = validate_plan(plan, window_s=o["window"], learning_starts=o["learning_starts"],
+        composition = composer.run(profile=o["profile"])
+        render_plan(composition, console)
+        report = validate_plan(composition.plan, window_s=o["window"], learning_starts=o["learning_starts"],
                                repeats=o["repeats"], progress=lambda line: console.print(line))
     except (PearlError, OSError) as exc:
         fail(console, exc)

@@ -30,10 +30,12 @@ import json
 import os
 import sys
 
-from pearl_core.composer import Plan
+from pearl_core.composer.plan import PlacementPlan
 from pearl_core.errors import PearlError
+from pearl_core.fileio import atomic_write
 from pearl_core.plugins import get_backend
-from pearl_core.runtime import ParallelRuntime, ReplayConfig, RunConfig, RuntimePlan, StopCriteria
+from pearl_core.runtime import ParallelRuntime
+from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, Setting, StopCriteria
 from pearl_core.runtime.wiring import load_trainer_class
 
 from pearl_core.composer.runtimegen import load_script_module
@@ -92,7 +94,7 @@ RUNTIME_PLAN = RuntimePlan(
     rm_backend='cpu',
     learner_device='cpu',
     storage_device='cpu',
-    setting=2,
+    setting=Setting.COLOCATED,
     learner_threads=1,
     rm_threads=1,
     n_actors=1,
@@ -120,15 +122,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def write_json(path: str, value: object) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(value, fh, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(value, indent=2, sort_keys=True), make_parents=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    plan = Plan.from_json(PLAN_JSON)
+    plan = PlacementPlan.from_json(PLAN_JSON)
     if plan.content_hash() != PLAN_HASH:
         print("warning: PLAN_JSON differs from the plan this program was generated from (hash mismatch)",
               file=sys.stderr)
@@ -152,7 +151,6 @@ def main(argv: list[str] | None = None) -> int:
                                  seed=RUN_CONFIG.seed if args.seed is None else args.seed)
     print("PEARL " + PEARL_VERSION + ": plan " + PLAN_HASH[:12] + ", RM on " + plan.rm_device + ", learner on "
           + plan.learner_device + ", Data Storage on " + plan.ds_device + ", setting " + str(plan.setting))
-    os.makedirs(config.log_dir, exist_ok=True)
     write_json(os.path.join(config.log_dir, "composer_plan.json"), json.loads(PLAN_JSON))
 
     result = ParallelRuntime(config, RUNTIME_PLAN, progress=not args.quiet).run()
@@ -164,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# The plan, as `Plan.to_json()` wrote it (sorted keys).
+# The placement plan, as `PlacementPlan.to_json()` wrote it (sorted keys).
 PLAN_JSON = (
     '{\n'
     ' "backends": {\n'
