@@ -20,10 +20,9 @@ from pearl_core.runtime.control import (
     RunState,
     StopDecision,
     StopMonitor,
-    load_checkpoint,
     plot_learning_curve,
-    save_checkpoint,
 )
+from pearl_core.runtime.checkpoint import load_checkpoint, save_checkpoint
 
 OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 

@@ -19,10 +19,10 @@ import pytest
 
 from pearl_core.errors import PearlError
 from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
-from pearl_core.runtime.control import load_checkpoint
+from pearl_core.runtime.checkpoint import load_checkpoint
 from pearl_core.runtime.parallel import ActorError, LearnerError, ParallelRuntime
 from pearl_core.runtime.shm import list_segments
-from test_runtime_support import HERE, child_pids, no_leaks  # noqa: F401 - fixture
+from conftest import HERE, child_pids
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

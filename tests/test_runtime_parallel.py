@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import csv
 import math
-import queue
 
 import numpy as np
 import pytest
 
-from pearl_core.errors import InvalidValueError, SpecError
-from pearl_core.replay import DataStorage, StorageSpec, UniformReplay
+from pearl_core.errors import SpecError
+import pearl_core
+from pearl_core.replay import DataStorage, PrioritizedReplay, StorageSpec
 from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
-from pearl_core.runtime.control import load_checkpoint
-from pearl_core.runtime.parallel import LocalRRQ, ParallelRuntime, ReplayServer
+from pearl_core.runtime.checkpoint import load_checkpoint
+from pearl_core.runtime.parallel import ParallelRuntime
+from pearl_core.runtime.roles import batch_fields
+from pearl_core.runtime.rrq import InProcessRRQ, make_rrq
+from pearl_core.runtime.step import LearnerStep
 from pearl_core.runtime.procs import START_METHOD_ENV
 from pearl_core.runtime.serial import SerialRuntime
-from test_runtime_support import no_leaks  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -216,26 +218,26 @@ def test_low_replay_ratio_with_a_tiny_slack_does_not_stall(tmp_path):
 # --------------------------------------------------------------------------- RRQ
 
 
-def test_rrq_is_request_reply():
+def test_in_process_rrq_is_a_direct_call_on_the_learner_steps_replay_side():
     spec = StorageSpec(obs_shape=(2,), obs_dtype=np.float32, action_shape=(), action_dtype=np.int64)
-    rrq = LocalRRQ(ReplayServer(UniformReplay(DataStorage(spec, 8), rng=0)), maxsize=2)
-    obs = np.zeros((3, 2), np.float32)
-    rrq.put(("insert", obs, np.zeros(3, np.int64), np.ones(3, np.float32), obs, np.zeros(3, bool)))
-    kind, slots = rrq.get()
-    assert kind == "inserted" and slots.tolist() == [0, 1, 2]
-    kind, sampled = rrq.call(("sample", 4))
-    assert kind == "sampled" and len(sampled) == 4
-    assert rrq.call(("update", sampled.indices, np.ones(4))) == ("updated", 4)
-    rrq.put(("sample", 1))
-    rrq.put(("sample", 1))
-    with pytest.raises(queue.Full):  # bounded: replies must be read
-        rrq.put(("sample", 1))
-    rrq.get()
-    rrq.get()
-    with pytest.raises(queue.Empty):
-        rrq.get_nowait()
-    with pytest.raises(InvalidValueError, match="unknown request"):
-        rrq.call(("delete", 1))
+    replay = PrioritizedReplay(DataStorage(spec, 8), pearl_core.get_backend("cpu").make_sum_tree(8, 4),
+                               alpha=1.0, eps=1e-6, rng=0)
+    rrq = make_rrq(RuntimePlan(), LearnerStep(None, replay, 4))
+    assert isinstance(rrq, InProcessRRQ) and rrq.size == 0 and rrq.updates == 0
+    obs = np.arange(6, dtype=np.float32).reshape(3, 2)
+    rows = {"obs": obs, "action": np.array([0, 1, 0]), "reward": np.ones(3, np.float32), "next_obs": obs + 1,
+            "done": np.zeros(3, bool), "ep_return": np.zeros(3)}
+    rrq.insert(rows, 2)  # the first two rows only
+    assert rrq.size == 2
+    slot = {name: np.zeros((4, *shape), dtype) for name, (shape, dtype) in batch_fields(spec).items()}
+    indices = rrq.sample_into(slot)  # rows land straight in the slot, with their weights
+    assert indices.shape == (4,) and set(indices.tolist()) <= {0, 1}
+    np.testing.assert_array_equal(slot["obs"], obs[indices])
+    np.testing.assert_array_equal(slot["next_obs"], obs[indices] + 1)
+    assert slot["weights"].dtype == np.float32 and (slot["weights"] > 0).all()
+    rrq.update(indices, np.full(4, 3.0))  # validated TD errors -> priorities, one update counted
+    assert rrq.updates == 1
+    np.testing.assert_allclose(replay.priorities(np.unique(indices)), 3.0 + 1e-6)  # (|td| + eps) ** 1
 
 
 # --------------------------------------------------------------------------- stop criteria, resume

@@ -15,17 +15,9 @@ import numpy as np
 import pytest
 
 from pearl_core.errors import InvalidValueError, PearlError
-from pearl_core.runtime.shm import (
-    Control,
-    Layout,
-    PipeQueue,
-    ShmArena,
-    ShmBlock,
-    SlotRing,
-    WeightBuffer,
-    list_segments,
-)
-from test_runtime_support import no_leaks  # noqa: F401 - fixture
+from pearl_core.runtime.queues import PipeQueue
+from pearl_core.runtime.shared import Control, WeightBuffer
+from pearl_core.runtime.shm import Layout, ShmArena, ShmBlock, SlotRing, list_segments
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

@@ -1,4 +1,4 @@
-"""Test-only trainers and leak checks shared by the tests/test_runtime_*.py files.
+"""Test-only trainers shared by the tests/test_runtime_*.py files (the leak checks are in conftest.py).
 
 The trainers are tiny (one ``nn.Linear``) so that a parallel run spends its time in
 the runtime, not in torch. Spawned processes import them by path
@@ -8,19 +8,12 @@ the runtime, not in torch. Spawned processes import them by path
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import time
 from typing import Mapping
 
 import numpy as np
-import pytest
-
-from pearl_core.runtime.shm import list_segments
 from pearl_core.trainer import Trainer, UpdateResult
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-
 
 class LinearQ(Trainer):
     """A linear Q-function with ε-greedy acting and one SGD step per update.
@@ -141,66 +134,6 @@ class SlowLearner(LinearQ):
     def update_policy(self, batch, weights):
         time.sleep(0.002)
         return super().update_policy(batch, weights)
-
-
-# --------------------------------------------------------------------------- leak checks
-
-
-def child_pids(pid: int | None = None) -> list[int]:
-    """Live (non-zombie) worker processes under ``pid``, from /proc.
-
-    Children of ``pid``, and the children of multiprocessing's fork server (the parallel
-    runtime's workers start from it, :mod:`pearl_core.runtime.procs`). The resource tracker
-    and the fork server themselves are helpers that live as long as the Python process and
-    are not counted.
-    """
-    pid = os.getpid() if pid is None else pid
-    procs = {}  # pid -> (ppid, cmdline)
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="utf-8") as fh:
-                stat = fh.read()
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if fields[0] != "Z":
-            procs[int(entry)] = (int(fields[1]), cmd)
-    out = []
-    for child, (ppid, cmd) in procs.items():
-        if ppid != pid or "resource_tracker" in cmd:
-            continue
-        if "forkserver" in cmd:
-            out.extend(c for c, (pp, _) in procs.items() if pp == child)
-        else:
-            out.append(child)
-    return out
-
-
-def wait_no_children(timeout: float = 10.0) -> list[int]:
-    """Children still alive after up to ``timeout`` seconds (normally none)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        mp.active_children()  # reaps finished multiprocessing children
-        left = child_pids()
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.05)
-
-
-@pytest.fixture
-def no_leaks():
-    """Fail a test that leaves child processes or /dev/shm segments behind."""
-    before = set(list_segments(os.getpid()))
-    yield
-    left = wait_no_children()
-    assert not left, f"child processes outlived the test: {left}"
-    assert not mp.active_children(), f"multiprocessing children alive: {mp.active_children()}"
-    leaked = set(list_segments(os.getpid())) - before
-    assert not leaked, f"leaked shared-memory segments: {sorted(leaked)}"
 
 
 class KillLearner(LinearQ):

@@ -14,9 +14,9 @@ import pytest
 import pearl_core
 from pearl_core.errors import SpecError, TrainerError
 from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
-from pearl_core.runtime.control import load_checkpoint
+from pearl_core.runtime.checkpoint import load_checkpoint
 from pearl_core.runtime.serial import RunResult, SerialRuntime
-from pearl_core.runtime.wiring import UpdateSchedule
+from pearl_core.runtime.step import UpdateSchedule
 
 
 def _cpu_backend_ok() -> bool:
@@ -128,22 +128,19 @@ def test_resume_rejects_a_different_run(tmp_path):
         SerialRuntime(dqn_config(tmp_path, env_id="Acrobot-v1"), resume_from=first.checkpoint_path)
 
 
-def test_periodic_checkpoints(tmp_path):
+def test_periodic_checkpoints(tmp_path, monkeypatch):
     cfg = dqn_config(tmp_path, checkpoint_every=250, stop=StopCriteria(max_env_steps=300))
     seen = []
-    from pearl_core.runtime import serial
+    from pearl_core.runtime import session
 
-    real = serial.save_checkpoint
+    real = session.save_checkpoint
 
     def spy(path, **kw):
         seen.append(kw["state"].env_steps)
         return real(path, **kw)
 
-    serial.save_checkpoint = spy
-    try:
-        run(cfg)
-    finally:
-        serial.save_checkpoint = real
+    monkeypatch.setattr(session, "save_checkpoint", spy)  # the run session writes every checkpoint
+    run(cfg)
     assert seen == [250, 300]
 
 

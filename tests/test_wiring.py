@@ -15,18 +15,14 @@ from pearl_core.algorithms import DQN
 from pearl_core.errors import SpecError, TrainerError
 from pearl_core.replay import PrioritizedReplay, StorageSpec, UniformReplay
 from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
+from pearl_core.envs import make_env
+from pearl_core.plugins import kernel_lookup
+from pearl_core.runtime.acting import Collector, Evaluator, InsertBuffer, actor_env_seeds
+from pearl_core.runtime.step import LearnerStep, UpdateSchedule, learner_updates_due
 from pearl_core.runtime.wiring import (
-    Collector,
-    Evaluator,
-    InsertBuffer,
-    UpdateSchedule,
-    actor_env_seeds,
     build_replay,
     build_trainer,
-    learner_step,
-    learner_updates_due,
     load_trainer_class,
-    make_env,
     replay_beta_steps,
     replay_state,
     runtime_hparams,
@@ -43,8 +39,8 @@ def _cpu_backend_ok() -> bool:
 
 needs_cpu = pytest.mark.skipif(not _cpu_backend_ok(), reason="the pearl-cpu backend is not built/installed here")
 
-CARTPOLE = make_env("CartPole-v1")
-SPEC = StorageSpec.from_spaces(CARTPOLE.observation_space, CARTPOLE.action_space)
+#: CartPole-v1's storage layout (what StorageSpec.from_spaces gives; no environment is built at import).
+SPEC = StorageSpec(obs_shape=(4,), obs_dtype=np.float32, action_shape=(), action_dtype=np.int64)
 
 
 def config(**kw) -> RunConfig:
@@ -77,9 +73,10 @@ def test_load_trainer_class_errors(path, match):
 
 def test_runtime_hparams_fill_only_what_the_constructor_accepts_and_the_user_left_out():
     cfg = config(seed=5, stop=StopCriteria(max_env_steps=777))
-    assert runtime_hparams(DQN, cfg) == {"total_env_steps": 777, "seed": 5}
+    assert runtime_hparams(DQN, cfg) == {"total_env_steps": 777, "seed": 5, "learner_kernels": kernel_lookup("cpu")}
     assert runtime_hparams(DQN, cfg, seed=9)["seed"] == 9
-    assert runtime_hparams(DQN, config(trainer_kwargs={"seed": 1}, stop=StopCriteria(eval_return=1.0))) == {}
+    assert runtime_hparams(DQN, config(trainer_kwargs={"seed": 1, "learner_kernels": None},
+                                       stop=StopCriteria(eval_return=1.0))) == {}
 
     class NoSeed:
         def __init__(self, observation_space, action_space, lr=1.0):
@@ -90,10 +87,16 @@ def test_runtime_hparams_fill_only_what_the_constructor_accepts_and_the_user_lef
     assert runtime_hparams(DQN, cfg, device="cuda:0")["device"] == "cuda:0"
     assert "device" not in runtime_hparams(NoSeed, cfg, device="cuda:0")
     assert "device" not in runtime_hparams(DQN, config(trainer_kwargs={"device": "cpu"}), device="cuda:0")
+    # native learner kernels come from the backend of the plan's learner device, never a fixed name
+    assert runtime_hparams(DQN, cfg, device="cuda:0")["learner_kernels"] == kernel_lookup("cuda:0")
 
 
-def test_build_trainer_checks_seeds_and_injects():
-    env = CARTPOLE
+def test_the_cartpole_layout_is_what_from_spaces_gives(cartpole):
+    assert StorageSpec.from_spaces(cartpole.observation_space, cartpole.action_space) == SPEC
+
+
+def test_build_trainer_checks_seeds_and_injects(cartpole):
+    env = cartpole
     a = build_trainer(config(seed=3), env.observation_space, env.action_space)
     b = build_trainer(config(seed=3), env.observation_space, env.action_space, check=False)
     assert isinstance(a, DQN) and a.total_env_steps == 100_000
@@ -115,7 +118,7 @@ def test_make_env_seeds_spaces():
 @pytest.mark.filterwarnings("ignore:.*out of date:DeprecationWarning")
 @pytest.mark.parametrize("env_id, close", [("CartPol-v1", "CartPole-v1"), ("Pendulum-v0", "Pendulum-v1")])
 def test_make_env_unknown_id_lists_close_matches(env_id, close):
-    with pytest.raises(SpecError, match="unknown gymnasium environment id") as info:
+    with pytest.raises(SpecError, match="is not a registered gymnasium environment id") as info:
         make_env(env_id)
     assert close in str(info.value)
 
@@ -271,12 +274,12 @@ def test_evaluator_batches_inference_and_is_seeded():
 
 # ------------------------------------------------------------ prioritized replay is live
 @needs_cpu
-def test_prioritized_replay_is_live_learner_updates_move_the_tree_and_sampling_follows():
+def test_prioritized_replay_is_live_learner_updates_move_the_tree_and_sampling_follows(cartpole):
     torch.manual_seed(0)
     cfg = config(replay=ReplayConfig(capacity=40, fanout=4, alpha=1.0, eps=1e-3, beta=0.4, beta_steps=1000),
                  trainer_kwargs={"hidden_sizes": [32]}, seed=0)
     replay = build_replay(cfg, RuntimePlan(rm_backend="cpu"), SPEC)
-    trainer = build_trainer(cfg, CARTPOLE.observation_space, CARTPOLE.action_space)
+    trainer = build_trainer(cfg, cartpole.observation_space, cartpole.action_space)
     rng = np.random.default_rng(0)
     obs = rng.standard_normal((40, 4)).astype(np.float32)
     # rewards span two orders of magnitude, so the TD errors (and priorities) do as well
@@ -293,8 +296,10 @@ def test_prioritized_replay_is_live_learner_updates_move_the_tree_and_sampling_f
         last = {int(i): float(t) for i, t in zip(sampled.indices, res.td_errors)}
         np.testing.assert_allclose(replay.priorities(np.array(list(last))),
                                    np.array(list(last.values())) + 1e-3, rtol=1e-6)
+    step = LearnerStep(trainer, replay, 32)
     for _ in range(20):
-        learner_step(trainer, replay, 32)
+        step.step()
+    assert step.updates == 20
     after = replay.priorities(idx)
     assert (after != 1.0).sum() >= 30 and after.max() / after.min() > 10  # priorities moved, and far apart
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import operator
+from typing import Mapping
 
 import numpy as np
 
@@ -98,6 +99,13 @@ def check_td_errors(td_errors, n: int, owner: str) -> np.ndarray:
     return arr
 
 
+def _weights_out(out: Mapping[str, np.ndarray] | None, n: int) -> np.ndarray:
+    """The ``float32`` array sampled weights go to: ``out["weights"]`` if given, else a new one."""
+    if out is not None and "weights" in out:
+        return out["weights"]
+    return np.empty(n, np.float32)
+
+
 class ReplayManager(abc.ABC):
     """Replay over a :class:`DataStorage`: add, sample, update priorities.
 
@@ -160,8 +168,15 @@ class ReplayManager(abc.ABC):
         return self._storage.add(obs, action, reward, next_obs, done)
 
     @abc.abstractmethod
-    def sample(self, batch_size: int) -> SampledBatch:
+    def sample(self, batch_size: int, out: Mapping[str, np.ndarray] | None = None) -> SampledBatch:
         """Draw ``batch_size`` transitions (with replacement).
+
+        Args:
+            batch_size: rows to draw.
+            out: optional destination arrays, one per transition field (``(batch_size,
+                *shape)`` of the stored dtype, e.g. a learner's batch slot) and optionally
+                ``"weights"`` (``(batch_size,)`` ``float32``): rows (and weights) are written
+                straight into them, and the returned batch holds them.
 
         Raises:
             InvalidValueError: ``batch_size < 1``.
@@ -169,8 +184,12 @@ class ReplayManager(abc.ABC):
         """
 
     @abc.abstractmethod
-    def update_priorities(self, indices, td_errors) -> None:
+    def update_priorities(self, indices, td_errors, *, checked: bool = False) -> None:
         """Feed back one TD error per sampled index.
+
+        ``checked=True`` skips validation, for a caller that already holds the
+        replay's own sampled ``int64`` indices and TD errors validated by
+        :func:`check_td_errors` (the runtime's learner step validates once).
 
         Raises:
             InvalidIndexError: an index that is not a filled slot.
@@ -198,8 +217,8 @@ class UniformReplay(ReplayManager):
 
     keeps_priorities = False
 
-    def sample(self, batch_size: int) -> SampledBatch:
-        """Draw ``batch_size`` filled slots uniformly with replacement.
+    def sample(self, batch_size: int, out: Mapping[str, np.ndarray] | None = None) -> SampledBatch:
+        """Draw ``batch_size`` filled slots uniformly with replacement (``out``: see :meth:`ReplayManager.sample`).
 
         Returns:
             A :class:`SampledBatch` with ``int64`` indices in ``[0, size)`` and
@@ -214,9 +233,11 @@ class UniformReplay(ReplayManager):
         self._check_not_empty()
         indices = self._rng.integers(0, self._storage.size, size=n, dtype=np.int64)
         # indices drawn from [0, size) here: valid by construction, no second check
-        return SampledBatch(indices=indices, batch=self._storage._take(indices), weights=np.ones(n, np.float32))
+        weights = _weights_out(out, n)
+        weights[:] = 1.0
+        return SampledBatch(indices=indices, batch=self._storage._take(indices, out), weights=weights)
 
-    def update_priorities(self, indices, td_errors) -> None:
+    def update_priorities(self, indices, td_errors, *, checked: bool = False) -> None:
         """Validate ``indices`` and ``td_errors`` as prioritized replay would; store nothing.
 
         Args:
@@ -228,5 +249,7 @@ class UniformReplay(ReplayManager):
             InvalidDTypeError: non-integer indices or non-real TD errors.
             InvalidValueError: not 1-D, length mismatch, or a NaN/inf TD error.
         """
+        if checked:
+            return
         idx = check_filled_indices(indices, self._storage.size, self._storage.capacity)
         check_td_errors(td_errors, idx.shape[0], "UniformReplay.update_priorities")

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 import operator
+from typing import Mapping
 
 import numpy as np
 
 from pearl_core.errors import EmptyTreeError, InvalidDTypeError, InvalidValueError, PearlError, SpecError
-from pearl_core.replay.base import ReplayManager, SampledBatch, check_batch_size, check_td_errors
+from pearl_core.replay.base import ReplayManager, SampledBatch, _weights_out, check_batch_size, check_td_errors
 from pearl_core.replay.storage import DataStorage, check_filled_indices
 from pearl_core.sumtree import SumTree
 
@@ -208,8 +209,10 @@ class PrioritizedReplay(ReplayManager):
         idx = check_filled_indices(indices, self._storage.size, self._storage.capacity)
         return np.asarray(self._tree.get(idx), dtype=np.float64)
 
-    def sample(self, batch_size: int) -> SampledBatch:
+    def sample(self, batch_size: int, out: Mapping[str, np.ndarray] | None = None) -> SampledBatch:
         """Draw ``batch_size`` slots with probability ``p_i / total`` and weight them.
+
+        ``out``: destination arrays, see :meth:`ReplayManager.sample`.
 
         Uses the current :attr:`beta`, then advances :attr:`steps` by one (a
         call that raises does not).
@@ -251,11 +254,13 @@ class PrioritizedReplay(ReplayManager):
         weights /= weights.max()
         # tree.get accepted the indices (< capacity) and each has a positive priority, which only
         # a filled slot has: they are valid, and the gather needs no second check
-        batch = self._storage._take(indices)
+        batch = self._storage._take(indices, out)
         self._steps += 1
-        return SampledBatch(indices=indices, batch=batch, weights=weights.astype(np.float32))
+        w = _weights_out(out, n)
+        w[:] = weights
+        return SampledBatch(indices=indices, batch=batch, weights=w)
 
-    def update_priorities(self, indices, td_errors) -> None:
+    def update_priorities(self, indices, td_errors, *, checked: bool = False) -> None:
         """Set ``p_i = (|delta_i| + eps) ** alpha`` for each sampled slot.
 
         All input is validated before the tree is touched. A repeated index
@@ -265,6 +270,7 @@ class PrioritizedReplay(ReplayManager):
         Args:
             indices: 1-D integer array-like of filled slots (``< size``).
             td_errors: 1-D real array-like of the same length, finite.
+            checked: skip validation (see :meth:`ReplayManager.update_priorities`).
 
         Raises:
             InvalidIndexError: an index outside ``[0, size)``.
@@ -272,8 +278,11 @@ class PrioritizedReplay(ReplayManager):
             InvalidValueError: not 1-D, length mismatch, a NaN/inf TD error, or
                 a priority that overflows to inf.
         """
-        idx = check_filled_indices(indices, self._storage.size, self._storage.capacity)
-        td = check_td_errors(td_errors, idx.shape[0], "PrioritizedReplay.update_priorities")
+        if checked:  # the caller's own sampled indices and validated TD errors
+            idx, td = indices, td_errors
+        else:
+            idx = check_filled_indices(indices, self._storage.size, self._storage.capacity)
+            td = check_td_errors(td_errors, idx.shape[0], "PrioritizedReplay.update_priorities")
         if idx.size == 0:
             return
         prio = np.abs(td)

@@ -14,16 +14,78 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+from typing import Mapping
 
 import numpy as np
 
 from pearl_core.errors import InvalidDTypeError, InvalidValueError, SpecError
 from pearl_core.sumtree import check_indices
 
-__all__ = ["Batch", "DataStorage", "StorageSpec", "check_filled_indices"]
+__all__ = ["TRANSITION_FIELDS", "Batch", "DataStorage", "StorageSpec", "check_filled_indices", "copy_rows",
+           "transition_rows"]
 
 #: dtype kinds a stored field may have: bool, signed int, unsigned int, float.
 _FIELD_KINDS = "biuf"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Batch:
+    """A batch of ``B`` transitions: one array per transition field.
+
+    The dataclass fields ARE the transition schema (:data:`TRANSITION_FIELDS`):
+    every buffer, slot, checkpoint and message that holds transitions iterates
+    them instead of naming them one by one. Arrays sampled from a replay manager
+    are copies (or the caller's own ``out`` arrays), never views of the storage.
+
+    Attributes:
+        obs: ``(B, *obs_shape)`` of ``obs_dtype``.
+        action: ``(B, *action_shape)`` of ``action_dtype``.
+        reward: ``(B,)`` ``float32``.
+        next_obs: ``(B, *obs_shape)`` of ``obs_dtype``.
+        done: ``(B,)`` ``bool``.
+    """
+
+    obs: np.ndarray
+    action: np.ndarray
+    reward: np.ndarray
+    next_obs: np.ndarray
+    done: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.reward.shape[0])
+
+    @classmethod
+    def of(cls, arrays: Mapping[str, np.ndarray]) -> "Batch":
+        """A batch over the transition fields of ``arrays`` (extra keys are ignored; no copy)."""
+        return cls(*(arrays[name] for name in TRANSITION_FIELDS))
+
+
+#: The fields of one transition, in :meth:`DataStorage.add` order. Defined once, by :class:`Batch`.
+TRANSITION_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Batch))
+
+
+def _get(src, name: str) -> np.ndarray:
+    return src[name] if isinstance(src, Mapping) else getattr(src, name)
+
+
+def transition_rows(src, n: int | None = None) -> tuple[np.ndarray, ...]:
+    """The transition fields of ``src`` (a mapping or a :class:`Batch`), first ``n`` rows, in add order."""
+    if n is None:
+        return tuple(_get(src, name) for name in TRANSITION_FIELDS)
+    return tuple(_get(src, name)[:n] for name in TRANSITION_FIELDS)
+
+
+def copy_rows(dst, src, *, dst_start: int = 0, src_start: int = 0, n: int | None = None) -> None:
+    """Copy ``n`` rows of every transition field from ``src`` into ``dst`` (mappings or batches).
+
+    ``dst[f][dst_start:dst_start + n] = src[f][src_start:src_start + n]`` for each field ``f``;
+    ``n`` defaults to all of ``src`` from ``src_start``. numpy casts as assignment does.
+    """
+    if n is None:
+        n = _get(src, "reward").shape[0] - src_start
+    d, s = slice(dst_start, dst_start + n), slice(src_start, src_start + n)
+    for name in TRANSITION_FIELDS:
+        _get(dst, name)[d] = _get(src, name)[s]
 
 
 def _shape(value, what: str) -> tuple[int, ...]:
@@ -125,27 +187,12 @@ class StorageSpec:
         action_shape, action_dtype = _space_layout(action_space, "action_space")
         return cls(obs_shape, obs_dtype, action_shape, action_dtype)
 
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Batch:
-    """A batch of ``B`` transitions; every array is a copy, never a view of the storage.
-
-    Attributes:
-        obs: ``(B, *obs_shape)`` of ``obs_dtype``.
-        action: ``(B, *action_shape)`` of ``action_dtype``.
-        reward: ``(B,)`` ``float32``.
-        next_obs: ``(B, *obs_shape)`` of ``obs_dtype``.
-        done: ``(B,)`` ``bool``.
-    """
-
-    obs: np.ndarray
-    action: np.ndarray
-    reward: np.ndarray
-    next_obs: np.ndarray
-    done: np.ndarray
-
-    def __len__(self) -> int:
-        return int(self.reward.shape[0])
+    def fields(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """Per-row ``(shape, dtype)`` of each transition field, in :data:`TRANSITION_FIELDS` order."""
+        layout = {"obs": (self.obs_shape, self.obs_dtype), "action": (self.action_shape, self.action_dtype),
+                  "reward": ((), np.dtype(np.float32)), "next_obs": (self.obs_shape, self.obs_dtype),
+                  "done": ((), np.dtype(np.bool_))}
+        return {name: layout[name] for name in TRANSITION_FIELDS}
 
 
 def check_filled_indices(indices, size: int, capacity: int, what: str = "indices") -> np.ndarray:
@@ -235,8 +282,6 @@ class DataStorage:
         InvalidValueError: ``capacity < 1``.
     """
 
-    _FIELDS = ("obs", "action", "reward", "next_obs", "done")
-
     def __init__(self, spec: StorageSpec, capacity: int):
         if not isinstance(spec, StorageSpec):
             raise SpecError(
@@ -253,13 +298,7 @@ class DataStorage:
             raise InvalidValueError(f"DataStorage capacity must be >= 1; found {capacity}. Fix: pass e.g. 2**20.")
         self._spec = spec
         self._capacity = capacity
-        self._layout = {
-            "obs": (spec.obs_shape, spec.obs_dtype),
-            "action": (spec.action_shape, spec.action_dtype),
-            "reward": ((), np.dtype(np.float32)),
-            "next_obs": (spec.obs_shape, spec.obs_dtype),
-            "done": ((), np.dtype(np.bool_)),
-        }
+        self._layout = spec.fields()
         self._arrays = {
             name: np.zeros((capacity, *shape), dtype=dtype) for name, (shape, dtype) in self._layout.items()
         }
@@ -302,7 +341,7 @@ class DataStorage:
             InvalidValueError: an unknown field name.
         """
         if name not in self._arrays:
-            raise InvalidValueError(f"DataStorage has no field {name!r}; expected one of {list(self._FIELDS)}.")
+            raise InvalidValueError(f"DataStorage has no field {name!r}; expected one of {list(TRANSITION_FIELDS)}.")
         view = self._arrays[name].view()
         view.flags.writeable = False
         return view
@@ -339,8 +378,7 @@ class DataStorage:
                 does not fit the stored dtype.
             InvalidDTypeError: a field's dtype cannot be cast safely.
         """
-        given = {"obs": obs, "action": action, "reward": reward, "next_obs": next_obs, "done": done}
-        rows = self._validate(given)
+        rows = self._validate(dict(zip(TRANSITION_FIELDS, (obs, action, reward, next_obs, done))))
         n = rows["reward"].shape[0]
         kept = min(n, self._capacity)
         first = n - kept
@@ -370,10 +408,18 @@ class DataStorage:
         """
         return self._take(check_filled_indices(indices, self._size, self._capacity))
 
-    def _take(self, idx: np.ndarray) -> Batch:
+    def _take(self, idx: np.ndarray, out: Mapping[str, np.ndarray] | None = None) -> Batch:
         """:meth:`gather` without the checks, for a replay manager's own ``int64`` indices that are
-        valid by construction (uniform replay draws them from ``[0, size)``)."""
-        return Batch(**{name: self._arrays[name][idx] for name in self._FIELDS})
+        valid by construction (uniform replay draws them from ``[0, size)``).
+
+        With ``out`` (one ``(len(idx), *shape)`` array of the stored dtype per transition field, e.g.
+        a learner's batch slot) the rows are gathered straight into those arrays, with no copy between.
+        """
+        if out is None:
+            return Batch(*(self._arrays[name][idx] for name in TRANSITION_FIELDS))
+        for name in TRANSITION_FIELDS:
+            np.take(self._arrays[name], idx, axis=0, out=out[name], mode="clip")  # clip: no buffered copy
+        return Batch.of(out)
 
     def _validate(self, given: dict) -> dict[str, np.ndarray]:
         arrays = {}

@@ -8,9 +8,9 @@ Both take a :class:`RunConfig` (what to train) and a :class:`RuntimePlan` (where
 and how) and return a :class:`~pearl_core.runtime.control.RunResult`.
 """
 
-from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
+from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, Setting, StopCriteria
 
-__all__ = ["ParallelRuntime", "ReplayConfig", "RunConfig", "RuntimePlan", "SerialRuntime", "StopCriteria"]
+__all__ = ["ParallelRuntime", "ReplayConfig", "RunConfig", "RuntimePlan", "SerialRuntime", "Setting", "StopCriteria"]
 
 
 def __getattr__(name):

@@ -2,7 +2,7 @@
 ship experience through a shared-memory slot ring.
 
 One actor process runs ``plan.envs_per_actor`` gymnasium environments in lock
-step with the serial runtime's :class:`~pearl_core.runtime.wiring.Collector`
+step with the serial runtime's :class:`~pearl_core.runtime.acting.Collector`
 (one batched ``get_action`` per step) and its own trainer copy::
 
     loop until the host says stop (or the host process is gone):
@@ -10,25 +10,25 @@ step with the serial runtime's :class:`~pearl_core.runtime.wiring.Collector`
         every weight_check_every steps: pull newer weights from the WeightBuffer
         trainer.env_steps = sum(actor_steps)                   # global exploration schedule
         out = collector.step(trainer, explore=True)            # every env steps once
-        copy out's (obs, action, reward, next_obs, done) rows into the current slot,
+        copy out's transition rows into the current slot,
         record finished episodes (return, length) in the slot
-        slot full -> ring.commit(); DCQ.put(("batch", actor, seq, rows, episodes))
+        slot full -> ring.commit(); DCQ.put(Experience(actor, seq, rows, episodes))
 
 ``done`` is gymnasium's ``terminated`` (a time-limit truncation still bootstraps),
 and ``next_obs`` is the true last observation of an episode, never the reset one
 (the Collector's rules, so serial and parallel runs store the same rows).
 
-The DCQ is a :class:`~pearl_core.runtime.shm.PipeQueue` per actor; its messages
-hold only slot numbers: ``("ready", actor)`` once built, ``("batch", actor, seq,
-rows, episodes)``, ``("error", actor, traceback)``. A full ring (the host is
+The DCQ is a :class:`~pearl_core.runtime.queues.PipeQueue` per actor; its messages
+(:mod:`pearl_core.runtime.messages`) hold only slot numbers: ``ActorReady`` once
+built, ``Experience(actor, seq, rows, episodes)``, ``ActorFailed(actor, traceback)``. A full ring (the host is
 behind) blocks the actor: that is the backpressure. When the actor has been
 throttled for ``SHIP_PARTIAL_AFTER_S`` (the learner used up what was delivered,
 or the run is ending) it ships its partly filled slot, so no transition waits
 long for a full slot; the host's budget slack (two slots per actor) keeps the
 learner busy meanwhile.
 
-Errors: an exception in the loop is sent to the host as ``("error", actor,
-traceback)`` and the process exits with code 1; the host decides whether to
+Errors: an exception in the loop is sent to the host as ``ActorFailed`` and the
+process exits with code 1; the host decides whether to
 restart it. An actor exits by itself when the host's stop flag is set or the
 host process is gone (:class:`~pearl_core.runtime.procs.HostWatch`).
 """
@@ -44,18 +44,16 @@ from typing import Any
 
 import numpy as np
 
+from pearl_core.envs import make_env
+from pearl_core.replay.storage import copy_rows
+from pearl_core.runtime.acting import Collector, actor_env_seeds
 from pearl_core.runtime.config import RunConfig
-from pearl_core.runtime.procs import HostWatch
-from pearl_core.runtime.shm import (
-    BlockHandle,
-    Control,
-    PipeQueue,
-    RingHandle,
-    SlotRing,
-    WeightBuffer,
-    WeightHandle,
-    put_while,
-)
+from pearl_core.runtime.messages import ActorFailed, ActorReady, Experience
+from pearl_core.runtime.procs import HostWatch, quick_exit
+from pearl_core.runtime.queues import PipeQueue, put_while
+from pearl_core.runtime.shared import Control, WeightBuffer, WeightHandle
+from pearl_core.runtime.shm import BlockHandle, RingHandle, SlotRing
+from pearl_core.runtime.wiring import build_trainer
 
 __all__ = ["ActorSpec", "SHIP_PARTIAL_AFTER_S", "actor_seeds", "experience_fields", "run_actor"]
 
@@ -72,15 +70,7 @@ def experience_fields(spec, rows: int, n_envs: int) -> dict[str, tuple[tuple[int
     count, so the ring is built with ``rows + n_envs`` rows and only the first
     ``rows`` carry transitions.
     """
-    return {
-        "obs": (spec.obs_shape, spec.obs_dtype),
-        "action": (spec.action_shape, spec.action_dtype),
-        "reward": ((), np.float32),
-        "next_obs": (spec.obs_shape, spec.obs_dtype),
-        "done": ((), np.bool_),
-        "ep_return": ((), np.float64),
-        "ep_length": ((), np.int64),
-    }
+    return {**spec.fields(), "ep_return": ((), np.float64), "ep_length": ((), np.int64)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,24 +116,18 @@ def run_actor(spec: ActorSpec) -> None:
 
         torch.set_num_threads(1)
         _Actor(spec).run()
-        _quick_exit(0)
+        quick_exit(0)
     except SystemExit as exc:
         if exc.code in (0, None):
-            _quick_exit(0)
+            quick_exit(0)
         _report(spec)
     except BaseException:  # report everything, including KeyboardInterrupt from user code
         _report(spec)
 
 
-def _quick_exit(code: int) -> None:
-    from pearl_core.runtime.learner import _quick_exit as quick
-
-    quick(code)
-
-
 def _report(spec: ActorSpec) -> None:
     try:
-        spec.dcq.put(("error", spec.actor_id, traceback.format_exc()), timeout=5.0)
+        spec.dcq.put(ActorFailed(spec.actor_id, traceback.format_exc()), timeout=5.0)
     except Exception:
         pass
     os._exit(1)
@@ -154,15 +138,13 @@ def actor_seeds(config: RunConfig, actor_id: int, incarnation: int, n_actors: in
     """Reset seeds of an actor's environments and the seed of its exploration stream.
 
     Environment ``j`` of actor ``i`` is global environment ``i * n_envs + j`` and
-    is reset with :func:`~pearl_core.runtime.wiring.actor_env_seeds` of that
+    is reset with :func:`~pearl_core.runtime.acting.actor_env_seeds` of that
     index, so one actor with ``n`` environments replays the serial runtime's
     ``n`` environments exactly. A restarted actor (``incarnation k``) takes the
     next unused block of indices, so it never replays its predecessor's episodes.
     Actor 0's first incarnation explores with ``config.seed`` (as the serial
     runtime's trainer does); other actors derive distinct streams from it.
     """
-    from pearl_core.runtime.wiring import actor_env_seeds
-
     first = offset + (incarnation * n_actors + actor_id) * n_envs
     trainer_seed = int(config.seed) if (actor_id, incarnation) == (0, 0) else int(
         np.random.SeedSequence([int(config.seed), actor_id, incarnation]).generate_state(1)[0]
@@ -172,8 +154,6 @@ def actor_seeds(config: RunConfig, actor_id: int, incarnation: int, n_actors: in
 
 class _Actor:
     def __init__(self, spec: ActorSpec):
-        from pearl_core.runtime.wiring import Collector, build_trainer, make_env
-
         self.spec = spec
         self.ctrl = Control.attach(spec.control)
         self.ring = SlotRing.attach(spec.ring)
@@ -210,7 +190,7 @@ class _Actor:
         vec_steps = 0
         check = max(1, spec.weight_check_every)
         self.pull_weights()
-        if not put_while(spec.dcq, ("ready", me), lambda: not self.stopping()):
+        if not put_while(spec.dcq, ActorReady(me), lambda: not self.stopping()):
             return
         throttled = 0
         throttled_at = 0.0
@@ -218,7 +198,7 @@ class _Actor:
         def ship() -> None:
             nonlocal fill, n_eps, slot
             seq = ring.commit()  # head moves before the message: a death in between only skips seq
-            if not put_while(spec.dcq, ("batch", me, seq, fill, n_eps), lambda: not self.stopping()):
+            if not put_while(spec.dcq, Experience(me, seq, fill, n_eps), lambda: not self.stopping()):
                 raise SystemExit(0)
             fill, n_eps, slot = 0, 0, None
 
@@ -254,12 +234,7 @@ class _Actor:
                         return
                     slot = ring.slot(ring.head)
                 k = min(n - start, rows - fill)
-                src, dst = slice(start, start + k), slice(fill, fill + k)
-                slot["obs"][dst] = out.obs[src]
-                slot["action"][dst] = out.action[src]
-                slot["reward"][dst] = out.reward[src]
-                slot["next_obs"][dst] = out.next_obs[src]
-                slot["done"][dst] = out.done[src]
+                copy_rows(slot, out, dst_start=fill, src_start=start, n=k)
                 fill += k
                 start += k
                 if fill == rows and start < n:

@@ -8,9 +8,10 @@
 * :class:`ProgressDisplay` — a rich live line on a terminal, plain periodic lines otherwise;
 * :class:`RunLogger` — CSV logs (episodes, evaluations, periodic metrics) and a
   TensorBoard log when the ``tensorboard`` package is installed;
-* :func:`plot_learning_curve` — a PNG of returns vs env steps (matplotlib, Agg);
-* :func:`save_checkpoint` / :func:`load_checkpoint` — trainer state, counters,
-  config and plan, optionally the replay contents, written atomically.
+* :func:`plot_learning_curve` — a PNG of returns vs env steps (matplotlib, Agg).
+
+Checkpoints are in :mod:`pearl_core.runtime.checkpoint`; the session that
+drives all of these during a run in :mod:`pearl_core.runtime.session`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import collections
 import csv
 import dataclasses
 import io
-import json
 import math
 import os
 import sys
@@ -30,26 +30,18 @@ from typing import Any, Mapping, Sequence, TextIO
 import numpy as np
 
 from pearl_core.errors import SpecError
-from pearl_core.runtime.config import RunConfig, RuntimePlan, StopCriteria
+from pearl_core.fileio import atomic_write
+from pearl_core.runtime.config import StopCriteria
 
 __all__ = [
-    "CHECKPOINT_NAME",
-    "Checkpoint",
     "ProgressDisplay",
     "RunLogger",
     "RunResult",
     "RunState",
     "StopDecision",
     "StopMonitor",
-    "load_checkpoint",
     "plot_learning_curve",
-    "save_checkpoint",
 ]
-
-#: File name of the latest checkpoint inside ``config.log_dir``.
-CHECKPOINT_NAME = "checkpoint.pt"
-_CHECKPOINT_FORMAT = "pearl-checkpoint"
-_CHECKPOINT_VERSION = 1
 
 
 # --------------------------------------------------------------------------------------
@@ -518,150 +510,5 @@ def plot_learning_curve(log_dir: str | os.PathLike, out_path: str | os.PathLike 
     if eps or evs:
         ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}.png")
-    fig.savefig(tmp)
-    os.replace(tmp, out)
+    atomic_write(out, lambda fh: fig.savefig(fh, format="png"), make_parents=True)
     return out
-
-
-# --------------------------------------------------------------------------------------
-# Checkpoints
-# --------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class Checkpoint:
-    """What :func:`load_checkpoint` returns.
-
-    Attributes:
-        trainer_state: the trainer's ``state_dict()``.
-        state: the run counters.
-        monitor: :meth:`StopMonitor.state_dict`.
-        config, plan: the run's config and plan.
-        replay: :func:`pearl_core.runtime.wiring.replay_state` (numpy arrays) or ``None``.
-        extra: anything else the runtime stored.
-    """
-
-    trainer_state: dict[str, Any]
-    state: RunState
-    monitor: dict[str, Any]
-    config: RunConfig
-    plan: RuntimePlan
-    replay: dict[str, Any] | None
-    extra: dict[str, Any]
-
-
-def _to_torch(tree: Any) -> Any:
-    """numpy arrays -> torch tensors (loadable with ``weights_only=True``)."""
-    import torch
-
-    if isinstance(tree, np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(tree))
-    if isinstance(tree, Mapping):
-        return {k: _to_torch(v) for k, v in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(_to_torch(v) for v in tree)
-    if isinstance(tree, np.generic):
-        return tree.item()
-    return tree
-
-
-def save_checkpoint(path: str | os.PathLike, *, trainer, state: RunState, monitor: StopMonitor | Mapping,
-                    config: RunConfig, plan: RuntimePlan, replay: Mapping[str, Any] | None = None,
-                    extra: Mapping[str, Any] | None = None) -> Path:
-    """Write a checkpoint atomically: a temporary file in the same directory, fsync, ``os.replace``.
-
-    A crash while writing leaves the previous checkpoint intact (never a
-    half-written file under ``path``).
-
-    Args:
-        path: destination file.
-        trainer: saved with ``trainer.state_dict()`` (``get_weights()`` for a
-            duck-typed trainer without one).
-        state: run counters.
-        monitor: the stop monitor (or its ``state_dict()``).
-        config, plan: stored as JSON.
-        replay: :func:`pearl_core.runtime.wiring.replay_state` output, or ``None``.
-        extra: JSON-like values to keep alongside.
-
-    Returns:
-        ``path`` as a :class:`Path`.
-    """
-    import torch
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    trainer_state = trainer.state_dict() if hasattr(trainer, "state_dict") else {"weights": trainer.get_weights()}
-    payload = {
-        "format": _CHECKPOINT_FORMAT,
-        "version": _CHECKPOINT_VERSION,
-        "trainer": _to_torch(trainer_state),
-        "state": state.to_dict(),
-        "monitor": monitor.state_dict() if isinstance(monitor, StopMonitor) else dict(monitor),
-        "config": config.to_json(),
-        "plan": plan.to_json(),
-        "replay": _to_torch(dict(replay)) if replay is not None else None,
-        "extra": json.dumps(dict(extra or {})),
-    }
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as fh:
-            torch.save(payload, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
-
-
-def _to_numpy(tree: Any) -> Any:
-    import torch
-
-    if isinstance(tree, torch.Tensor):
-        return tree.numpy()
-    if isinstance(tree, Mapping):
-        return {k: _to_numpy(v) for k, v in tree.items()}
-    return tree
-
-
-def load_checkpoint(path: str | os.PathLike, *, weights_only: bool = True) -> Checkpoint:
-    """Read a checkpoint written by :func:`save_checkpoint`.
-
-    Args:
-        path: the checkpoint file.
-        weights_only: load with torch's restricted unpickler (safe for files
-            you did not write). Set ``False`` only for trusted files whose
-            trainer state holds arbitrary Python objects.
-
-    Raises:
-        SpecError: the file is missing, unreadable, or not a PEARL checkpoint.
-    """
-    import torch
-
-    path = Path(path)
-    if not path.is_file():
-        raise SpecError(f"checkpoint {str(path)!r} does not exist. Fix: pass the path of a checkpoint.pt file.")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=weights_only)
-    except Exception as exc:  # noqa: BLE001 - any read error becomes a clear message
-        hint = (" If you trust the file and its trainer state holds custom Python objects, "
-                "pass weights_only=False.") if weights_only else ""
-        raise SpecError(f"checkpoint {str(path)!r} could not be read ({type(exc).__name__}: {exc}).{hint}") from exc
-    if not isinstance(payload, Mapping) or payload.get("format") != _CHECKPOINT_FORMAT:
-        raise SpecError(f"{str(path)!r} is not a PEARL checkpoint; expected one written by save_checkpoint().")
-    if payload.get("version") != _CHECKPOINT_VERSION:
-        raise SpecError(
-            f"checkpoint {str(path)!r} has format version {payload.get('version')}; this PEARL reads "
-            f"version {_CHECKPOINT_VERSION}."
-        )
-    replay = payload.get("replay")
-    return Checkpoint(
-        trainer_state=dict(payload["trainer"]),
-        state=RunState.from_dict(payload["state"]),
-        monitor=dict(payload["monitor"]),
-        config=RunConfig.from_json(payload["config"]),
-        plan=RuntimePlan.from_json(payload["plan"]),
-        replay=_to_numpy(replay) if replay is not None else None,
-        extra=json.loads(payload.get("extra") or "{}"),
-    )

@@ -1,10 +1,9 @@
 """How the parallel runtime starts its worker processes.
 
 Every actor and learner process needs torch, numpy, gymnasium and PEARL's runtime
-modules. Started with ``spawn``, each child imports them itself: about 3 s of CPU
-per child (torch, plus ``torch._dynamo``, which torch's optimizers import on first
-use), so a run on a 2-core machine spent ~3 s starting before its first env step,
-and so did every actor restart.
+modules. Started with ``spawn``, each child imports them itself (torch, plus
+``torch._dynamo``, which torch's optimizers import on first use): seconds of CPU
+per child before its first env step, at every run and every actor restart.
 
 On platforms that have it (Linux, macOS) workers therefore start from
 multiprocessing's *fork server*: one clean, single-purpose process that imports
@@ -29,11 +28,12 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
 import time
 
 from pearl_core.errors import SpecError
 
-__all__ = ["START_METHOD_ENV", "HostWatch", "start_method", "worker_context"]
+__all__ = ["START_METHOD_ENV", "HostWatch", "quick_exit", "start_method", "worker_context"]
 
 #: Environment variable that overrides the start method (``forkserver`` or ``spawn``).
 START_METHOD_ENV = "PEARL_START_METHOD"
@@ -97,3 +97,13 @@ class HostWatch:
             self._next = now + self._every
             self._gone = not self._parent.is_alive()
         return self._gone
+
+
+def quick_exit(code: int) -> None:
+    """Leave a worker without interpreter teardown (seconds for a process that imported torch)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code)

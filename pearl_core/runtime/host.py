@@ -1,0 +1,556 @@
+"""The host process of a parallel run: shared memory, worker processes, and the loop that moves messages.
+
+One :class:`Host` is one segment of a :class:`~pearl_core.runtime.parallel.ParallelRuntime`
+run. It owns a :class:`~pearl_core.runtime.session.RunSession` (counters, stop
+checks, logs, checkpoints), the shared memory of the run, the actor processes
+and the learner-side process, and delegates what depends on the protocol
+setting to its role (:mod:`pearl_core.runtime.roles`)::
+
+    start: learner process (role.target), actor processes; wait until all are ready
+    loop:
+        pump: wait for any DCQ / LDQ message or process exit, handle all ready
+              Experience -> count steps, record episodes, role.deliver(slot)
+              LDQ        -> role.on_reply (Trained / Progress), state replies, failures
+        set budgets (actors' env budget; the role's update budget)
+        role.feed()  (setting 1: sample batches into the learner's slots)
+        evaluation (a host thread), session.tick (metrics, checkpoints, progress)
+        stop when the session's criterion fires and the updates owed are done
+
+The replay ratio: the learner may run only the updates the inserted env steps
+owe (the session's continuous :class:`~pearl_core.runtime.step.UpdateSchedule`),
+and actors may step only a small slack ahead of what the learner has consumed.
+
+Greedy evaluations run in a host thread on a snapshot of the published weights
+while training goes on; a result counts at the env steps of its snapshot, and a
+budget stop waits for a running one.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import copy
+import logging
+import math
+import queue
+import time
+from multiprocessing.connection import wait as mp_wait
+from pathlib import Path
+from typing import Any
+
+from pearl_core.envs import env_spaces
+from pearl_core.errors import ActorError, LearnerError, WorkerError
+from pearl_core.replay.storage import StorageSpec
+from pearl_core.runtime.actors import ActorSpec, experience_fields, run_actor
+from pearl_core.runtime.checkpoint import dump_blob, load_blob
+from pearl_core.runtime.config import Setting
+from pearl_core.runtime.control import RunResult, StopDecision
+from pearl_core.runtime.learner import LearnerSpec
+from pearl_core.runtime.messages import (
+    ActorFailed,
+    ActorReady,
+    Experience,
+    LearnerFailed,
+    LearnerReady,
+    StateReply,
+    StateRequest,
+    Stop,
+)
+from pearl_core.runtime.procs import worker_context
+from pearl_core.runtime.queues import PipeQueue
+from pearl_core.runtime.roles import Colocated, ThroughHost
+from pearl_core.runtime.session import RunSession
+from pearl_core.runtime.shared import Control, WeightBuffer
+from pearl_core.runtime.shm import ShmArena, SlotRing
+from pearl_core.runtime.wiring import build_trainer
+
+__all__ = ["JOIN_TIMEOUT_S", "STARTUP_TIMEOUT_S", "Host", "HostStop"]
+
+log = logging.getLogger("pearl_core.runtime.parallel")
+
+#: Seconds to wait for a child to exit on its own before terminating it.
+JOIN_TIMEOUT_S = 5.0
+#: Seconds the workers may take to import, build their environments and trainer, and report ready.
+STARTUP_TIMEOUT_S = 300.0
+
+#: The tail of the error for a worker that died before PEARL's code ran in it.
+_STARTUP_FIX = ("Its traceback is on stderr. Fix for the common start-up failure: run the code that starts a run "
+                "under `if __name__ == \"__main__\":`, since workers re-import your script.")
+
+
+class HostStop(Exception):
+    """A worker failure ends the host loop (carries the error to raise and, if sent, the trainer's state)."""
+
+    def __init__(self, error: WorkerError, trainer_blob: bytes | None = None):
+        super().__init__(str(error))
+        self.error = error
+        self.trainer_blob = trainer_blob
+
+
+class Host:
+    """One segment of a parallel run: shared memory, processes and the host loop."""
+
+    def __init__(self, rt):
+        cfg, plan, ck = rt.config, rt.plan, rt.checkpoint
+        self.rt, self.cfg, self.plan = rt, cfg, plan
+        self.session = session = RunSession(rt, continuous=True, title=f"(parallel, setting {int(plan.setting)})")
+        self.ctx = worker_context(early=True)  # the fork server loads torch while we build the trainer
+        self.interrupted: str | None = None
+        self.actor_procs: list[Any] = []
+        self.learner_proc = None
+        self.arena: ShmArena | None = None
+        self.ctrl: Control | None = None
+        self.inbox: PipeQueue | None = None
+        self.outbox: PipeQueue | None = None
+        self.dcqs: list[PipeQueue | None] = [None] * plan.n_actors
+        self.eval_trainer = None  # the host's evaluation copy of the policy (see start_eval)
+        self.eval_job = None  # the running evaluation (a Future), if any
+        self.eval_pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="pearl-eval")
+        st = session.state
+        # Everything that can reject the config happens before anything is written to log_dir.
+        spaces = env_spaces(cfg.env_id)
+        # Checked here, before any worker starts: a broken trainer fails fast with a clear message.
+        self.trainer = build_trainer(cfg, *spaces)
+        self.spec = StorageSpec.from_spaces(*spaces)
+        if ck is not None:
+            self.trainer.load_state_dict(ck.trainer_state)
+        n_actors, n_envs = plan.n_actors, plan.envs_per_actor
+        # Actors must always be allowed to reach the env step that owes the next update, or
+        # a low replay ratio would leave the learner waiting for data the throttle withholds.
+        self.slack = max(rt.actor_slack or 2 * n_actors * max(plan.insert_batch, n_envs),
+                         math.ceil(1.0 / cfg.replay_ratio) + n_actors * n_envs)
+        self.received = [0] * n_actors  # rows received from each actor slot
+        self.restarts = [0] * n_actors
+        self.last_error: list[str] = [""] * n_actors
+        self.learn_s0 = st.learner_time_s
+        self.state_reply: bytes | None = None
+        self.accepting = True  # False once the run ends: late actor rows are released uncounted
+        self.hold_actors = False  # True while waiting for a state snapshot
+        self.learner_ready = False
+        self.actor_ready = [False] * n_actors
+        self.max_env = cfg.stop.max_env_steps
+        self.max_updates = cfg.stop.max_updates
+        self.role = ThroughHost(self) if plan.setting == Setting.THROUGH_HOST else Colocated(self)
+        try:
+            self._build_shared(ck)
+            session.make_evaluator()
+            session.open()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- construction ------------------------------------------------------------------
+    def _build_shared(self, ck) -> None:
+        cfg, plan, st = self.cfg, self.plan, self.session.state
+        self.arena = ShmArena("run")
+        self.ctrl = Control.create(self.arena, plan.n_actors)
+        self.weights = WeightBuffer.create(self.arena, self.trainer.get_weights())
+        self.weights.publish(self.trainer.get_weights())
+        self.ctrl.updates = st.updates
+        # Resume: the exploration schedule continues from the saved env-step count.
+        self.ctrl.actor_steps[0] = st.env_steps
+        self.received[0] = st.env_steps
+        self.rings = [
+            SlotRing.create(self.arena, experience_fields(self.spec, plan.insert_batch, plan.envs_per_actor),
+                            n_slots=plan.queue_size, rows=plan.insert_batch + plan.envs_per_actor, tag=f"dcq{i}")
+            for i in range(plan.n_actors)
+        ]
+        q = max(plan.queue_size, plan.max_in_flight + 3)
+        self.inbox = PipeQueue(q, self.ctx)   # LAQ
+        self.outbox = PipeQueue(q, self.ctx)  # LDQ
+        extra = self.role.build(ck)
+        self.learner_spec = LearnerSpec(
+            config=cfg, plan=plan, control=self.ctrl.handle, weights=self.weights.handle, inbox=self.inbox,
+            outbox=self.outbox, actor_rings=tuple(r.handle for r in self.rings),
+            trainer_state=dump_blob(self.trainer.state_dict()) if ck is not None else None, **extra,
+        )
+
+    def start(self) -> None:
+        self.learner_proc = self.ctx.Process(target=self.role.target, args=(self.learner_spec,), daemon=True,
+                                             name="pearl-learner")
+        self.learner_proc.start()
+        self.inbox.close_receiver()
+        self.outbox.close_sender()
+        self.actor_procs = [None] * self.plan.n_actors
+        for a in range(self.plan.n_actors):
+            self._start_actor(a)
+        # Wait until every worker has built its environments and networks (imports take
+        # seconds); the run's clock starts then, so throughput excludes process start-up.
+        t = time.perf_counter()
+        while not (self.learner_ready and all(self.actor_ready)):
+            self.pump(0.05)
+            if self.interrupted is not None:
+                break
+            if time.perf_counter() - t > STARTUP_TIMEOUT_S:
+                waiting = ([] if self.learner_ready else ["the learner"]) + [
+                    f"actor {a}" for a, ok in enumerate(self.actor_ready) if not ok]
+                raise HostStop(WorkerError(
+                    f"{', '.join(waiting)} did not finish starting within {STARTUP_TIMEOUT_S:.0f} s "
+                    "(building environments and the trainer). Fix: check that the environment and the "
+                    "trainer can be built in a fresh process (importable trainer class, no blocking I/O)."))
+        log.info("parallel runtime: %d actor(s) and the learner started in %.1f s", self.plan.n_actors,
+                 time.perf_counter() - t)
+        self.session.start_clock()
+        self.set_budgets()
+
+    def _start_actor(self, a: int) -> None:
+        plan = self.plan
+        dcq = PipeQueue(plan.queue_size + 2, self.ctx)
+        spec = ActorSpec(
+            actor_id=a, incarnation=self.restarts[a], config=self.cfg, n_actors=plan.n_actors,
+            n_envs=plan.envs_per_actor, batch_rows=plan.insert_batch, ring=self.rings[a].handle,
+            control=self.ctrl.handle, weights=self.weights.handle, dcq=dcq,
+            weight_check_every=self.rt.weight_check_every,
+            env_seed_offset=self.session.state.env_steps if self.rt.checkpoint is not None else 0,
+        )
+        proc = self.ctx.Process(target=run_actor, args=(spec,), daemon=True, name=f"pearl-actor-{a}")
+        proc.start()
+        dcq.close_sender()  # EOF on our side once the actor is gone
+        self.dcqs[a] = dcq
+        self.actor_procs[a] = proc
+
+    # -- counters and budgets -------------------------------------------------------------
+    def current_updates(self) -> int:
+        return self.role.updates()
+
+    def owed(self, env_steps: int) -> int:
+        """Updates the inserted env steps allow (capped by ``max_updates``)."""
+        t = self.session.schedule.target(env_steps)
+        return t if self.max_updates is None else min(t, self.max_updates)
+
+    def steps_for(self, updates: int) -> int:
+        """Fewest env steps whose schedule owes ``updates`` updates."""
+        s = self.session.schedule
+        extra = updates - s.base_updates
+        if extra <= 0:
+            return s.base_env_steps + s.learning_starts
+        return s.base_env_steps + s.learning_starts + math.ceil(extra / s.replay_ratio - 1e-9)
+
+    def set_budgets(self) -> None:
+        e = self.session.state.env_steps
+        self.role.set_update_budget(self.owed(e))
+        budget = self.steps_for(self.current_updates()) + self.slack
+        if self.max_env is not None:
+            budget = min(budget, self.max_env)
+        self.ctrl.env_budget = budget
+
+    # -- messages ------------------------------------------------------------------------
+    def pump(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for any message or process exit, and handle everything ready."""
+        waitables: dict[Any, tuple[str, int]] = {self.outbox.reader: ("ldq", -1)}
+        if self.learner_proc is not None:
+            waitables[self.learner_proc.sentinel] = ("learner_exit", -1)
+        # Read actors only when the role can take their slots and no state snapshot is pending.
+        if self.role.reads_actors() and not self.hold_actors:
+            for a, q in enumerate(self.dcqs):
+                if q is not None:
+                    waitables[q.reader] = ("dcq", a)
+        for a, p in enumerate(self.actor_procs):
+            if p is not None:
+                waitables[p.sentinel] = ("actor_exit", a)
+        for obj in mp_wait(list(waitables), timeout):
+            kind, a = waitables[obj]
+            if kind == "ldq":
+                self.drain_ldq()
+            elif kind == "dcq":
+                self.drain_dcq(a)
+            elif kind == "actor_exit":
+                self.actor_exited(a)
+            else:
+                self.drain_ldq()
+                self.learner_exited()
+        self.role.after_pump()
+
+    def drain_dcq(self, a: int) -> None:
+        q = self.dcqs[a]
+        try:
+            while q.poll(0):
+                msg = q.get_nowait()
+                kind = type(msg)
+                if kind is Experience:
+                    self.on_experience(msg)
+                elif kind is ActorReady:
+                    self.actor_ready[a] = True
+                elif kind is ActorFailed:
+                    self.last_error[a] = msg.traceback
+        except (EOFError, OSError):
+            pass  # the actor is gone; its sentinel reports it
+
+    def on_experience(self, msg: Experience) -> None:
+        session, st = self.session, self.session.state
+        a, n = msg.actor, msg.rows
+        self.received[a] += n
+        take = n if self.max_env is None else max(0, min(n, self.max_env - st.env_steps))
+        if not self.accepting:  # the run is ending: counters and replay are frozen
+            take = 0
+        st.env_steps += take
+        # Episodes first (their returns are in the slot), then the slot goes back / onward.
+        if msg.episodes and take == n and take:
+            s = self.rings[a].slot(msg.seq)
+            for r, length in zip(s["ep_return"][:msg.episodes].tolist(), s["ep_length"][:msg.episodes].tolist()):
+                session.record_episode(r, length)
+        self.role.deliver(a, msg.seq, take)
+
+    def drain_ldq(self) -> None:
+        q = self.outbox
+        try:
+            while q.poll(0):
+                self.on_ldq(q.get_nowait())
+        except (EOFError, OSError):
+            pass  # the learner is gone; its sentinel reports it
+
+    def on_ldq(self, msg) -> None:
+        if self.role.on_reply(msg):
+            return
+        kind = type(msg)
+        if kind is StateReply:
+            self.state_reply = msg.blob
+        elif kind is LearnerReady:
+            self.learner_ready = True
+        elif kind is LearnerFailed:
+            raise HostStop(LearnerError(
+                f"the learner failed (setting {int(self.plan.setting)}); its traceback:\n{msg.traceback}",
+                msg.traceback, self.learner_proc.exitcode if self.learner_proc is not None else None), msg.blob)
+
+    # -- faults --------------------------------------------------------------------------
+    def actor_exited(self, a: int) -> None:
+        proc = self.actor_procs[a]
+        proc.join(1.0)
+        self.drain_dcq(a)  # keep every batch it finished before dying
+        code = proc.exitcode
+        tb = self.last_error[a]
+        self.dcqs[a].close()
+        self.dcqs[a] = None
+        self.actor_procs[a] = None
+        what = f"actor {a} (pid {proc.pid}) exited with code {code}" + ("" if tb else " without a traceback")
+        self.rt.faults.append((self.session.wall(), f"actor {a}", what + (f"\n{tb}" if tb else "")))
+        if not tb and not self.actor_ready[a]:
+            # It never started: a restart would fail the same way.
+            raise HostStop(ActorError(
+                f"{what} before it was ready: it failed while starting, before PEARL's code ran, or was "
+                f"killed. {_STARTUP_FIX}", tb, code))
+        if self.restarts[a] >= self.rt.max_restarts:
+            raise HostStop(ActorError(
+                f"{what}; it failed {self.restarts[a] + 1} times, more than max_restarts={self.rt.max_restarts}. "
+                f"Last traceback:\n{tb or '(none: the process was killed)'}Fix: make the environment and "
+                "get_action robust, or raise max_restarts.", tb, code))
+        self.restarts[a] += 1
+        log.warning("%s; restarting it (restart %d of %d).%s", what, self.restarts[a], self.rt.max_restarts,
+                    f"\n{tb}" if tb else "")
+        # Steps it took but never delivered are forgotten, so budgets count delivered rows only.
+        self.ctrl.actor_steps[a] = self.received[a]
+        self.last_error[a] = ""
+        self._start_actor(a)
+
+    def learner_exited(self) -> None:
+        proc = self.learner_proc
+        proc.join(1.0)
+        raise HostStop(LearnerError(
+            f"the learner process (pid {proc.pid}) exited with code {proc.exitcode} without reporting an error: "
+            "killed by a signal or out of memory, or it failed while starting, before PEARL's code ran. "
+            f"{_STARTUP_FIX}", "", proc.exitcode))
+
+    # -- state requests, evaluation, checkpoints -------------------------------------------
+    def request_state(self, with_replay: bool, timeout: float = 120.0) -> dict:
+        """Ask the learner for its trainer state (and, setting 2, replay contents); pump until it answers."""
+        self.state_reply = None
+        deadline = time.monotonic() + timeout
+        # No actor rows are taken until the answer arrives, so the env-step count saved with it
+        # matches the replay contents the worker snapshots.
+        self.hold_actors = True
+        try:
+            self.send_to_learner(StateRequest(with_replay), deadline)
+            while self.state_reply is None:
+                if time.monotonic() > deadline:
+                    raise LearnerError(f"the learner did not answer a state request within {timeout:.0f} s.")
+                self.pump(0.05)
+                self.role.feed()
+        finally:
+            self.hold_actors = False
+        blob, self.state_reply = self.state_reply, None
+        return load_blob(blob)
+
+    def send_to_learner(self, msg, deadline: float) -> None:
+        """Put on the LAQ without ever blocking the host: pump while it is full."""
+        while True:
+            try:
+                self.inbox.put_nowait(msg)
+                return
+            except queue.Full:
+                if time.monotonic() > deadline:
+                    raise LearnerError(f"the learner's queue stayed full; could not send {type(msg).__name__}.") \
+                        from None
+                self.pump(0.01)
+
+    def sync_host_trainer(self) -> None:
+        """Load the latest published weights into the host's trainer copy."""
+        got = self.weights.read()
+        if got is not None:
+            self.trainer.set_weights(got[1])
+
+    def start_eval(self) -> None:
+        """Start a greedy evaluation of the latest published weights in a host thread.
+
+        Training goes on while it runs (the host keeps pumping messages; the
+        policy evaluated is the snapshot taken here). Its result is recorded by
+        :meth:`collect_eval` at the env steps of the snapshot.
+        """
+        got = self.weights.read()
+        if self.eval_trainer is None:
+            self.eval_trainer = copy.deepcopy(self.trainer)
+        if got is not None:
+            self.eval_trainer.set_weights(got[1])
+        steps, trainer, evaluator = self.session.state.env_steps, self.eval_trainer, self.session.evaluator
+
+        def job():
+            t = time.perf_counter()
+            res = evaluator.evaluate(trainer)
+            return steps, res, time.perf_counter() - t
+
+        self.eval_job = self.eval_pool.submit(job)
+        self.session.monitor.record_started_eval(steps)
+
+    def collect_eval(self, wait: bool = False) -> None:
+        """Record a finished evaluation (or, with ``wait``, the running one once it ends)."""
+        job = self.eval_job
+        if job is None or not (wait or job.done()):
+            return
+        self.eval_job = None
+        steps, res, took = job.result()  # an evaluation error propagates here, in the host
+        self.session.record_eval(steps, res, took)
+
+    def save(self, trainer_state: dict | None = None) -> Path:
+        """Checkpoint: the learner's trainer state, counters, monitor and (if asked) the replay."""
+        want_replay = self.cfg.save_replay
+        role, st = self.role, self.session.state
+        replay = None
+        updates = self.current_updates()
+        if trainer_state is None:
+            got = self.request_state(with_replay=want_replay and role.learner_holds_replay())
+            trainer_state = got["trainer"]
+            replay = got.get("replay")
+            updates = got["updates"]  # the learner's own count at the snapshot
+        if want_replay and not role.learner_holds_replay():
+            replay = role.replay_contents()
+        self.trainer.load_state_dict(trainer_state)
+        st.updates = updates
+        return self.session.save(self.trainer, replay, extra={
+            "runtime": "parallel", "setting": int(self.plan.setting), "actor_restarts": list(self.restarts)})
+
+    # -- the loop ------------------------------------------------------------------------
+    def settled(self, decision: StopDecision) -> bool:
+        """A budget stop waits until the updates the inserted steps owe are done (exact replay ratio)."""
+        if decision.criterion not in ("max_env_steps",):
+            return True
+        return self.current_updates() >= self.owed(self.session.state.env_steps) and not self.role.in_flight()
+
+    def loop(self) -> RunResult:
+        try:
+            self.start()
+            decision = self._loop()
+            return self.session.finish(decision, self._final_save)
+        except HostStop as stop:
+            self._fail(stop)
+            raise stop.error from None
+
+    def _loop(self) -> StopDecision:
+        session, role, st = self.session, self.role, self.session.state
+        while True:
+            self.pump(role.pump_timeout())
+            self.set_budgets()
+            role.feed()
+            self.collect_eval()
+            if self.eval_job is None and session.monitor.eval_due(st.env_steps):
+                self.start_eval()
+            st.updates = self.current_updates()
+            session.tick(self.save)
+            if self.interrupted is not None:
+                return StopDecision("interrupted", f"received {self.interrupted}; stopped cleanly", False)
+            st.updates = self.current_updates()
+            decision = session.check()
+            if decision is not None and not decision.solved and self.eval_job is not None:
+                # A budget stop waits for the running evaluation: it may have solved the task.
+                self.collect_eval(wait=True)
+                decision = session.check() or decision
+            if decision is not None and self.settled(decision):
+                return decision
+
+    def _quiesce(self) -> None:
+        """Stop producing work: actors idle, the worker stops training, in-flight batches finish."""
+        self.ctrl.env_budget = 0
+        self.accepting = False
+        self.role.quiesce()
+        deadline = time.monotonic() + 60.0
+        while self.role.busy() and time.monotonic() < deadline:
+            self.pump(0.05)
+
+    def _final_save(self) -> Path:
+        self._quiesce()
+        return self.save()
+
+    def _fail(self, stop: HostStop) -> None:
+        """Write what can be saved before the error propagates (nothing if the run never progressed,
+        so a failed start cannot overwrite the checkpoint it was resuming from)."""
+        log.error("%s", stop.error)
+        self.session.state.updates = self.current_updates()
+        if not self.session.progressed():
+            return
+        try:
+            self.ctrl.env_budget = 0
+            if stop.trainer_blob is not None:
+                self.save(load_blob(stop.trainer_blob)["trainer"])
+            elif not isinstance(stop.error, LearnerError) and self.learner_proc is not None \
+                    and self.learner_proc.is_alive():
+                self._quiesce()
+                self.save()  # the learner's own state (and the worker's replay if asked)
+            else:
+                # The learner died without a word: keep the weights the actors last received.
+                self.sync_host_trainer()
+                self.save(self.trainer.state_dict())
+        except Exception as exc:  # noqa: BLE001 - the original error matters more
+            log.error("could not write a checkpoint after the failure: %s", exc)
+
+    # -- shutdown ------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop every child (politely, then by force) and unlink every segment. Idempotent."""
+        try:
+            if self.arena is not None and self.ctrl is not None:
+                self.ctrl.request_stop()
+            # pid is None for a process whose start() failed (e.g. a script without the
+            # ``if __name__ == "__main__":`` guard): there is nothing to join, and joining would
+            # hide the original error behind an AssertionError.
+            procs = [p for p in [self.learner_proc, *self.actor_procs] if p is not None and p.pid is not None]
+            if self.learner_proc is not None and self.learner_proc.is_alive():
+                try:
+                    self.inbox.put_nowait(Stop())
+                except (queue.Full, OSError, ValueError):
+                    pass
+            deadline = time.monotonic() + JOIN_TIMEOUT_S
+            for p in procs:
+                p.join(max(0.0, deadline - time.monotonic()))
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+                    p.join(2.0)
+                if p.is_alive():
+                    p.kill()
+                    p.join(2.0)
+            for p in procs:
+                try:
+                    p.close()
+                except ValueError:
+                    pass
+            self.learner_proc = None
+            self.actor_procs = []
+            for q in [self.inbox, self.outbox, *self.dcqs]:
+                if q is not None:
+                    q.close()
+        finally:
+            try:
+                if self.eval_job is not None:
+                    self.eval_job.cancel()
+                self.eval_pool.shutdown(wait=True)  # an evaluation in progress ends before its envs close
+                self.session.close()
+            finally:
+                if self.arena is not None:
+                    self.arena.close()
+                    self.arena = None

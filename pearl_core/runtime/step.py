@@ -1,0 +1,140 @@
+"""The update schedule and the one learner step every runtime runs.
+
+* :class:`UpdateSchedule` — how many learner updates a run owes after a number
+  of env steps (the replay ratio, SB3-style bursts or continuous).
+* :class:`LearnerStep` — the critical path of one update: **sample** a batch
+  from the replay manager, **train** the trainer on it, **apply** the
+  per-sample TD errors as priorities. The serial runtime and the setting-2
+  worker call all three in one process (``step()``); in setting 1 the host
+  samples into the learner's batch slot and applies the priorities, and the
+  learner process trains: the same three methods, split across the LAQ/LDQ.
+  TD errors are validated once, in :meth:`LearnerStep.train`; the update
+  counter is :attr:`LearnerStep.updates`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Mapping
+
+import numpy as np
+
+from pearl_core.replay.base import ReplayManager, SampledBatch, check_td_errors
+from pearl_core.runtime.config import RunConfig
+from pearl_core.trainer import Trainer, UpdateResult
+
+__all__ = ["LearnerStep", "UpdateSchedule", "learner_updates_due"]
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateSchedule:
+    """How many learner updates a run owes after a number of env steps.
+
+    Burst mode (serial runtime, SB3's ``train_freq``/``gradient_steps``): at every
+    multiple ``b`` of ``train_every`` with ``b > learning_starts`` a burst is due;
+    the total after ``T`` env steps is ``floor(K * train_every * ratio) -
+    floor(K0 * train_every * ratio)`` with ``K = T // train_every`` and ``K0 =
+    learning_starts // train_every`` (so fractional burst sizes add up exactly).
+
+    Continuous mode (parallel runtime): ``floor((T - learning_starts) * ratio)``
+    once ``T > learning_starts``.
+
+    ``base_updates``/``base_env_steps`` shift both (a resume whose replay was not
+    saved restarts ``learning_starts`` from ``base_env_steps``).
+    """
+
+    replay_ratio: float
+    train_every: int = 1
+    learning_starts: int = 0
+    continuous: bool = False
+    base_env_steps: int = 0
+    base_updates: int = 0
+
+    @classmethod
+    def from_config(cls, config: RunConfig, *, continuous: bool = False, base_env_steps: int = 0,
+                    base_updates: int = 0) -> "UpdateSchedule":
+        return cls(config.replay_ratio, config.train_every, config.learning_starts, continuous,
+                   base_env_steps, base_updates)
+
+    def target(self, env_steps: int) -> int:
+        """Total learner updates due once ``env_steps`` env steps have been taken."""
+        t = int(env_steps) - self.base_env_steps
+        start = self.learning_starts
+        if t <= start:
+            return self.base_updates
+        if self.continuous:
+            return self.base_updates + math.floor((t - start) * self.replay_ratio + 1e-9)
+        k, k0 = t // self.train_every, start // self.train_every
+        if k <= k0:
+            return self.base_updates
+        per = self.train_every * self.replay_ratio
+        return self.base_updates + math.floor(k * per + 1e-9) - math.floor(k0 * per + 1e-9)
+
+    def due(self, env_steps: int, updates_done: int) -> int:
+        """Updates to run now: ``max(0, target(env_steps) - updates_done)``."""
+        return max(0, self.target(env_steps) - int(updates_done))
+
+
+def learner_updates_due(env_steps: int, updates_done: int, config: RunConfig, *, continuous: bool = False) -> int:
+    """Learner updates owed after ``env_steps`` steps with ``updates_done`` done (see :class:`UpdateSchedule`)."""
+    return UpdateSchedule.from_config(config, continuous=continuous).due(env_steps, updates_done)
+
+
+class LearnerStep:
+    """One learner update, sample -> train -> priorities, over a trainer and a replay manager.
+
+    Either side may be absent where the step is split across processes (setting
+    1): the host holds the replay side (``trainer=None``), the learner process the
+    training side (``replay=None``).
+
+    Args:
+        trainer: the learner's trainer (``update_policy``), or ``None``.
+        replay: the replay manager, or ``None``.
+        batch_size: rows per sampled batch.
+        updates: updates already done (a resumed run continues the count).
+
+    Attributes:
+        updates: completed updates (counted by :meth:`apply`).
+        learner_s: seconds spent in ``update_policy`` (counted by :meth:`train`).
+        last: the latest :class:`~pearl_core.trainer.UpdateResult`, if any.
+    """
+
+    def __init__(self, trainer: Trainer | None, replay: ReplayManager | None, batch_size: int, *,
+                 updates: int = 0):
+        self.trainer = trainer
+        self.replay = replay
+        self.batch_size = int(batch_size)
+        self.updates = int(updates)
+        self.learner_s = 0.0
+        self.last: UpdateResult | None = None
+        self._keeps = replay is not None and replay.keeps_priorities
+
+    def sample(self, out: Mapping[str, np.ndarray] | None = None) -> SampledBatch:
+        """Draw the next batch (into ``out``, e.g. the learner's batch slot, if given)."""
+        return self.replay.sample(self.batch_size, out)
+
+    def train(self, batch, weights: np.ndarray) -> np.ndarray:
+        """``update_policy(batch, weights)``; returns its TD errors, validated (the only check).
+
+        Raises:
+            InvalidValueError: the TD errors are not one finite value per row.
+        """
+        t = time.perf_counter()
+        result = self.trainer.update_policy(batch, weights)
+        self.learner_s += time.perf_counter() - t
+        self.last = result
+        return check_td_errors(result.td_errors, self.batch_size, "Trainer.update_policy")
+
+    def apply(self, indices: np.ndarray, td: np.ndarray) -> None:
+        """Turn the validated TD errors of the sampled ``indices`` into priorities; one update done."""
+        if self._keeps:  # uniform replay keeps no priorities: nothing to store
+            self.replay.update_priorities(indices, td, checked=True)
+        self.updates += 1
+
+    def step(self) -> UpdateResult:
+        """The whole update in this process: sample, train, apply."""
+        sampled = self.sample()
+        self.apply(sampled.indices, self.train(sampled.batch, sampled.weights))
+        return self.last
