@@ -49,7 +49,7 @@ from pearl_core.runtime.checkpoint import Checkpoint
 from pearl_core.runtime.config import RunConfig, RuntimePlan
 from pearl_core.runtime.control import RunResult
 from pearl_core.runtime.host import Host
-from pearl_core.runtime.session import Runtime
+from pearl_core.runtime.session import Runtime, int_at_least
 
 __all__ = ["ActorError", "LearnerError", "ParallelRuntime", "WorkerError"]
 
@@ -89,9 +89,8 @@ class ParallelRuntime(Runtime):
                  actor_slack: int | None = None):
         super().__init__(config, plan, resume_from=resume_from, progress=progress, tensorboard=tensorboard,
                          plot=plot, metrics_every=metrics_every, display_every_s=display_every_s)
-        for name, value, low in (("max_restarts", max_restarts, 0), ("weight_check_every", weight_check_every, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise SpecError(f"ParallelRuntime: {name} = {value!r}; expected an int >= {low}.")
+        int_at_least("ParallelRuntime", "max_restarts", max_restarts, 0)
+        int_at_least("ParallelRuntime", "weight_check_every", weight_check_every, 1)
         if actor_slack is not None and (isinstance(actor_slack, bool) or not isinstance(actor_slack, int)
                                         or actor_slack < 1):
             raise SpecError(f"ParallelRuntime: actor_slack = {actor_slack!r}; expected None or an int >= 1.")

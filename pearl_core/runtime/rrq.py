@@ -16,7 +16,6 @@ from typing import Mapping, Protocol
 
 import numpy as np
 
-from pearl_core.replay.base import ReplayManager
 from pearl_core.replay.storage import transition_rows
 from pearl_core.runtime.config import RuntimePlan
 from pearl_core.runtime.step import LearnerStep
@@ -50,18 +49,17 @@ class InProcessRRQ:
 
     def __init__(self, step: LearnerStep):
         self.step = step
-        self.replay: ReplayManager = step.replay
 
     @property
     def size(self) -> int:
-        return self.replay.size
+        return self.step.replay.size
 
     @property
     def updates(self) -> int:
         return self.step.updates
 
     def insert(self, rows: Mapping[str, np.ndarray], n: int) -> None:
-        self.replay.add(*transition_rows(rows, n))
+        self.step.replay.add(*transition_rows(rows, n))
 
     def sample_into(self, out: Mapping[str, np.ndarray]) -> np.ndarray:
         return self.step.sample(out).indices

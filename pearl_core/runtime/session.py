@@ -45,13 +45,14 @@ from pearl_core.runtime.control import (
 )
 from pearl_core.runtime.step import UpdateSchedule
 
-__all__ = ["DISPLAY_EVERY_S", "RunSession", "Runtime"]
+__all__ = ["DISPLAY_EVERY_S", "RunSession", "Runtime", "int_at_least"]
 
 #: Seconds between refreshes of the live progress display.
 DISPLAY_EVERY_S = 0.25
 
 
-def _int_at_least(owner: str, name: str, value: Any, low: int) -> None:
+def int_at_least(owner: str, name: str, value: Any, low: int) -> None:
+    """Raise :class:`SpecError` unless ``value`` is an int (not a bool) ``>= low``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise SpecError(f"{owner}: {name} = {value!r}; expected an int >= {low}.")
 
@@ -87,7 +88,7 @@ class Runtime:
         plan = RuntimePlan() if plan is None else plan
         if not isinstance(plan, RuntimePlan):
             raise SpecError(f"{me} needs a RuntimePlan; found {type(plan).__name__}.")
-        _int_at_least(me, "metrics_every", metrics_every, 1)
+        int_at_least(me, "metrics_every", metrics_every, 1)
         self.config = config
         self.plan = plan
         self.checkpoint = load_checkpoint(resume_from) if isinstance(resume_from, (str, os.PathLike)) else resume_from
