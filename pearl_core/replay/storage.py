@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+from collections import abc
 from typing import Mapping
 
 import numpy as np
@@ -64,15 +65,20 @@ class Batch:
 TRANSITION_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Batch))
 
 
-def _get(src, name: str) -> np.ndarray:
-    return src[name] if isinstance(src, Mapping) else getattr(src, name)
+def _getter(src):
+    """``name -> array`` for a mapping (by key) or an object with the fields as attributes (a :class:`Batch`).
+
+    Decided once per call of the helpers below: they run once per actor step.
+    """
+    return src.__getitem__ if isinstance(src, abc.Mapping) else src.__getattribute__
 
 
 def transition_rows(src, n: int | None = None) -> tuple[np.ndarray, ...]:
     """The transition fields of ``src`` (a mapping or a :class:`Batch`), first ``n`` rows, in add order."""
+    get = _getter(src)
     if n is None:
-        return tuple(_get(src, name) for name in TRANSITION_FIELDS)
-    return tuple(_get(src, name)[:n] for name in TRANSITION_FIELDS)
+        return tuple(get(name) for name in TRANSITION_FIELDS)
+    return tuple(get(name)[:n] for name in TRANSITION_FIELDS)
 
 
 def copy_rows(dst, src, *, dst_start: int = 0, src_start: int = 0, n: int | None = None) -> None:
@@ -81,11 +87,12 @@ def copy_rows(dst, src, *, dst_start: int = 0, src_start: int = 0, n: int | None
     ``dst[f][dst_start:dst_start + n] = src[f][src_start:src_start + n]`` for each field ``f``;
     ``n`` defaults to all of ``src`` from ``src_start``. numpy casts as assignment does.
     """
+    get_dst, get_src = _getter(dst), _getter(src)
     if n is None:
-        n = _get(src, "reward").shape[0] - src_start
+        n = get_src("reward").shape[0] - src_start
     d, s = slice(dst_start, dst_start + n), slice(src_start, src_start + n)
     for name in TRANSITION_FIELDS:
-        _get(dst, name)[d] = _get(src, name)[s]
+        get_dst(name)[d] = get_src(name)[s]
 
 
 def _shape(value, what: str) -> tuple[int, ...]:
