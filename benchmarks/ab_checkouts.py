@@ -9,9 +9,13 @@ check that a refactor keeps learning results and throughput::
     .venv/bin/python benchmarks/ab_checkouts.py --a /tmp/before --b . --seeds 0 1 \\
         --jsonl /tmp/ab.jsonl --out benchmarks/results/ab_refactor.md
     .venv/bin/python benchmarks/ab_checkouts.py --a /tmp/before --b . --replay-ops   # replay_ops --quick, 3 rounds
+    .venv/bin/python benchmarks/ab_checkouts.py --a /tmp/before --b . --window 25000  # fixed window, 3 rounds
 
-The report gives, per contestant, the median env steps/s and solved-at of each
-checkout and their ratio (b / a).
+The e2e report gives, per contestant, the median env steps/s and solved-at of each
+checkout and their ratio (b / a). Runs that stop when solved differ in length (and
+in the share of evaluation and start-up in them) from run to run, so ``--window N``
+also measures each runtime over a fixed ``N`` env steps with no evaluation (e2e_dqn's
+DQN settings, seed 0), which compares throughput alone.
 """
 
 from __future__ import annotations
@@ -37,6 +41,50 @@ def run_e2e(root: Path, seed: int, contestant: str, budget: int) -> dict:
                "--contestants", contestant, "--budget", str(budget), "--jsonl", str(out)]
         subprocess.run(cmd, cwd=root, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return json.loads(out.read_text().splitlines()[-1])
+
+
+#: One fixed-window run, executed by each checkout's own interpreter (its own pearl_core).
+WINDOW_RUN = """
+import json, sys, tempfile
+from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
+from pearl_core.runtime.parallel import ParallelRuntime
+from pearl_core.runtime.serial import SerialRuntime
+runtime, kind, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+cfg = RunConfig(env_id="CartPole-v1", trainer="pearl_core.algorithms:DQN",
+                trainer_kwargs={"hidden_sizes": (256, 256), "lr": 2.3e-3, "gamma": 0.99, "target_update_every": 128,
+                                "eps_final": 0.04, "eps_decay_steps": 8000, "max_grad_norm": 10.0},
+                replay=ReplayConfig(kind=kind, capacity=100_000), batch_size=64, replay_ratio=0.5, train_every=256,
+                learning_starts=1000, seed=0, stop=StopCriteria(max_env_steps=steps), log_dir=tempfile.mkdtemp())
+kw = dict(progress=False, tensorboard=False, plot=False)
+if __name__ == "__main__":
+    rt = (SerialRuntime(cfg, RuntimePlan(), **kw) if runtime == "serial"
+          else ParallelRuntime(cfg, RuntimePlan(setting=int(runtime[-1])), **kw))
+    res = rt.run()
+    print(json.dumps({"env_steps_per_s": res.env_steps_per_s, "updates": res.updates}))
+"""
+WINDOW_CASES = [(r, k) for r in ("serial", "setting1", "setting2") for k in ("uniform", "prioritized")]
+
+
+def run_window(root: Path, runtime: str, kind: str, steps: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="pearl_ab_") as tmp:
+        script = Path(tmp) / "window.py"
+        script.write_text(WINDOW_RUN)
+        out = subprocess.run([str(root / ".venv/bin/python"), str(script), runtime, kind, str(steps)], cwd=tmp,
+                             check=True, capture_output=True, text=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+
+def window_report(rows: list[dict], steps: int) -> str:
+    lines = [f"Fixed window: {steps:,} env steps, no evaluation, seed 0; env steps/s per round (a | b)", "",
+             "| runtime | replay | a | b | median a | median b | b/a |", "|---|---|---|---|---|---|---|"]
+    for runtime, kind in WINDOW_CASES:
+        a = [r["env_steps_per_s"] for r in rows if (r["runtime"], r["kind"], r["side"]) == (runtime, kind, "a")]
+        b = [r["env_steps_per_s"] for r in rows if (r["runtime"], r["kind"], r["side"]) == (runtime, kind, "b")]
+        if a and b:
+            ma, mb = statistics.median(a), statistics.median(b)
+            lines.append(f"| {runtime} | {kind} | {', '.join(f'{v:,.0f}' for v in a)} | "
+                         f"{', '.join(f'{v:,.0f}' for v in b)} | {ma:,.0f} | {mb:,.0f} | {mb / ma:.3f} |")
+    return "\n".join(lines) + "\n"
 
 
 def run_replay_ops(root: Path) -> str:
@@ -75,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--contestants", default=",".join(PEARL))
     p.add_argument("--budget", type=int, default=100_000)
     p.add_argument("--replay-ops", action="store_true", help="compare replay_ops.py --quick instead (3 rounds)")
+    p.add_argument("--window", type=int, default=None, metavar="STEPS",
+                   help="compare throughput over a fixed window of env steps instead (3 rounds)")
     p.add_argument("--jsonl", type=Path, default=None)
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
@@ -83,6 +133,17 @@ def main(argv: list[str] | None = None) -> int:
         for rnd in range(3):
             for side in (("a", "b") if rnd % 2 == 0 else ("b", "a")):
                 print(f"## round {rnd + 1}, {side} = {sides[side]}\n\n{run_replay_ops(sides[side])}", flush=True)
+        return 0
+    if args.window is not None:
+        rows = []
+        for rnd in range(3):
+            for runtime, kind in WINDOW_CASES:
+                for side in (("a", "b") if rnd % 2 == 0 else ("b", "a")):
+                    r = {"side": side, "runtime": runtime, "kind": kind, **run_window(sides[side], runtime, kind,
+                                                                                       args.window)}
+                    rows.append(r)
+                    print(json.dumps(r), file=sys.stderr, flush=True)
+        print(window_report(rows, args.window))
         return 0
     started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     rows: list[dict] = []

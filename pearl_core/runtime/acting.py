@@ -21,7 +21,7 @@ import numpy as np
 from pearl_core.envs import make_env
 from pearl_core.errors import SpecError
 from pearl_core.replay.base import ReplayManager
-from pearl_core.replay.storage import TRANSITION_FIELDS, StorageSpec, copy_rows, transition_rows
+from pearl_core.replay.storage import StorageSpec, transition_rows
 from pearl_core.runtime.config import RunConfig
 from pearl_core.trainer import Trainer
 
@@ -159,7 +159,8 @@ class InsertBuffer:
         if size < 1:
             raise SpecError(f"InsertBuffer size must be >= 1; found {size}.")
         self.size = int(size)
-        self._rows = {name: np.empty((size, *shape), dtype) for name, (shape, dtype) in spec.fields().items()}
+        # one staging array per transition field, in add() order (the schema's)
+        self._cols = tuple(np.empty((size, *shape), dtype) for shape, dtype in spec.fields().values())
         self._n = 0
 
     def __len__(self) -> int:
@@ -167,12 +168,14 @@ class InsertBuffer:
 
     def push(self, replay: ReplayManager, obs, action, reward, next_obs, done) -> None:
         """Stage ``k`` rows; whenever the buffer fills it is flushed into ``replay``."""
-        src = dict(zip(TRANSITION_FIELDS, (obs, action, reward, next_obs, done)))
+        given = (obs, action, reward, next_obs, done)
         k = len(reward)
         start = 0
         while start < k:
             take = min(self.size - self._n, k - start)
-            copy_rows(self._rows, src, dst_start=self._n, src_start=start, n=take)
+            sl, dst = slice(start, start + take), slice(self._n, self._n + take)
+            for col, values in zip(self._cols, given):
+                col[dst] = values[sl]
             self._n += take
             start += take
             if self._n == self.size:
@@ -182,7 +185,7 @@ class InsertBuffer:
         """Add the staged rows to ``replay``; returns how many."""
         n = self._n
         if n:
-            replay.add(*transition_rows(self._rows, n))
+            replay.add(*(col[:n] for col in self._cols))
             self._n = 0
         return n
 
