@@ -109,12 +109,12 @@ class _Worker:
                                      device=None if spec.plan.learner_device == "cpu" else spec.plan.learner_device)
         if spec.trainer_state is not None:
             self.trainer.load_state_dict(load_blob(spec.trainer_state))
-        self.trained = self.ctrl.updates  # updates this learner has trained (publication cadence)
         self.sync_every = spec.config.weight_sync_every
         self.replay = None  # setting 2: the worker's replay manager
 
     def make_step(self, replay) -> LearnerStep:
-        return LearnerStep(self.trainer, replay, self.spec.config.batch_size, updates=self.trained)
+        """The learner step of this process; its ``updates`` continue the run's count."""
+        return LearnerStep(self.trainer, replay, self.spec.config.batch_size, updates=self.ctrl.updates)
 
     def gone(self) -> bool:
         return self.host.gone()
@@ -124,15 +124,16 @@ class _Worker:
         if not put_while(self.spec.outbox, msg, lambda: not (self.gone() or self.ctrl.stop)):
             raise SystemExit(0)
 
-    def trained_one(self) -> None:
-        self.trained += 1
-        self.ctrl.updates = self.trained
-        if self.trained % self.sync_every == 0:
+    def updated(self) -> None:
+        """One more update done (``step.updates``): tell the host, publish the weights when due."""
+        done = self.step.updates
+        self.ctrl.updates = done
+        if done % self.sync_every == 0:
             self.weights.publish(self.trainer.get_weights())
 
     def state_blob(self, with_replay: bool = False) -> bytes:
         replay = replay_state(self.replay) if with_replay and self.replay is not None else None
-        return dump_blob({"trainer": self.trainer.state_dict(), "replay": replay, "updates": self.trained})
+        return dump_blob({"trainer": self.trainer.state_dict(), "replay": replay, "updates": self.step.updates})
 
     def fail(self) -> None:
         tb = traceback.format_exc()
@@ -196,8 +197,8 @@ class _Learner(_Worker):
                 seq = msg.seq
                 slot = self.slots[seq % n]
                 slot["td"][:] = step.train(self.batches[seq % n], slot["weights"])
-                self.trained_one()
-                metrics = dict(step.last.metrics) if self.trained % every == 0 else None
+                self.updated()
+                metrics = dict(step.last.metrics) if step.updates % every == 0 else None
                 self.send(Trained(seq, metrics, step.learner_s))
             elif kind is StateRequest:
                 self.send(StateReply(self.state_blob()))
@@ -254,9 +255,9 @@ class _Colocated(_Worker):
                     return
                 continue
             step.step()
-            self.trained_one()
-            if self.trained % every == 0:
-                self.send(Progress(self.trained, dict(step.last.metrics), step.learner_s))
+            self.updated()
+            if step.updates % every == 0:
+                self.send(Progress(step.updates, dict(step.last.metrics), step.learner_s))
 
 
 def run_colocated(spec: LearnerSpec) -> None:

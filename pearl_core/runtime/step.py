@@ -96,7 +96,9 @@ class LearnerStep:
         updates: updates already done (a resumed run continues the count).
 
     Attributes:
-        updates: completed updates (counted by :meth:`apply`).
+        updates: completed updates on this side: counted by :meth:`apply` where the
+            replay side is here, else by :meth:`train` (setting 1's learner process,
+            whose count sets the weight-publication cadence).
         learner_s: seconds spent in ``update_policy`` (counted by :meth:`train`).
         last: the latest :class:`~pearl_core.trainer.UpdateResult`, if any.
     """
@@ -125,7 +127,10 @@ class LearnerStep:
         result = self.trainer.update_policy(batch, weights)
         self.learner_s += time.perf_counter() - t
         self.last = result
-        return check_td_errors(result.td_errors, self.batch_size, "Trainer.update_policy")
+        td = check_td_errors(result.td_errors, self.batch_size, "Trainer.update_policy")
+        if self.replay is None:  # the training half alone: its update is done here
+            self.updates += 1
+        return td
 
     def apply(self, indices: np.ndarray, td: np.ndarray) -> None:
         """Turn the validated TD errors of the sampled ``indices`` into priorities; one update done."""
