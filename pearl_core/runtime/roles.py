@@ -22,6 +22,8 @@ import collections
 import queue
 from typing import Any, Callable, Mapping
 
+import numpy as np
+
 from pearl_core.errors import PearlError
 from pearl_core.runtime.checkpoint import dump_blob
 from pearl_core.runtime.learner import run_colocated, run_learner
@@ -36,8 +38,6 @@ __all__ = ["Colocated", "HostRole", "ThroughHost", "batch_fields"]
 
 def batch_fields(spec) -> dict[str, tuple[tuple[int, ...], Any]]:
     """Per-row fields of a learner batch slot: the transition fields, the IS weight and the TD error."""
-    import numpy as np
-
     return {**spec.fields(), "weights": ((), np.float32), "td": ((), np.float64)}
 
 
