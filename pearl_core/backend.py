@@ -2,8 +2,25 @@
 
 A backend describes one kind of device (``cpu``, ``cuda``, ``fpga`` or any kind a
 third party adds). The core asks it whether it can run here, which devices it
-sees, and for kernels: the sum tree and, optionally, native learner steps.
-Backends report; the composer decides where each primitive runs.
+sees, and for every primitive the composer may place on such a device:
+
+========================  ==========================================  =====================================
+primitive                 method                                      when it returns ``None`` / not defined
+========================  ==========================================  =====================================
+replay manager            :meth:`Backend.make_sum_tree` (required)    --
+learner                   :meth:`Backend.device_trainer` (a device    the trainer's own torch code on
+                          trainer for an algorithm), or               :attr:`Backend.torch_device_type`, with
+                          :meth:`Backend.learner_kernel` (a native    the backend's learner kernels; without
+                          step the trainer calls)                     either, a learner here is refused
+Data Storage              :meth:`Backend.make_storage`                host memory on a ``cpu`` device;
+                                                                      refused on any other kind
+queue transports (LAQ,    :meth:`Backend.make_transport`              shared-memory pipe queues
+LDQ) to a learner here                                                (:class:`~pearl_core.runtime.queues.PipeQueue`)
+========================  ==========================================  =====================================
+
+Backends report; the composer decides where each primitive runs, checks that
+every placement can be executed here (:mod:`pearl_core.placement`), and the
+runtime asks the backend that owns the plan's device — never one by name.
 
 A backend may also be a cost model for its kind: the composer calls
 ``analytic_cells`` and ``profile_cells`` on backends that define them (the
@@ -23,9 +40,12 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from pearl_core.sumtree import SumTree
+
+if TYPE_CHECKING:
+    from pearl_core.replay.storage import DataStorage, StorageSpec
 
 
 @dataclass(frozen=True)
@@ -70,7 +90,13 @@ class Backend(abc.ABC):
         name: registry key used by :func:`pearl_core.plugins.get_backend`.
         device_kind: kind of device it drives (``"cpu"``, ``"cuda"``, ``"fpga"``, ...).
         max_fanout: largest sum-tree fanout supported, or ``None`` for any ``>= 2``.
-            The conformance kit only tests fanouts the backend declares.
+            The conformance kit only tests fanouts the backend declares, and the
+            composer does not place a replay manager with a larger fanout here.
+        torch_device_type: the torch device type of this kind's devices
+            (``"cpu"``, ``"cuda"``), or ``None`` when torch cannot run on them.
+            A learner placed on ``<kind>:<i>`` without a :meth:`device_trainer`
+            keeps its torch networks on ``"<torch_device_type>:<i>"`` (``"cpu"``
+            when ``None``; it must then use one of this backend's learner kernels).
 
     Instantiation must be cheap and must not touch a device; device libraries are
     imported in :meth:`availability` or later.
@@ -83,6 +109,7 @@ class Backend(abc.ABC):
     name: ClassVar[str]
     device_kind: ClassVar[str]
     max_fanout: ClassVar[int | None] = None
+    torch_device_type: ClassVar[str | None] = None
 
     @abc.abstractmethod
     def availability(self) -> Availability:
@@ -122,6 +149,79 @@ class Backend(abc.ABC):
         Must be cheap and must not raise for an unknown name (return ``None``).
         """
         return None
+
+    def device_trainer(self, trainer_cls: type, device: str,
+                       config: Mapping[str, Any]) -> Callable[..., Any] | None:
+        """A trainer class that runs ``trainer_cls``'s algorithm on ``device``, or ``None``.
+
+        Optional: the default returns ``None`` (the trainer runs its own code,
+        see :attr:`torch_device_type` and :meth:`learner_kernel`). Return a
+        :class:`~pearl_core.trainer.Trainer` subclass, or
+        ``functools.partial(TrainerSubclass, **device_settings)`` to bind the
+        plan's device settings. The runtime
+        calls ``factory(observation_space, action_space, **kwargs)`` with the
+        run's trainer keyword arguments (and ``seed``/``total_env_steps`` when the
+        trainer class takes them), in the learner's process; the result must be
+        a :class:`~pearl_core.trainer.Trainer` whose weights match
+        ``trainer_cls``'s (actors run ``trainer_cls`` on the host).
+
+        Args:
+            trainer_cls: the run's trainer class, e.g. :class:`pearl_core.algorithms.DQN`.
+                Offer a device trainer only for classes whose algorithm it
+                implements exactly (a user's subclass that overrides the update
+                is not DQN any more).
+            device: the plan's device string, e.g. ``"fpga:0"``.
+            config: the plan's configuration of this device for the learner
+                (the composer's matrix-row ``config``, e.g. ``{"learner_dp": 2,
+                "learner_uf": "4,4,2"}``) and ``"setting"`` (1 or 2, the protocol
+                setting); only ``"setting"`` for a hand-written plan.
+
+        Must be cheap, must not touch a device, and must not raise for a class
+        it does not support (return ``None``).
+        """
+        return None
+
+    def make_storage(self, spec: "StorageSpec", capacity: int, device: str,
+                     **options: Any) -> "DataStorage | None":
+        """A Data Storage resident on ``device``, or ``None`` when this backend has none.
+
+        Optional: the default returns ``None``. A ``cpu`` device then gets the
+        core's host-memory :class:`~pearl_core.replay.storage.DataStorage`; on
+        any other kind the composer refuses the placement. The object returned
+        must behave as :class:`~pearl_core.replay.storage.DataStorage` (subclass
+        it and override ``_store``/``_take``/``field``; the storage conformance
+        checks in :mod:`pearl_core.testing` hold it to that) and report its
+        device in ``.device``.
+        """
+        return None
+
+    def make_transport(self, role: str, maxsize: int, ctx: Any) -> Any | None:
+        """A bounded message queue for ``role`` between the host and a learner on this kind, or ``None``.
+
+        Optional: the default returns ``None`` (a shared-memory
+        :class:`~pearl_core.runtime.queues.PipeQueue`). ``role`` is ``"laq"``
+        (host -> learner) or ``"ldq"`` (learner -> host); ``ctx`` is the
+        multiprocessing context the run's processes are started with. The
+        queue must have :class:`~pearl_core.runtime.queues.PipeQueue`'s surface
+        (``put``/``get`` with ``block``/``timeout`` raising ``queue.Full`` /
+        ``queue.Empty``, ``put_nowait``, ``get_nowait``, ``poll(timeout)``,
+        ``reader`` (an object :func:`multiprocessing.connection.wait` accepts),
+        ``close_sender``, ``close_receiver``, ``close``), keep order, never drop
+        or duplicate a message, stay bounded by ``maxsize``, raise ``EOFError``
+        from ``get`` once the sender is gone and nothing is left, and pickle
+        into the worker process. :class:`pearl_core.testing.TransportConformance`
+        checks all of that.
+        """
+        return None
+
+    def settings(self) -> Mapping[str, Any]:
+        """Backend-side settings that change what its kernels measure (build flags, environment).
+
+        Optional: the default is empty. JSON values only; they are part of the
+        profile cache key, so a changed setting is measured again instead of
+        served from the cache.
+        """
+        return {}
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name!r} kind={self.device_kind!r}>"

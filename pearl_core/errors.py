@@ -102,3 +102,11 @@ class DeviceRuntimeError(PearlError, RuntimeError):
 
 class KernelUnavailableError(SpecError):
     """A trainer was told to use a native learner kernel that no installed backend provides."""
+
+
+class PlacementError(SpecError):
+    """A placement cannot be executed here: no installed backend runs that primitive on that device.
+
+    Raised before anything is written (by the composer, by :func:`~pearl_core.composer.api.RuntimeGen`
+    and by the runtime's constructors); the message names the primitive, the device, why, and the fix.
+    """

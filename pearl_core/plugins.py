@@ -199,19 +199,22 @@ class PluginRegistry:
         kinds = {getattr(cls, "device_kind", None) for cls, _ in self._classes.values()}
         return tuple(sorted(k for k in kinds if isinstance(k, str) and k))
 
-    def learner_kernel(self, device: str, name: str) -> Any | None:
+    def learner_kernel(self, device: str, name: str, backend: str | None = None) -> Any | None:
         """The learner kernel ``name`` of a backend that drives ``device``'s kind, or ``None``.
 
         The kind is ``device`` up to the first ``":"`` (``"cuda:0"`` -> ``"cuda"``).
-        Backends of that kind are asked in name order; unavailable ones are
-        skipped, and the first :meth:`~pearl_core.backend.Backend.learner_kernel`
-        that is not ``None`` wins. Never raises for a missing or broken backend:
-        a backend whose ``learner_kernel`` raises is logged and skipped.
+        With ``backend`` (the plan's choice for that kind) only that backend is
+        asked; otherwise the available backends of the kind, in name order, and
+        the first :meth:`~pearl_core.backend.Backend.learner_kernel` that is not
+        ``None`` wins. Never raises for a missing or broken backend: a backend
+        whose ``learner_kernel`` raises is logged and skipped.
         """
         kind = str(device).split(":", 1)[0]
         for bname in self.backend_names():
             cls, plugin = self._classes[bname]
             if getattr(cls, "device_kind", None) != kind or not self._availability(bname)[0].available:
+                continue
+            if backend is not None and bname != backend:
                 continue
             try:
                 kernel = self._instance(bname).learner_kernel(name)
@@ -263,21 +266,21 @@ class PluginRegistry:
                 original error when there is one.
         """
         if name not in self._classes:
-            failed = self._records.get(name)
             usable = self._usable_names()
-            if failed is not None and failed.error is not None:
+            failed = self._failed_plugin_for(name)
+            if failed is not None:
                 dist = failed.distribution or failed.target
                 raise BackendUnavailableError(
-                    f"backend {name!r} is not available: {dist} failed to load "
-                    f"({_describe(failed.error)}). Available: {usable}.",
+                    f"backend {name!r} is not available: plugin {failed.name!r} ({dist}) failed to load "
+                    f"({_describe(failed.error)}). Available: {usable}. Fix: repair or reinstall {dist} "
+                    "(`pearl plugins` shows the traceback).",
                     backend=name,
                     cause=failed.error,
                 ) from failed.error
-            broken = [r.name for r in self.plugins() if r.error is not None]
-            hint = f" Plugins that failed to load: {broken} (see `pearl plugins`)." if broken else ""
             raise BackendUnavailableError(
-                f"no backend named {name!r} is registered. Available: {usable}.{hint} "
-                "Fix: install the plugin that provides it (e.g. `pip install pearl-cpu`).",
+                f"no backend named {name!r} is registered. Available: {usable}. Fix: install the plugin "
+                f"that provides backend {name!r} (PEARL's own are pearl-cpu, pearl-cuda and pearl-fpga), or "
+                "correct the name.",
                 backend=name,
             )
         try:
@@ -294,6 +297,25 @@ class PluginRegistry:
                 cause=err,
             )
         return backend
+
+    def _failed_plugin_for(self, name: str) -> PluginRecord | None:
+        """The failed plugin that most likely provides backend ``name``: one whose entry-point,
+        distribution or module name contains it, else the only failed plugin, else ``None``."""
+        failed = [r for r in self.plugins() if r.error is not None]
+        key = name.lower().replace("-", "_")
+
+        def names(r: PluginRecord) -> list[str]:
+            return [str(x).lower().replace("-", "_") for x in (r.name, r.distribution, r.target.split(":")[0]) if x]
+
+        matching = [r for r in failed if any(key == n or key in n.split(".")[0].split("_") for n in names(r))]
+        if len(matching) == 1:
+            return matching[0]
+        return failed[0] if len(failed) == 1 else None
+
+    def backends_for_kind(self, kind: str, *, available_only: bool = True) -> list[str]:
+        """Names of the backends whose ``device_kind`` is ``kind`` (available here, by default), sorted."""
+        return [n for n in self.backend_names() if getattr(self._classes[n][0], "device_kind", None) == kind
+                and (not available_only or self._availability(n)[0].available)]
 
     def _usable_names(self) -> list[str]:
         return [n for n in self.backend_names() if self._availability(n)[0].available]
@@ -337,16 +359,19 @@ class KernelLookup:
     Attributes:
         device: the device the kernels are for, e.g. ``"cpu"`` or ``"cuda:0"``.
         registry: the registry asked; ``None`` means :func:`default_registry`.
+        backend: ask only this backend (the plan's choice for the device's kind); ``None``: any of the kind.
     """
 
     device: str
     registry: PluginRegistry | None = field(default=None, compare=False, repr=False)
+    backend: str | None = None
 
     def __call__(self, name: str) -> Any | None:
-        return (self.registry or default_registry()).learner_kernel(self.device, name)
+        return (self.registry or default_registry()).learner_kernel(self.device, name, self.backend)
 
 
-def kernel_lookup(device: str, registry: PluginRegistry | None = None) -> Callable[[str], Any | None]:
+def kernel_lookup(device: str, registry: PluginRegistry | None = None,
+                  backend: str | None = None) -> Callable[[str], Any | None]:
     """A function ``name -> learner kernel factory or None`` for ``device`` (``"cpu"``, ``"cuda:0"``).
 
     Pass it to a trainer that accepts ``learner_kernels`` (the built-in
@@ -354,9 +379,9 @@ def kernel_lookup(device: str, registry: PluginRegistry | None = None) -> Callab
     ``DQN(obs_space, act_space, learner_kernels=kernel_lookup("cpu"))``; the
     runtime does this for the plan's learner device. The lookup returns ``None``
     when no available backend of the device's kind offers the kernel; it never
-    raises for a missing backend.
+    raises for a missing backend. ``backend`` restricts it to that backend (the plan's choice).
     """
     if not isinstance(device, str) or not device:
         raise InvalidValueError(f"kernel_lookup: device = {device!r} is invalid; expected a device string "
                                 "such as 'cpu' or 'cuda:0'.")
-    return KernelLookup(device, registry)
+    return KernelLookup(device, registry, backend)

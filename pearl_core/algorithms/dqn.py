@@ -101,6 +101,9 @@ class DQN(CountedTrainer):
 
     action_kind = "discrete"
     acting_net = "q_net"
+    #: Learner kernels this trainer can run (:meth:`pearl_core.backend.Backend.learner_kernel`): a
+    #: backend whose device runs no torch can still host the learner if it offers one of them.
+    learner_kernel_names = ("dqn_mlp",)
 
     def __init__(
         self,

@@ -306,11 +306,22 @@ class DataStorage:
         self._spec = spec
         self._capacity = capacity
         self._layout = spec.fields()
-        self._arrays = {
-            name: np.zeros((capacity, *shape), dtype=dtype) for name, (shape, dtype) in self._layout.items()
-        }
+        self._arrays = self._allocate()
         self._cursor = 0
         self._size = 0
+
+    #: Where the rows live: ``"cpu"`` (host memory) here; a device-resident subclass names its device.
+    device: str = "cpu"
+
+    # -- what a device-resident subclass overrides (a backend's make_storage) -------------------
+    def _allocate(self) -> dict[str, np.ndarray]:
+        """Allocate the ``capacity`` rows of every field (host arrays here); called once by ``__init__``."""
+        return {name: np.zeros((self._capacity, *shape), dtype=dtype) for name, (shape, dtype) in self._layout.items()}
+
+    def _store(self, slots: np.ndarray, rows: Mapping[str, np.ndarray]) -> None:
+        """Write validated rows (stored dtypes, one per slot) into ``slots`` of every field."""
+        for name, values in rows.items():
+            self._arrays[name][slots] = values
 
     @property
     def spec(self) -> StorageSpec:
@@ -340,6 +351,8 @@ class DataStorage:
 
     def field(self, name: str) -> np.ndarray:
         """Return a read-only view of one whole field array (all ``capacity`` rows).
+
+        A device-resident storage returns a host copy instead (it reads the device).
 
         Args:
             name: one of ``"obs"``, ``"action"``, ``"reward"``, ``"next_obs"``, ``"done"``.
@@ -390,8 +403,7 @@ class DataStorage:
         kept = min(n, self._capacity)
         first = n - kept
         slots = (self._cursor + np.arange(first, n, dtype=np.int64)) % self._capacity
-        for name, values in rows.items():
-            self._arrays[name][slots] = values[first:]
+        self._store(slots, {name: values[first:] for name, values in rows.items()})
         self._cursor = (self._cursor + n) % self._capacity
         self._size = min(self._size + n, self._capacity)
         return slots

@@ -201,10 +201,21 @@ class RunConfig(_Serialisable):
 class RuntimePlan(_Serialisable):
     """Where each primitive runs and how the runtime is wired.
 
+    Every device is a device string (``"cpu"``, ``"cuda:0"``, ``"fpga:0"``); the
+    runtime asks the backend that owns it (:mod:`pearl_core.placement`).
+
     Attributes:
         rm_backend: backend name of the replay manager's sum tree (``"cpu"``, ...).
-        learner_device: torch device string of the learner (``"cpu"``, ``"cuda:0"``).
+        learner_device: device of the learner (``"cpu"``, ``"cuda:0"``, ``"fpga:0"``).
         storage_device: where the Data Storage lives (``"cpu"`` = host memory).
+        rm_device: device of the replay manager; ``None`` (default) means
+            ``"cpu"`` for ``rm_backend="cpu"`` and ``"<rm_backend>:0"`` otherwise.
+        backends: backend name per device kind, when the plan chose one
+            (``{"fpga": "fpga"}``); kinds not named use their one available backend.
+        device_config: the plan's configuration of the devices, per primitive:
+            ``{"rm": {...}, "learner": {...}, "storage": {...}}`` (the composer's
+            matrix-row ``config``, e.g. an FPGA's ``learner_dp``/``learner_uf``); the
+            learner's reaches :meth:`~pearl_core.backend.Backend.device_trainer`.
         setting: a :class:`Setting` (an int given here is converted):
             ``THROUGH_HOST`` (1) = RM and learner talk through the host (RRQ/LAQ/LDQ
             queues); ``COLOCATED`` (2) = RM, DS and learner in one worker, the host
@@ -230,9 +241,31 @@ class RuntimePlan(_Serialisable):
     insert_batch: int = 32
     max_in_flight: int = 1
     queue_size: int = 8
+    rm_device: str | None = None
+    backends: Mapping[str, str] = field(default_factory=dict)
+    device_config: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self):
         o = "RuntimePlan"
+        for name in ("rm_backend", "learner_device", "storage_device"):
+            v = getattr(self, name)
+            _require(isinstance(v, str) and v != "", o, name, v, "a backend name or device string such as 'cpu'")
+        if self.rm_device is None:
+            object.__setattr__(self, "rm_device", "cpu" if self.rm_backend == "cpu" else f"{self.rm_backend}:0")
+        _require(isinstance(self.rm_device, str) and self.rm_device != "", o, "rm_device", self.rm_device,
+                 "None or a device string such as 'fpga:0'")
+        _require(isinstance(self.backends, Mapping) and all(isinstance(k, str) and isinstance(v, str)
+                                                             for k, v in self.backends.items()),
+                 o, "backends", self.backends, "a mapping device kind -> backend name")
+        _require(isinstance(self.device_config, Mapping) and set(self.device_config) <= {"rm", "learner", "storage"}
+                 and all(isinstance(v, Mapping) for v in self.device_config.values()), o, "device_config",
+                 self.device_config, "a mapping with keys among 'rm', 'learner', 'storage' of config mappings")
+        try:
+            json.dumps({k: dict(v) for k, v in self.device_config.items()})
+        except (TypeError, ValueError) as exc:
+            raise SpecError(f"RuntimePlan.device_config must hold JSON values only; {exc}.") from exc
+        object.__setattr__(self, "backends", dict(self.backends))
+        object.__setattr__(self, "device_config", {k: dict(v) for k, v in self.device_config.items()})
         _require(not isinstance(self.setting, bool) and self.setting in (1, 2), o, "setting", self.setting,
                  "1 (Setting.THROUGH_HOST) or 2 (Setting.COLOCATED)")
         object.__setattr__(self, "setting", Setting(self.setting))
@@ -241,6 +274,17 @@ class RuntimePlan(_Serialisable):
             _require(isinstance(v, int) and v >= 1, o, name, v, "an int >= 1")
         _require(isinstance(self.max_in_flight, int) and self.max_in_flight >= 0, o, "max_in_flight",
                  self.max_in_flight, "an int >= 0")
-        _require(self.setting == 1 or self.rm_backend == self.learner_device.split(":")[0], o, "setting",
-                 self.setting, f"setting 2 only when RM and learner share a device (rm_backend={self.rm_backend!r}, "
+        _require(self.setting == 1 or _same_device(self.rm_device, self.learner_device), o, "setting",
+                 self.setting, f"setting 2 only when RM and learner share a device (rm_device={self.rm_device!r}, "
                  f"learner_device={self.learner_device!r}); fix: use setting=1")
+
+    def learner_config(self) -> dict[str, Any]:
+        """What :meth:`~pearl_core.backend.Backend.device_trainer` gets: the learner device's config and the setting."""
+        return {**self.device_config.get("learner", {}), "setting": int(self.setting)}
+
+
+def _same_device(a: str, b: str) -> bool:
+    def norm(d: str) -> str:
+        return d if ":" in d else f"{d}:0"
+
+    return norm(a) == norm(b)

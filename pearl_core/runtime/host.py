@@ -39,6 +39,7 @@ from typing import Any
 
 from pearl_core.envs import env_spaces
 from pearl_core.errors import ActorError, LearnerError, WorkerError
+from pearl_core.placement import learner_route, make_queue
 from pearl_core.replay.storage import StorageSpec
 from pearl_core.runtime.actors import ActorSpec, experience_fields, run_actor
 from pearl_core.runtime.checkpoint import dump_blob, load_blob
@@ -108,8 +109,10 @@ class Host:
         st = session.state
         # Everything that can reject the config happens before anything is written to log_dir.
         spaces = env_spaces(cfg.env_id)
-        # Checked here, before any worker starts: a broken trainer fails fast with a clear message.
+        # Checked here, before any worker starts: a broken trainer, or a learner placement no backend
+        # can run, fails fast with a clear message. The host's copy (evaluation, checks) is on the CPU.
         self.trainer = build_trainer(cfg, *spaces)
+        learner_route(type(self.trainer), plan.learner_device, plan.learner_config(), backends=plan.backends)
         self.spec = StorageSpec.from_spaces(*spaces)
         if ck is not None:
             self.trainer.load_state_dict(ck.trainer_state)
@@ -155,8 +158,9 @@ class Host:
             for i in range(plan.n_actors)
         ]
         q = max(plan.queue_size, plan.max_in_flight + 3)
-        self.inbox = PipeQueue(q, self.ctx)   # LAQ
-        self.outbox = PipeQueue(q, self.ctx)  # LDQ
+        # LAQ and LDQ: the transport of the learner device's backend (a shared-memory PipeQueue by default).
+        self.inbox = make_queue("laq", q, self.ctx, plan.learner_device, backends=plan.backends)
+        self.outbox = make_queue("ldq", q, self.ctx, plan.learner_device, backends=plan.backends)
         extra = self.role.build(ck)
         self.learner_spec = LearnerSpec(
             config=cfg, plan=plan, control=self.ctrl.handle, weights=self.weights.handle, inbox=self.inbox,

@@ -105,8 +105,8 @@ class _Worker:
         self.weights = WeightBuffer.attach(spec.weights)
         self.spaces = env_spaces(spec.config.env_id)
         # Same seed as the host's copy: identical initial networks. The host ran the checks.
-        self.trainer = build_trainer(spec.config, *self.spaces, check=False,
-                                     device=None if spec.plan.learner_device == "cpu" else spec.plan.learner_device)
+        # On the plan's learner device, through the backend that owns it (pearl_core.placement).
+        self.trainer = build_trainer(spec.config, *self.spaces, check=False, plan=spec.plan)
         if spec.trainer_state is not None:
             self.trainer.load_state_dict(load_blob(spec.trainer_state))
         self.sync_every = spec.config.weight_sync_every

@@ -80,7 +80,7 @@ class _Run:
             envs += [make_env(cfg.env_id, s) for s in seeds]
             self.collector = Collector(envs, seeds)
             env = envs[0]
-            self.trainer = build_trainer(cfg, env.observation_space, env.action_space)
+            self.trainer = build_trainer(cfg, env.observation_space, env.action_space, plan=plan)
             spec = StorageSpec.from_spaces(env.observation_space, env.action_space)
             self.replay = build_replay(cfg, plan, spec, state=ck.replay if ck is not None else None)
             self.evaluator = session.make_evaluator()

@@ -95,6 +95,13 @@ class LearnerStep:
         batch_size: rows per sampled batch.
         updates: updates already done (a resumed run continues the count).
 
+    A trainer may define ``device_batch_slot(storage, batch_size)`` returning
+    destination buffers on its device (a mapping of the transition fields and a
+    host ``"weights"`` array) that the replay's storage gathers into, or ``None``;
+    where the trainer and the replay share this process the step samples into
+    it, so the experiences stay on the device (the FPGA plugin's ``FpgaDQN``
+    with an FPGA-resident Data Storage does).
+
     Attributes:
         updates: completed updates on this side: counted by :meth:`apply` where the
             replay side is here, else by :meth:`train` (setting 1's learner process,
@@ -112,10 +119,15 @@ class LearnerStep:
         self.learner_s = 0.0
         self.last: UpdateResult | None = None
         self._keeps = replay is not None and replay.keeps_priorities
+        # Trainer and replay in one process (serial, setting 2): a device trainer may give destination
+        # buffers on its device that the storage gathers into, so that the batch never crosses the host.
+        make_slot = getattr(trainer, "device_batch_slot", None) if replay is not None else None
+        self.device_slot = make_slot(replay.storage, self.batch_size) if callable(make_slot) else None
 
     def sample(self, out: Mapping[str, np.ndarray] | None = None) -> SampledBatch:
-        """Draw the next batch (into ``out``, e.g. the learner's batch slot, if given)."""
-        return self.replay.sample(self.batch_size, out)
+        """Draw the next batch (into ``out``, e.g. the learner's batch slot, if given; else into the
+        trainer's device slot, when it has one)."""
+        return self.replay.sample(self.batch_size, out if out is not None else self.device_slot)
 
     def train(self, batch, weights: np.ndarray) -> np.ndarray:
         """``update_policy(batch, weights)``; returns its TD errors, validated (the only check).

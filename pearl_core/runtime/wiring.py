@@ -20,6 +20,7 @@ replay's sampler derive from ``config.seed``.
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import inspect
 from typing import Any, Mapping
@@ -27,7 +28,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from pearl_core.errors import SpecError
-from pearl_core.plugins import get_backend, kernel_lookup
+from pearl_core.placement import make_storage, make_tree
+from pearl_core.plugins import kernel_lookup
 from pearl_core.replay.base import ReplayManager, UniformReplay
 from pearl_core.replay.prioritized import PrioritizedReplay
 from pearl_core.replay.storage import TRANSITION_FIELDS, DataStorage, StorageSpec
@@ -84,15 +86,16 @@ def load_trainer_class(path: str) -> type:
 
 
 def runtime_hparams(trainer_cls: type, config: RunConfig, seed: int | None = None,
-                    device: str | None = None) -> dict[str, Any]:
+                    device: str | None = None, kernels: Any = None) -> dict[str, Any]:
     """Hyper-parameters the runtime supplies when the constructor accepts them and the user did not.
 
     * ``total_env_steps`` = ``config.stop.max_env_steps`` (schedules that span the run);
     * ``seed`` = ``seed`` if given, else ``config.seed`` (exploration streams);
     * ``device`` = ``device`` if given (the plan's learner device, e.g. ``"cuda:0"``);
-    * ``learner_kernels`` = :func:`pearl_core.plugins.kernel_lookup` of that device
-      (``"cpu"`` if none): native learner steps come from the backend that owns
-      the device the plan places the learner on.
+    * ``learner_kernels`` = ``kernels`` if given (the learner route's lookup, see
+      :func:`pearl_core.placement.learner_route`), else
+      :func:`pearl_core.plugins.kernel_lookup` of ``device`` (``"cpu"`` if none):
+      native learner steps come from the backend that owns the plan's learner device.
     """
     try:
         params = inspect.signature(trainer_cls).parameters
@@ -106,13 +109,14 @@ def runtime_hparams(trainer_cls: type, config: RunConfig, seed: int | None = Non
     if device is not None and "device" in params:
         out["device"] = str(device)
     if "learner_kernels" in params:
-        out["learner_kernels"] = kernel_lookup(str(device) if device is not None else "cpu")
+        out["learner_kernels"] = kernels if kernels is not None else kernel_lookup(
+            str(device) if device is not None else "cpu")
     return {k: v for k, v in out.items() if k not in config.trainer_kwargs}
 
 
 def build_trainer(
     config: RunConfig, observation_space, action_space, *, seed: int | None = None, check: bool = True,
-    device: str | None = None,
+    device: str | None = None, plan: RuntimePlan | None = None,
 ) -> Trainer:
     """Import, construct and (by default) validate the run's trainer.
 
@@ -126,23 +130,42 @@ def build_trainer(
         check: run :func:`pearl_core.trainer_check.check_trainer` (the learner
             should; actor copies of an already-checked class may skip it).
         device: where the trainer's networks live, passed as ``device=`` when the
-            constructor takes it and ``trainer_kwargs`` do not set it (the
-            learner gets ``plan.learner_device``; actors stay on the CPU).
+            constructor takes it and ``trainer_kwargs`` do not set it (actors and
+            the host's copies stay on the CPU).
+        plan: build *the learner* of this plan instead: on ``plan.learner_device``
+            as :func:`pearl_core.placement.learner_route` says (a backend's device
+            trainer, torch on the backend's device, or the backend's kernels);
+            ``device`` is then ignored.
 
     Raises:
         SpecError: the trainer path does not resolve.
+        PlacementError: ``plan`` places the learner where no backend can run it.
         TrainerError: the trainer breaks the contract.
     """
     import torch
 
+    from pearl_core.placement import check_route_taken, learner_route
     from pearl_core.trainer_check import check_trainer
 
     cls = load_trainer_class(config.trainer)
-    kwargs = {**runtime_hparams(cls, config, seed, device), **config.trainer_kwargs}
+    route = None
+    factory: Any = cls
+    kernels = None
+    if plan is not None:
+        route = learner_route(cls, plan.learner_device, plan.learner_config(), backends=plan.backends)
+        device, kernels = route.torch_device, route.kernels
+        factory = route.factory or cls
+    kwargs = {**runtime_hparams(cls, config, seed, device, kernels), **config.trainer_kwargs}
+    if isinstance(factory, functools.partial):  # a device trainer with its device settings bound
+        factory, kwargs = factory.func, {**kwargs, **factory.keywords}
     torch.manual_seed(int(config.seed if seed is None else seed))
     if check:
-        return check_trainer(cls, observation_space, action_space, **kwargs)
-    return cls(observation_space, action_space, **kwargs)
+        trainer = check_trainer(factory, observation_space, action_space, **kwargs)
+    else:
+        trainer = factory(observation_space, action_space, **kwargs)
+    if route is not None:
+        check_route_taken(trainer, route)
+    return trainer
 
 
 # --------------------------------------------------------------------------------------
@@ -167,8 +190,10 @@ def build_replay(
 ) -> ReplayManager:
     """Build the run's replay manager over a fresh :class:`DataStorage`.
 
-    Prioritized replay uses ``get_backend(plan.rm_backend).make_sum_tree(capacity,
-    fanout, threads=plan.rm_threads)``; uniform replay has no tree.
+    The Data Storage is made on ``plan.storage_device`` and prioritized replay's
+    tree by ``plan.rm_backend`` on ``plan.rm_device``
+    (``make_sum_tree(capacity, fanout, threads=plan.rm_threads, device=plan.rm_device)``),
+    both through :mod:`pearl_core.placement`; uniform replay has no tree.
 
     Args:
         config: ``replay`` (kind, capacity, fanout, α, β, eps, stratified) and the seed.
@@ -179,18 +204,18 @@ def build_replay(
         rng: sampler RNG; default derives from ``config.seed``.
 
     Raises:
-        BackendUnavailableError: the RM backend cannot be used here.
+        PlacementError: the RM backend or the storage's device cannot be used here.
         SpecError: ``state`` does not fit this config.
     """
     rc = config.replay
     if rng is None:
         rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), 0x5E1EC7]))
-    storage = DataStorage(storage_spec, rc.capacity)
+    storage = make_storage(storage_spec, rc.capacity, plan.storage_device, backends=plan.backends)
     if state is not None:
         _restore_storage(storage, state)
     if rc.kind == "uniform":
         return UniformReplay(storage, rng=rng)
-    tree = get_backend(plan.rm_backend).make_sum_tree(rc.capacity, rc.fanout, threads=plan.rm_threads)
+    tree = make_tree(plan.rm_backend, plan.rm_device, rc.capacity, rc.fanout, threads=plan.rm_threads)
     beta_steps = replay_beta_steps(config)
     beta = rc.beta
     if state is not None and "priorities" in state:

@@ -35,10 +35,17 @@ def _memory_bytes() -> int | None:
 
 
 class CpuBackend(Backend):
-    """Host CPU backend. Sum-tree options: ``threads`` (default: all cores)."""
+    """Host CPU backend. Sum-tree options: ``threads`` (default: all cores), ``device`` (``"cpu"``).
+
+    The learner runs torch on the CPU (``torch_device_type``), with the native
+    ``"dqn_mlp"`` step where it applies; the Data Storage is the core's
+    host-memory one and the transports are the core's shared-memory queues
+    (this backend overrides neither ``make_storage`` nor ``make_transport``).
+    """
 
     name = "cpu"
     device_kind = "cpu"
+    torch_device_type = "cpu"
 
     def availability(self) -> Availability:
         try:
@@ -61,8 +68,13 @@ class CpuBackend(Backend):
         from pearl_cpu.sumtree import CpuSumTree
 
         threads = options.pop("threads", None)
+        device = options.pop("device", "cpu")
         if options:
-            raise InvalidOptionError(f"cpu backend: unknown sum-tree options {sorted(options)}; known: ['threads']")
+            raise InvalidOptionError(f"cpu backend: unknown sum-tree options {sorted(options)}; "
+                                     "known: ['device', 'threads']")
+        if str(device).split(":", 1)[0] != "cpu":
+            raise InvalidOptionError(f"cpu backend: device = {device!r}; expected 'cpu' (this backend drives the "
+                                     "host CPU). Fix: ask the backend of that device's kind.")
         return CpuSumTree(capacity, fanout, threads=threads)
 
     def learner_kernel(self, name: str) -> Callable[..., Any] | None:
