@@ -50,11 +50,18 @@ def probe_runtime():
     return rt, None
 
 
+def _check_device(device) -> None:
+    if str(device) not in ("fpga", "fpga:0"):
+        raise InvalidValueError(f"backend 'fpga': device = {device!r}; expected 'fpga:0' (this plugin drives one "
+                                "OpenCL device). Fix: place the primitive on fpga:0.")
+
+
 class FpgaBackend(Backend):
     """FPGAs through OpenCL kernels driven by dpctl (functional emulation — no bitstream built or run)."""
 
     name = "fpga"
     device_kind = "fpga"
+    torch_device_type = None  # torch does not run on an FPGA: the learner is the pipeline (device_trainer)
 
     def availability(self) -> Availability:
         _, problem = probe_runtime()
@@ -85,20 +92,47 @@ class FpgaBackend(Backend):
         capacity, fanout = check_capacity_fanout(capacity, fanout)
         runtime = options.pop("runtime", None)
         options.pop("threads", None)
+        _check_device(options.pop("device", "fpga:0"))
         if options:
             raise InvalidValueError(
-                f"backend 'fpga' got unknown sum-tree options {sorted(options)}; expected 'runtime' or 'threads'. "
-                "Fix: drop the others."
+                f"backend 'fpga' got unknown sum-tree options {sorted(options)}; expected 'runtime', 'threads' or "
+                "'device'. Fix: drop the others."
             )
-        if runtime is None:
-            rt, problem = probe_runtime()
-            if problem:
-                raise BackendUnavailableError(f"backend 'fpga' cannot make a sum tree: {problem}.",
-                                              backend=self.name)
-            runtime = rt
         from pearl_fpga.sumtree import PipelinedSumTree
 
-        return PipelinedSumTree(capacity, fanout, runtime=runtime)
+        return PipelinedSumTree(capacity, fanout, runtime=runtime or self._runtime("make a sum tree"))
+
+    def _runtime(self, what: str):
+        rt, problem = probe_runtime()
+        if problem:
+            raise BackendUnavailableError(f"backend 'fpga' cannot {what}: {problem}.", backend=self.name)
+        return rt
+
+    def device_trainer(self, trainer_cls, device, config):
+        """:class:`~pearl_fpga.dqn.FpgaDQN` for :class:`pearl_core.algorithms.DQN` (or ``FpgaDQN``), with the plan's
+        learner pipeline: ``dp``/``uf`` from the device's ``learner_dp``/``learner_uf`` (``co_learner_*`` in
+        setting 2, where the RM shares the FPGA), 1/1 when the plan gives none. Other trainers: ``None``
+        (a user's DQN subclass may change the update, which the pipeline would silently not do)."""
+        import functools
+
+        from pearl_core.algorithms.dqn import DQN
+
+        from pearl_fpga.dqn import FpgaDQN
+
+        if trainer_cls not in (DQN, FpgaDQN):
+            return None
+        prefix = "co_learner" if int(config.get("setting", 1)) == 2 and "co_learner_dp" in config else "learner"
+        dp, uf = config.get(f"{prefix}_dp", 1), config.get(f"{prefix}_uf", 1)
+        return functools.partial(FpgaDQN, dp=int(dp), uf=uf)
+
+    def make_storage(self, spec, capacity, device, **options):
+        """:class:`~pearl_fpga.storage.FpgaStorage`: the Data Storage in the FPGA's board memory (emulated)."""
+        _check_device(device)
+        if options:
+            raise InvalidValueError(f"backend 'fpga' got unknown storage options {sorted(options)}; expected none.")
+        from pearl_fpga.storage import FpgaStorage
+
+        return FpgaStorage(spec, capacity, device=device, runtime=self._runtime("make a Data Storage"))
 
     def analytic_cells(self, device, workload):
         """The paper's Eq. 2-6 model of a described FPGA (:func:`pearl_fpga.model.device_row`); no device touched."""

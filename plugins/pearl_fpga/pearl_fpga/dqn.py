@@ -32,10 +32,15 @@ class FpgaDQN(DQN):
     """DQN whose gradient step runs on the FPGA learner pipeline (emulated; see the module docstring).
 
     Args: those of :class:`~pearl_core.algorithms.dqn.DQN` (``device`` must stay ``"cpu"``), plus
-        dp: parallel learner pipelines; uf: per-stage unroll; runtime: OpenCL runtime.
+        dp: parallel learner pipelines; uf: per-stage unroll, one int or one per stage
+            (:class:`~pearl_fpga.learner.MLPPipeline`; a plan's ``"4,4,2,..."`` string too);
+        runtime: OpenCL runtime.
+
+    The runtime builds it for a plan that places DQN's learner on the FPGA
+    (:meth:`pearl_fpga.backend.FpgaBackend.device_trainer` passes the plan's ``dp``/``uf``).
     """
 
-    def __init__(self, observation_space, action_space, *, dp: int = 1, uf: int = 1,
+    def __init__(self, observation_space, action_space, *, dp: int = 1, uf: int | str | tuple = 1,
                  runtime: Runtime | None = None, **kwargs):
         if kwargs.get("device", "cpu") != "cpu":
             raise SpecError(f"FpgaDQN keeps its torch copy on the CPU; found device={kwargs['device']!r}.")
@@ -109,18 +114,43 @@ class FpgaDQN(DQN):
                                            "exp_avg": torch.from_numpy(mm), "exp_avg_sq": torch.from_numpy(vv)}
 
     # -- learning ------------------------------------------------------------------------------------
+    def device_batch_slot(self, storage, batch_size: int):
+        """Where a batch from ``storage`` should be sampled to: the pipeline's own input buffers when the
+        storage is an :class:`~pearl_fpga.storage.FpgaStorage` on this runtime with a layout the pipeline
+        reads as it is (then the batch never leaves the device), else ``None`` (host arrays).
+
+        The runtime's learner step asks for it (setting 2 with RM, Data Storage and learner on the FPGA)."""
+        from pearl_fpga.storage import DeviceRows, FpgaStorage
+
+        p = self.pipeline
+        if not (isinstance(storage, FpgaStorage) and storage.rt is p.rt and self.action_start == 0
+                and storage.device_rows_fit(p.dims[0])):
+            return None
+        bufs, b = p.batch_buffers(batch_size), int(batch_size)
+        slot = {name: DeviceRows(bufs[name], (b,), as_float=name == "done") for name in bufs}
+        slot["weights"] = np.empty(b, np.float32)
+        return slot
+
     def update_policy(self, batch, weights: np.ndarray):
         from pearl_core.trainer import UpdateResult
+
+        from pearl_fpga.storage import DeviceRows
 
         p = self.pipeline
         if self.updates % self.target_update_every == 0:
             p.enqueue_polyak(self.target_params, 1.0 if self.tau >= 1.0 else self.tau)
-        action = np.asarray(batch.action, dtype=np.int64).reshape(-1) - self.action_start
-        obs = np.asarray(batch.obs).reshape(len(action), -1)
-        next_obs = np.asarray(batch.next_obs).reshape(len(action), -1)
-        q, td, loss = p.enqueue_dqn(obs, action, batch.reward, next_obs, np.asarray(batch.done, np.float32),
-                                    weights, target_params=self.target_params, gamma=self.gamma,
-                                    huber_delta=self.huber_delta, double_dqn=self.double_dqn)
+        opts = dict(target_params=self.target_params, gamma=self.gamma, huber_delta=self.huber_delta,
+                    double_dqn=self.double_dqn)
+        if isinstance(batch.obs, DeviceRows):  # gathered into the pipeline's buffers: nothing to upload
+            n = batch.obs.shape[0]
+            q, td, loss = p.enqueue_dqn(None, None, None, None, None, weights, batch=n, **opts)
+            action = p.rt.read(batch.action.buf, np.empty(n, np.int64))  # 8 B per sample, for the q metric
+        else:
+            action = np.asarray(batch.action, dtype=np.int64).reshape(-1) - self.action_start
+            obs = np.asarray(batch.obs).reshape(len(action), -1)
+            next_obs = np.asarray(batch.next_obs).reshape(len(action), -1)
+            q, td, loss = p.enqueue_dqn(obs, action, batch.reward, next_obs, np.asarray(batch.done, np.float32),
+                                        weights, **opts)
         p.enqueue_clip(self.max_grad_norm)
         self._adam_steps += 1
         p.enqueue_adam(self._adam_steps, self._lr, self._betas, self._adam_eps)

@@ -26,7 +26,7 @@ from pearl_core.errors import InvalidValueError, SpecError
 
 from pearl_fpga.runtime import Runtime, kernel_source
 
-__all__ = ["MLPPipeline", "linear_relu_dims"]
+__all__ = ["MLPPipeline", "linear_relu_dims", "stage_unrolls"]
 
 F32 = np.float32
 
@@ -56,13 +56,63 @@ def linear_relu_dims(module) -> list[int]:
     return dims
 
 
+KERNELS = ("fw_linear", "dqn_loss", "bw_linear", "wa_linear", "grad_reduce", "sqnorm_partial", "clip_coef",
+           "adam_step", "sgd_step", "polyak")
+STAGE_KERNEL = {"FW": "fw_linear", "BW": "bw_linear", "WA": "wa_linear"}
+
+
+def unrolled_source(unrolls) -> str:
+    """``learner.cl`` once per unroll ``u``, its kernels renamed ``<name>_uf<u>`` and built with ``UF = u``."""
+    body = kernel_source("learner.cl")
+    parts = []
+    for u in unrolls:
+        names = "".join(f"#define {k} {k}_uf{int(u)}\n" for k in KERNELS)
+        undefs = "".join(f"#undef {k}\n" for k in KERNELS)
+        parts.append(f"#define UF {int(u)}\n{names}{body}\n{undefs}#undef UF\n")
+    return "\n".join(parts)
+
+
+def stage_unrolls(uf, layers: int) -> dict[tuple[str, int], int]:
+    """``{("FW"|"BW"|"WA", layer): unroll}`` from one int, or from per-stage values (a sequence or a plan's
+    comma-separated ``learner_uf`` string) in the analytic model's stage order
+    (:func:`pearl_fpga.model.learner_stages`): ``FW`` of each layer, then from the last layer to the first
+    its ``BW`` (not the first layer's) and ``WA`` — ``3 * layers - 1`` values — or, for a DQN workload
+    that also lists the target network, ``FW`` of its layers after the online ones (``4 * layers - 1``
+    values; the target's forward runs on the same FW stages, so each gets the larger unroll)."""
+    back = []
+    for k in reversed(range(layers)):
+        back += ([("BW", k)] if k > 0 else []) + [("WA", k)]
+    values = [v.strip() for v in uf.split(",")] if isinstance(uf, str) else uf
+    if isinstance(values, (list, tuple)):
+        try:
+            values = [int(v) for v in values]
+        except (TypeError, ValueError):
+            values = None
+    if not isinstance(values, bool) and isinstance(values, int):
+        values = [values] * (3 * layers - 1)
+    if isinstance(values, list) and len(values) == 4 * layers - 1:
+        values = [max(a, b) for a, b in zip(values[:layers], values[layers:2 * layers])] + values[2 * layers:]
+    if not isinstance(values, list) or len(values) != 3 * layers - 1 or min(values, default=0) < 1:
+        order = [f"FW {k}" for k in range(layers)] + [f"{s} {k}" for s, k in back]
+        raise InvalidValueError(
+            f"MLPPipeline uf = {uf!r}; expected an integer >= 1, or {3 * layers - 1} of them (one per stage: "
+            f"{', '.join(order)}; or {4 * layers - 1} with the target network's FW stages). Fix: pass the "
+            "plan's learner_uf for this network.")
+    return dict(zip([("FW", k) for k in range(layers)] + back, values))
+
+
 class MLPPipeline:
     """Forward, loss, backward and weight update of a ReLU MLP as OpenCL pipeline stages.
 
     Args:
         dims: ``[in, hidden..., out]`` (ReLU after every layer but the last).
         dp: parallel pipelines (each keeps its own gradient accumulators).
-        uf: per-stage unroll factor (compile-time ``-DUF``).
+        uf: per-stage unroll factor (compile-time ``-DUF``): one int for every
+            stage, or one per stage in the analytic model's order
+            (:func:`pearl_fpga.model.learner_stages`: ``FW`` of each layer, then
+            from the last layer to the first its ``BW`` (not the first layer's)
+            and ``WA``), i.e. ``3 * layers - 1`` values, as a plan's
+            ``learner_uf`` gives them.
         runtime: OpenCL runtime (default: :meth:`pearl_fpga.runtime.DpctlRuntime.default`).
     """
 
@@ -72,9 +122,9 @@ class MLPPipeline:
         dims = [int(d) for d in dims]
         if len(dims) < 2 or min(dims) < 1:
             raise InvalidValueError(f"MLP dims must be >= 2 positive sizes; found {dims}.")
-        for name, value in (("dp", dp), ("uf", uf)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidValueError(f"MLPPipeline {name} must be an integer >= 1; found {value!r}.")
+        if isinstance(dp, bool) or not isinstance(dp, int) or dp < 1:
+            raise InvalidValueError(f"MLPPipeline dp must be an integer >= 1; found {dp!r}.")
+        stage_uf = stage_unrolls(uf, len(dims) - 1)
         if runtime is None:
             from pearl_fpga.runtime import DpctlRuntime
 
@@ -86,10 +136,12 @@ class MLPPipeline:
             self.offsets.append(n)
             n += a * b + b
         self.n_params = n
-        src, opts = kernel_source("learner.cl"), f"-DUF={uf}"
-        self.k = {name: runtime.kernel(src, name, opts) for name in (
-            "fw_linear", "dqn_loss", "bw_linear", "wa_linear", "grad_reduce", "sqnorm_partial", "clip_coef",
-            "adam_step", "sgd_step", "polyak")}
+        self.stage_uf = stage_uf
+        # Each layer stage is built with its own unroll, as the plan's design gives it one: one program
+        # holds a copy of the kernels per distinct unroll (one build, not one per value).
+        src, unrolls = unrolled_source(sorted(set(stage_uf.values()))), max(stage_uf.values())
+        self.k = {name: runtime.kernel(src, f"{name}_uf{unrolls}") for name in KERNELS}
+        self.k_stage = {(st, k): runtime.kernel(src, f"{STAGE_KERNEL[st]}_uf{u}") for (st, k), u in stage_uf.items()}
         self.params = self.new_params()
         self.grad = runtime.alloc(4 * n)
         self.grad_part = runtime.alloc(4 * n * dp)
@@ -156,7 +208,7 @@ class MLPPipeline:
         for k, off in enumerate(self.offsets):
             a, o = self.dims[k], self.dims[k + 1]
             relu = np.int32(k < self.layers - 1)
-            self.rt.launch(self.k["fw_linear"], [dp * o], [acts[k], np.int64(a), params, np.int64(off),
+            self.rt.launch(self.k_stage["FW", k], [dp * o], [acts[k], np.int64(a), params, np.int64(off),
                                                            acts[k + 1], np.int64(o), np.int64(batch), relu,
                                                            np.int64(dp)])
 
@@ -169,11 +221,11 @@ class MLPPipeline:
         n = np.int64(self.n_params)
         for k in reversed(range(self.layers)):
             a, o, off = self.dims[k], self.dims[k + 1], self.offsets[k]
-            self.rt.launch(self.k["wa_linear"], [dp * o], [grads[k + 1], np.int64(o), acts[k], np.int64(a),
+            self.rt.launch(self.k_stage["WA", k], [dp * o], [grads[k + 1], np.int64(o), acts[k], np.int64(a),
                                                            self.grad_part, n, np.int64(off), np.int64(batch),
                                                            np.int64(dp)])
             if k > 0:
-                self.rt.launch(self.k["bw_linear"], [dp * a], [grads[k + 1], np.int64(o), self.params,
+                self.rt.launch(self.k_stage["BW", k], [dp * a], [grads[k + 1], np.int64(o), self.params,
                                                                np.int64(off), acts[k], grads[k], np.int64(a),
                                                                np.int64(batch), np.int64(dp)])
         self.rt.launch(self.k["grad_reduce"], [self.n_params], [self.grad_part, np.int64(dp), n, self.grad])
@@ -212,25 +264,37 @@ class MLPPipeline:
     def dqn_loss_and_grads(self, obs, action, reward, next_obs, done, weights, *, target_params, gamma: float,
                            huber_delta: float = 1.0, double_dqn: bool = False):
         """Run every stage up to the reduced gradient; return ``(loss, td, q, grad arrays)`` (no update)."""
-        batch = len(obs)
         q, td, loss = self.enqueue_dqn(obs, action, reward, next_obs, done, weights, target_params=target_params,
                                        gamma=gamma, huber_delta=huber_delta, double_dqn=double_dqn)
         return loss, td, q, self.unflatten(self.rt.read(self.grad, np.empty(self.n_params, F32)))
 
+    def batch_buffers(self, batch: int) -> dict:
+        """The device buffers a batch of ``batch`` samples is read from: ``obs`` and ``next_obs``
+        (float32 rows), ``action`` (int64), ``reward`` and ``done`` (float32). A Data Storage on the
+        same device can gather straight into them (then call :meth:`enqueue_dqn` with ``obs=None``)."""
+        io = self._io(batch)
+        return {"obs": self._acts("online", batch)[0], "next_obs": self._acts("target", batch)[0],
+                "action": io["act"], "reward": io["rew"], "done": io["done"]}
+
     def enqueue_dqn(self, obs, action, reward, next_obs, done, weights, *, target_params, gamma: float,
-                    huber_delta: float, double_dqn: bool):
+                    huber_delta: float, double_dqn: bool, batch: int | None = None):
         """Upload a batch and run FW (target and online), the DQN loss, WA/BW and the reduction.
+
+        ``obs=None`` (with ``batch`` = its size): the batch is already in :meth:`batch_buffers`
+        (gathered there on the device); only the importance weights are uploaded.
 
         Returns host arrays ``(q(s, .), td, loss)`` read after the loss stage.
         """
-        rt, batch, n_act = self.rt, len(obs), self.dims[-1]
+        rt, n_act = self.rt, self.dims[-1]
+        batch = len(obs) if obs is not None else int(batch)
         online, target = self._acts("online", batch), self._acts("target", batch)
-        rt.write(online[0], np.ascontiguousarray(obs, F32).reshape(batch, -1))
-        rt.write(target[0], np.ascontiguousarray(next_obs, F32).reshape(batch, -1))
         io = self._io(batch)
-        rt.write(io["act"], np.ascontiguousarray(action, np.int64).reshape(-1))
-        rt.write(io["rew"], np.ascontiguousarray(reward, F32).reshape(-1))
-        rt.write(io["done"], np.ascontiguousarray(done, F32).reshape(-1))
+        if obs is not None:
+            rt.write(online[0], np.ascontiguousarray(obs, F32).reshape(batch, -1))
+            rt.write(target[0], np.ascontiguousarray(next_obs, F32).reshape(batch, -1))
+            rt.write(io["act"], np.ascontiguousarray(action, np.int64).reshape(-1))
+            rt.write(io["rew"], np.ascontiguousarray(reward, F32).reshape(-1))
+            rt.write(io["done"], np.ascontiguousarray(done, F32).reshape(-1))
         rt.write(io["w"], np.ascontiguousarray(weights, F32).reshape(-1))
         self.enqueue_forward(target_params, target, batch)
         q_sel = target[-1]

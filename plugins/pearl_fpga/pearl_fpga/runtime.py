@@ -39,6 +39,8 @@ import numpy as np
 
 from pearl_core.errors import DeviceRuntimeError
 
+from pearl_fpga import counters
+
 __all__ = ["DpctlRuntime", "PyOpenCLRuntime", "Runtime", "ensure_icd_env", "import_dpctl", "kernel_source"]
 
 ICD_LIBS = ("libintelocl.so", "libintelocl_emu.so")
@@ -116,6 +118,7 @@ class DpctlRuntime(Runtime):
         self.emulated = emulated
         self._programs: dict[tuple[str, str], Any] = {}
         self._kernels: dict[tuple[str, str, str], Any] = {}
+        self._names: dict[int, str] = {}  # id(kernel) -> kernel name, for the launch counters
         self._dm = import_dpctl().memory
 
     @classmethod
@@ -167,11 +170,13 @@ class DpctlRuntime(Runtime):
 
             prog = self._programs[key[:2]] = dpp.create_program_from_source(self.queue, source, options)
         kern = self._kernels[key] = prog.get_sycl_kernel(name)
+        self._names[id(kern)] = name
         return kern
 
     def launch(self, kernel, global_size: Sequence[int], args: Sequence[Any]) -> None:
         conv = [(_CTYPES[np.asarray(a).dtype](a.item()) if isinstance(a, np.generic) else a) for a in args]
         self.queue.submit(kernel, conv, [int(g) for g in global_size])
+        counters.record(self._names.get(id(kernel), "?"))
 
     def finish(self) -> None:
         self.queue.wait()
