@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from pearl_core.composer.matrix import AssignmentMatrix, CostCell
 from pearl_core.composer.spec import HardwareSpec
@@ -200,6 +200,9 @@ class Decision:
         setting: the chosen pair's :class:`Setting` (an int given here is converted).
         tied_with: other candidates whose score tied the winner's, as ``(rm, learner)``.
         tie_break: ``""`` (no tie), ``"traffic"``, ``"communication time"`` or ``"spec order"``.
+        constraint: ``""``, or what restricted the choice (placements the user
+            forced, or only placements that can run here); the candidates keep
+            every number either way.
     """
 
     metric: str
@@ -212,6 +215,7 @@ class Decision:
     setting: Setting
     tied_with: tuple[tuple[str, str], ...] = ()
     tie_break: str = ""
+    constraint: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "setting", Setting(self.setting))
@@ -243,7 +247,8 @@ class Decision:
                 "candidates": [c.to_dict() for c in self.candidates],
                 "ds_options": [o.to_dict() for o in self.ds_options],
                 "rm_device": self.rm_device, "learner_device": self.learner_device, "ds_device": self.ds_device,
-                "setting": self.setting, "tied_with": [list(t) for t in self.tied_with], "tie_break": self.tie_break}
+                "setting": self.setting, "tied_with": [list(t) for t in self.tied_with], "tie_break": self.tie_break,
+                **({"constraint": self.constraint} if self.constraint else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Decision":
@@ -394,7 +399,8 @@ def _pick(items: list[Any], value, minimise: bool) -> tuple[Any, list[Any], str]
 
 
 def algorithm1(spec: HardwareSpec, matrix: AssignmentMatrix, workload: Workload, metric: str = "throughput",
-               *, comm_inclusive: bool | None = None) -> Decision:
+               *, comm_inclusive: bool | None = None, choose: Callable[[str, str], bool] | None = None,
+               constraint: str = "") -> Decision:
     """Run Algorithm 1 (both steps) and return the :class:`Decision` with every candidate.
 
     Args:
@@ -403,6 +409,10 @@ def algorithm1(spec: HardwareSpec, matrix: AssignmentMatrix, workload: Workload,
         workload: batch sizes, byte sizes, replay configuration.
         metric: ``"throughput"`` or ``"power_efficiency"``.
         comm_inclusive: override :attr:`AssignmentMatrix.comm_inclusive`.
+        choose: ``choose(primitive, device) -> bool`` restricts the choice to
+            devices it allows for ``"rm"``, ``"learner"`` and ``"storage"`` (every
+            candidate is still evaluated and kept); ``constraint`` says why, in the
+            decision and in errors.
 
     Raises:
         SpecError: unknown metric, a spec device without a matrix row, or no
@@ -419,12 +429,18 @@ def algorithm1(spec: HardwareSpec, matrix: AssignmentMatrix, workload: Workload,
     if not feasible:
         reasons = "; ".join(f"({c.rm_device}, {c.learner_device}): {c.reason}" for c in candidates)
         raise SpecError(f"no (RM, learner) assignment is feasible: {reasons}.")
-    best, tied, rule = _pick(feasible, lambda c: c.score, minimise=False)
+    allowed = feasible if choose is None else [c for c in feasible if choose("rm", c.rm_device)
+                                               and choose("learner", c.learner_device)]
+    if not allowed:
+        raise SpecError(f"no feasible (RM, learner) assignment is left once restricted to {constraint or 'choose'}; "
+                        "feasible ones: " + ", ".join(f"({c.rm_device}, {c.learner_device})" for c in feasible) + ".")
+    best, tied, rule = _pick(allowed, lambda c: c.score, minimise=False)
     ds = place_storage(spec, workload, best.rm_device, best.learner_device)
-    ds_ok = [o for o in ds if o.feasible]
+    ds_ok = [o for o in ds if o.feasible and (choose is None or choose("storage", o.device))]
     if not ds_ok:
-        raise SpecError("no device can hold the Data Storage: " + "; ".join(o.reason for o in ds) +
-                        ". Fix: lower the replay capacity.")
+        raise SpecError("no device can hold the Data Storage: " + "; ".join(
+            o.reason or f"{o.device!r} is left out by {constraint or 'choose'}" for o in ds) +
+            ". Fix: lower the replay capacity" + (f", or relax {constraint}" if constraint else "") + ".")
     ds_best, _, _ = _pick(ds_ok, lambda o: o.cost_s, minimise=True)
     return Decision(metric, comm_in, candidates, ds, best.rm_device, best.learner_device, ds_best.device,
-                    best.setting, tuple((c.rm_device, c.learner_device) for c in tied), rule)
+                    best.setting, tuple((c.rm_device, c.learner_device) for c in tied), rule, constraint)

@@ -40,6 +40,7 @@ every update is matched by ``1/r`` env steps, all of which are inserted.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import os
@@ -91,19 +92,27 @@ class Composer:
         profile_iterations: iterations per profiled cell (present devices, cached on disk).
         cache_dir: profiling cache directory (default: the profiler's own).
         registry: plugin registry (default: the installed plugins).
+        emulated: count emulated devices (the FPGA Emulation Device) as present,
+            so a plan that places primitives on such a device runs there; with
+            ``hardware=None`` they are also detected. Their timings are never
+            used as the emulated device's (the FPGA's cells stay analytic).
     """
 
     def __init__(self, hardware: "str | os.PathLike[str] | HardwareSpec | None" = None,
                  metric: str = "throughput", *, profile_iterations: int = 1000,
-                 cache_dir: "str | os.PathLike[str] | None" = None, registry: "PluginRegistry | None" = None):
+                 cache_dir: "str | os.PathLike[str] | None" = None, registry: "PluginRegistry | None" = None,
+                 emulated: bool = False):
         w = "Composer"
         if metric not in METRICS:
             close = difflib.get_close_matches(str(metric), METRICS, n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"use one of {list(METRICS)}"
             raise ComposerError(f"{w}: metric = {metric!r} is unknown; expected one of {list(METRICS)}. Fix: {hint}.")
         self.profile_iterations = _int(w, "profile_iterations", profile_iterations, 1, "e.g. 1000")
+        if not isinstance(emulated, bool):
+            raise ComposerError(f"{w}: emulated = {emulated!r}; expected True or False.")
+        self.emulated = emulated
         if hardware is None:
-            self.spec = detect_hardware(registry)
+            self.spec = detect_hardware(registry, emulated=emulated)
         elif isinstance(hardware, HardwareSpec):
             self.spec = hardware
         elif isinstance(hardware, (str, os.PathLike)):
@@ -130,6 +139,7 @@ class Composer:
         self._replay: Any = None
         self._stop: Any = None
         self._run: dict[str, Any] = {}
+        self._preflights: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ setters
     def set_actors(self, env_id: str, n_actors: int = 1, *, envs_per_actor: int = 1,
@@ -315,41 +325,108 @@ class Composer:
                                 capacity=self._replay.capacity, fanout=self._replay.fanout,
                                 n_actors=self._n_actors, insert_batch=insert_batch)
 
-    def run(self, profile: bool = True, *, save: "str | os.PathLike[str] | None" = None) -> Composition:
+    def run(self, profile: bool = True, *, save: "str | os.PathLike[str] | None" = None,
+            place: "Mapping[str, str] | None" = None, runnable: bool = False) -> Composition:
         """Fill the Primitive Device Assignment Matrix, run Algorithm 1, and return the :class:`Composition`.
 
         The composition is a frozen value: the placement plan, the run config and
-        runtime plan of the current settings, and the user's script. Later setter
-        calls change the composer, never a composition it returned.
+        runtime plan of the current settings, the user's script, and
+        :attr:`~Composition.refusals`: why the plan cannot run here (empty when it
+        runs as composed; see :mod:`pearl_core.runtime.preflight`). A plan with
+        refusals is a *what-if* plan for hardware described but not here: it can
+        be printed and saved, and :func:`RuntimeGen` refuses to write it.
 
         Args:
             profile: measure the cells of present devices (cached on disk by the
                 profiler); ``False`` uses the analytic models only.
             save: also write the placement plan's JSON there (atomically: on any
                 error no file is left, an existing file is untouched).
+            place: force placements, ``{"rm": <device>, "learner": <device>,
+                "storage": <device>}`` (any subset; device names of the spec);
+                Algorithm 1 chooses the rest.
+            runnable: choose the best plan that can run here (devices present,
+                every placement executable by an installed backend) instead of
+                the best one for the described hardware.
+
+        Raises:
+            ComposerError: bad ``place``, no feasible choice, or (``runnable``) no
+                runnable one, with every reason.
         """
         from pearl_core.composer.plan import make_plan
         from pearl_core.composer.profiling import profiler_for
+        from pearl_core.runtime.preflight import Preflight
 
         refuse_while_loading("Composer.run()")
         self._missing("Composer.run()")
         config = self.run_config()
         wl = self.workload()
+        forced = self._check_place(place)
         profiler = None
         if profile:
             profiler = profiler_for(self.spec, registry=self.registry, iterations=self.profile_iterations,
                                     cache_dir=self.cache_dir)
-        plan = make_plan(self.spec, wl, self.metric, registry=self.registry, profiler=profiler)
+        key = config.to_json()  # the same run is checked once per composer (each probe builds on the device)
+        preflight = self._preflights.get(key)
+        if preflight is None:
+            preflight = self._preflights[key] = Preflight(config, registry=self.registry, emulated=self.emulated)
+        choose = (lambda prim, dev: forced.get(prim, dev) == dev) if forced else None
+        note = ", ".join(f"{k} on {v!r}" for k, v in forced.items())
+        note = f"placements forced by the user ({note})" if note else ""
         try:
+            plan = make_plan(self.spec, wl, self.metric, registry=self.registry, profiler=profiler, choose=choose,
+                             constraint=note)
             runtime_plan = plan.runtime_plan(envs_per_actor=self._envs_per_actor)
+            refusals = preflight.problems(runtime_plan)
+            if refusals and runnable:
+                plan, runtime_plan, refusals = self._runnable_plan(plan, wl, preflight, choose, note)
         except SpecError as exc:
-            raise ComposerError(f"Composer.run(): the plan chose RM on {plan.rm_device!r} and learner on "
-                                f"{plan.learner_device!r}, which the runtime cannot run: {exc}") from exc
+            raise ComposerError(f"Composer.run(): {exc}") from exc
         _, script = trainer_reference(self._trainer)  # type: ignore[arg-type]
-        composition = Composition(plan, config, runtime_plan, script)
+        composition = Composition(plan, config, runtime_plan, script, refusals=tuple(refusals),
+                                  emulated=self.emulated, checked=True)
         if save is not None:
             atomic_write(save, plan.to_json())
         return composition
+
+    def _check_place(self, place: "Mapping[str, str] | None") -> dict[str, str]:
+        if place is None:
+            return {}
+        w = "Composer.run"
+        if not isinstance(place, Mapping) or not set(place) <= {"rm", "learner", "storage"}:
+            raise ComposerError(f"{w}: place = {place!r}; expected a mapping with keys among 'rm', 'learner', "
+                                "'storage'. Fix: e.g. place={'learner': 'cpu0'}.")
+        names = [d.name for d in self.spec.devices]
+        for key, dev in place.items():
+            if dev not in names:
+                close = difflib.get_close_matches(str(dev), names, n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"use one of {names}"
+                raise ComposerError(f"{w}: place[{key!r}] = {dev!r} is not a device of the spec {names}. Fix: {hint}.")
+        return dict(place)
+
+    def _runnable_plan(self, plan, wl, preflight, choose, note):
+        """The best plan whose placements all pass ``preflight`` (each device probed once per primitive)."""
+        from pearl_core.composer.plan import make_plan
+
+        probe = plan.runtime_plan(envs_per_actor=self._envs_per_actor)
+        strings = {d.name: d.device_string for d in self.spec.devices}
+
+        def ok(prim: str, dev: str) -> bool:
+            if choose is not None and not choose(prim, dev):
+                return False
+            s, backends = strings[dev], plan.backends
+            one = dataclasses.replace(probe, setting=1, backends=backends, device_config={}, **{
+                "rm": {"rm_device": s, "rm_backend": backends.get(s.split(":")[0], s.split(":")[0])},
+                "learner": {"learner_device": s}, "storage": {"storage_device": s}}[prim])
+            if preflight.present(s, backends):
+                return False
+            check = {"rm": preflight.replay_manager, "learner": preflight.learner, "storage": preflight.storage}[prim]
+            return check(one) is None
+
+        why = "placements that can run here" + (f" and {note}" if note else "")
+        best = make_plan(self.spec, wl, self.metric, registry=self.registry, matrix=plan.matrix, choose=ok,
+                         constraint=why)
+        runtime_plan = best.runtime_plan(envs_per_actor=self._envs_per_actor)
+        return best, runtime_plan, preflight.problems(runtime_plan)
 
     def RuntimeGen(self, composition: Composition,  # noqa: N802 - the paper's name
                    path: "str | os.PathLike[str]" = "runtime.py") -> Path:
@@ -386,10 +463,26 @@ def RuntimeGen(composition: Composition, path: "str | os.PathLike[str]" = "runti
         raise ComposerError(f"RuntimeGen: composition = {composition!r:.80} ({type(composition).__name__}); "
                             "expected the Composition that Composer.run() returns. Fix: plan = composer.run(); "
                             "RuntimeGen(plan, path).")
+    refusals = list(composition.refusals) or _preflight(composition)
+    if refusals:
+        raise ComposerError(
+            "RuntimeGen: this plan cannot run here, so no program was written (a what-if plan for hardware "
+            "described but not here):\n  - " + "\n  - ".join(refusals) + "\nFix: run it where those devices are; "
+            "or compose the best plan that runs here with composer.run(runnable=True) (`pearl compose --runnable`)"
+            "; or, for an emulated device, Composer(..., emulated=True) (`--emulated`).")
     try:
         return write_program(composition, path)
     except InvalidValueError as exc:
         raise ComposerError(str(exc)) from exc
+
+
+def _preflight(composition: Composition) -> list[str]:
+    """The refusals of a composition built by hand (``Composer.run()`` has already checked its own)."""
+    from pearl_core.runtime.preflight import Preflight
+
+    if composition.checked:
+        return []
+    return Preflight(composition.config, emulated=composition.emulated).problems(composition.runtime_plan)
 
 
 def print_plan(plan: "Composition | PlacementPlan") -> None:

@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING, Iterator
 
 from pearl_core.backend import Backend, DeviceInfo
 from pearl_core.composer.spec import BUILTIN_KINDS, known_kinds
+from pearl_core.errors import SpecError
 
 if TYPE_CHECKING:
+    from pearl_core.composer.spec import HardwareSpec
     from pearl_core.plugins import PluginRegistry
 
 __all__ = ["BUILTIN_KINDS", "backend_for_kind", "backend_objects", "detected_devices", "known_kinds",
-           "resolve_registry"]
+           "resolve_registry", "spec_backends"]
 
 def resolve_registry(registry: "PluginRegistry | None") -> "PluginRegistry":
     """``registry`` or the process-wide default registry."""
@@ -56,15 +58,33 @@ def backend_objects(registry: "PluginRegistry | None" = None, *,
     return out
 
 
-def backend_for_kind(kind: str, registry: "PluginRegistry | None" = None) -> tuple[str, Backend | None]:
+def backend_for_kind(kind: str, registry: "PluginRegistry | None" = None,
+                     choice: str | None = None) -> tuple[str, Backend | None]:
     """The backend that drives devices of ``kind``: ``(backend name, object or None)``.
 
-    An available backend wins over an unavailable one; among equals the name
-    order decides. Without any backend for the kind, the name is the kind itself
-    (the built-in backends are named after their kinds) and the object is ``None``.
+    ``choice`` (a spec device's ``backend`` field) names it. Otherwise the one
+    available backend of the kind; two or more available ones raise
+    :class:`SpecError` naming them (the user chooses, never the name order). With
+    none available, an unavailable one of the kind is named (a what-if plan can
+    still be modelled); without any backend for the kind, the name is the kind
+    itself (the built-in backends are named after their kinds) and the object is ``None``.
+
+    Raises:
+        SpecError: ``choice`` is not a backend of ``kind``, or the kind is ambiguous.
     """
     matches = [(not avail, name, obj) for name, obj, avail in backend_objects(registry)
                if getattr(obj, "device_kind", None) == kind]
+    if choice is not None:
+        for _, name, obj in matches:
+            if name == choice:
+                return name, obj
+        raise SpecError(f"backend = {choice!r} was chosen for kind {kind!r}, but the backends of that kind are "
+                        f"{sorted(n for _, n, _ in matches)}. Fix: name one of them (`pearl plugins` lists them).")
+    available = sorted(name for unavail, name, _ in matches if not unavail)
+    if len(available) > 1:
+        raise SpecError(f"backends {available} all drive devices of kind {kind!r}; PEARL does not pick one silently. "
+                        f"Fix: add `backend = \"<name>\"` to the device's table in the hardware spec, e.g. "
+                        f"backend = {available[0]!r}.")
     if not matches:
         return kind, None
     _, name, obj = min(matches, key=lambda m: (m[0], m[1]))
@@ -85,3 +105,19 @@ def detected_devices(registry: "PluginRegistry | None" = None) -> Iterator[tuple
             continue
         for info in infos:
             yield name, obj, info
+
+
+def spec_backends(spec: "HardwareSpec", registry: "PluginRegistry | None" = None) -> dict[str, str]:
+    """Backend name per device kind of ``spec``: each device's ``backend`` field, else :func:`backend_for_kind`.
+
+    Raises:
+        SpecError: devices of one kind name different backends, or a kind is ambiguous.
+    """
+    out: dict[str, str] = {}
+    for kind in dict.fromkeys(d.kind for d in spec.devices):
+        chosen = {d.backend for d in spec.devices if d.kind == kind and d.backend}
+        if len(chosen) > 1:
+            raise SpecError(f"devices of kind {kind!r} name different backends {sorted(chosen)}; one backend drives "
+                            "a kind in a plan. Fix: give them the same `backend`.")
+        out[kind] = backend_for_kind(kind, registry, next(iter(chosen), None))[0]
+    return out

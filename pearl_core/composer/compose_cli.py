@@ -38,7 +38,30 @@ _EXTRA = (
     ("eval_return", Optional[float], typer.Option(None, "--eval-return", help="Stop when a greedy evaluation "
                                                   "averages at least this (e.g. 475 for CartPole-v1).")),
     ("log_dir", str, typer.Option("runs/pearl", "--log-dir", help="Where the program writes logs and results.")),
+    ("emulated", bool, typer.Option(False, "--emulated", help="Count emulated devices (the FPGA Emulation "
+                                    "Device) as present, so a plan placing primitives there runs on the emulator "
+                                    "(its timings are never reported as the device's).")),
+    ("runnable", bool, typer.Option(False, "--runnable", help="Write the best plan that can run here instead "
+                                    "of refusing a what-if plan for absent hardware.")),
+    ("place", Optional[list[str]], typer.Option(None, "--place", help="Force a placement, PRIMITIVE=DEVICE with "
+                                                "PRIMITIVE one of rm, learner, storage (repeat the option).")),
 )
+
+
+def parse_place(items: "list[str] | None") -> dict[str, str] | None:
+    """``["rm=xeon", "learner=agilex"]`` -> ``{"rm": "xeon", "learner": "agilex"}``; bad items raise ComposerError."""
+    from pearl_core.errors import ComposerError
+
+    if not items:
+        return None
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, dev = item.partition("=")
+        if not sep or key not in ("rm", "learner", "storage") or not dev:
+            raise ComposerError(f"--place {item!r}; expected PRIMITIVE=DEVICE with PRIMITIVE one of rm, learner, "
+                                "storage, e.g. --place learner=agilex.")
+        out[key] = dev
+    return out
 
 
 def compose_command(**options: Any) -> None:
@@ -50,7 +73,7 @@ def compose_command(**options: Any) -> None:
         composer = composer_from_options(o)
         composer.set_stop(eval_return=o["eval_return"], max_env_steps=o["max_env_steps"])
         composer.set_run(log_dir=o["log_dir"])
-        plan = composer.run(profile=o["profile"])
+        plan = composer.run(profile=o["profile"], place=parse_place(o["place"]), runnable=o["runnable"])
         render_plan(plan, console)
         program = composer.RuntimeGen(plan, output)
     except (PearlError, OSError) as exc:
@@ -68,7 +91,7 @@ def composer_from_options(o: dict[str, Any]) -> Composer:
 
     Shared by ``pearl compose`` and ``pearl validate``; raises :class:`PearlError` on bad options.
     """
-    composer = Composer(o["hardware"], o["metric"])
+    composer = Composer(o["hardware"], o["metric"], emulated=bool(o.get("emulated", False)))
     composer.set_actors(o["env_id"], o["n_actors"], insert_batch=o["insert_batch"])
     kwargs = parse_trainer_kwargs(o["trainer_kwargs"]) or {}
     from pearl_core.algorithms.defaults import default_trainer, hidden_kwargs  # torch loads only when used

@@ -50,6 +50,13 @@ class Composition:
         runtime_plan: what the runtime executes; default ``plan.runtime_plan()``.
         user_script: absolute path of the script defining the trainer when
             ``config.trainer`` names :data:`USER_SCRIPT_MODULE`, else ``None``.
+        refusals: why the plan cannot run here, one line per problem (primitive,
+            device, why, fix); empty when it runs as composed. A plan with
+            refusals is a what-if plan: :func:`~pearl_core.composer.api.RuntimeGen`
+            refuses it.
+        emulated: emulated devices count as present (``Composer(emulated=True)``).
+        checked: ``refusals`` were computed (by :meth:`Composer.run`); a
+            composition built by hand is checked by ``RuntimeGen``.
 
     Raises:
         ComposerError: a part has the wrong type, the parts describe different
@@ -60,8 +67,12 @@ class Composition:
     config: RunConfig
     runtime_plan: RuntimePlan = None  # type: ignore[assignment] # filled in from the plan
     user_script: str | None = None
+    refusals: tuple[str, ...] = ()
+    emulated: bool = False
+    checked: bool = False
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "refusals", tuple(str(r) for r in self.refusals))
         if isinstance(self.plan, PlacementPlan) and self.runtime_plan is None:
             object.__setattr__(self, "runtime_plan", self.plan.runtime_plan())
         for name, cls in (("plan", PlacementPlan), ("config", RunConfig), ("runtime_plan", RuntimePlan)):
@@ -83,6 +94,11 @@ class Composition:
     chosen = forwarded("plan", "chosen", "The chosen (RM, learner) candidate with its Eq. 7 terms.")
     metric = forwarded("plan", "metric", "The metric the plan was scored by.")
 
+    @property
+    def runnable(self) -> bool:
+        """Whether the plan runs here as composed (checked, and no refusals)."""
+        return self.checked and not self.refusals
+
     def content_hash(self) -> str:
         """The placement plan's hash (``PLAN_HASH`` in the generated program)."""
         return self.plan.content_hash()
@@ -90,6 +106,7 @@ class Composition:
     def __repr__(self) -> str:  # the fields in full are a screenful: print_plan shows them
         return (f"Composition(plan {self.content_hash()[:12]}: RM on {self.rm_device!r}, learner on "
                 f"{self.learner_device!r}, Data Storage on {self.ds_device!r}, {setting_label(self.setting)}, "
+                f"{'what-if plan (cannot run here), ' if self.refusals else ''}"
                 f"predicted {self.predicted_iteration_s * 1e6:,.1f} us per iteration; env "
                 f"{self.config.env_id!r}, trainer {self.config.trainer!r})")
 

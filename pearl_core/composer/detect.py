@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["detect_hardware"]
 
 
-def detect_hardware(registry: "PluginRegistry | None" = None) -> HardwareSpec:
+def detect_hardware(registry: "PluginRegistry | None" = None, *, emulated: bool = False) -> HardwareSpec:
     """A spec of the devices the available backends detect, with conservative defaults.
 
     Every device of every available backend becomes a :class:`DeviceSpec`
@@ -38,8 +38,9 @@ def detect_hardware(registry: "PluginRegistry | None" = None) -> HardwareSpec:
     ``os.cpu_count()``. Links: the host's memory (5 us, 5 GB/s), each
     accelerator's own memory from its ``mem_bandwidth`` and a host link of
     10 us / 8 GB/s (a modest PCIe link). Devices whose ``details`` say
-    ``emulated`` (a functional emulator) are left out: their timings say
-    nothing about the hardware they emulate. A device that cannot be
+    ``emulated`` (a functional emulator) are left out unless ``emulated=True``:
+    their timings say nothing about the hardware they emulate (an emulated
+    FPGA is still modelled analytically, from its resources). A device that cannot be
     described (e.g. an FPGA without its resources) is left out with a warning.
 
     Args:
@@ -47,7 +48,7 @@ def detect_hardware(registry: "PluginRegistry | None" = None) -> HardwareSpec:
     """
     devices: list[DeviceSpec] = []
     for bname, _obj, info in detected_devices(registry):
-        if (info.details or {}).get("emulated"):
+        if (info.details or {}).get("emulated") and not emulated:
             continue  # a functional emulator runs kernels but has no speed or resources to plan with
         try:
             devices.append(_device_from_info(info, {d.name for d in devices}))

@@ -25,10 +25,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from pearl_core.composer.algorithm import Decision, algorithm1
-from pearl_core.composer.backends import backend_for_kind
+from pearl_core.composer.backends import spec_backends
 from pearl_core.composer.costs import Profiler, fill_matrix
 from pearl_core.composer.matrix import AssignmentMatrix
 from pearl_core.composer.spec import HardwareSpec
@@ -165,12 +165,16 @@ class PlacementPlan:
         from pearl_core.runtime.config import RuntimePlan
 
         rm_kind = self._device(self.rm_device)["kind"]
+        used = {self._device(n)["kind"] for n in (self.rm_device, self.learner_device, self.ds_device)}
         values: dict[str, Any] = {
             "rm_backend": self.backends.get(rm_kind, rm_kind),
+            "rm_device": self.device_string(self.rm_device),
             "learner_device": self.device_string(self.learner_device),
             "storage_device": self.device_string(self.ds_device),
             "setting": self.setting,
             "n_actors": int(self.workload["n_actors"]),
+            "backends": {k: v for k, v in sorted(self.backends.items()) if k in used},
+            "device_config": self.device_config(),
         }
         rm_cfg = self.matrix.row(self.rm_device).config
         ln_cfg = self.matrix.row(self.learner_device).config
@@ -187,6 +191,19 @@ class PlacementPlan:
             values.update(setting=v.setting, learner_threads=v.learner_threads, rm_threads=v.rm_threads)
         values.update(overrides)
         return RuntimePlan(**values)
+
+    def device_config(self) -> dict[str, dict[str, Any]]:
+        """The matrix-row ``config`` of the RM, learner and Data Storage devices that are not CPUs (their
+        backend's settings, e.g. an FPGA's ``learner_dp``/``learner_uf``), for the runtime plan; the CPU
+        rows' thread counts are already the plan's thread fields."""
+        out = {}
+        for key, name in (("rm", self.rm_device), ("learner", self.learner_device), ("storage", self.ds_device)):
+            if self._device(name)["kind"] != "cpu":
+                cfg = {k: v for k, v in self.matrix.row(name).config.items()
+                       if isinstance(v, (str, int, float, bool)) or v is None}
+                if cfg:
+                    out[key] = cfg
+        return out
 
     # -- serialisation --------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -225,7 +242,8 @@ Plan = PlacementPlan
 
 def make_plan(spec: HardwareSpec, workload: Workload, metric: str = "throughput", *,
               matrix: AssignmentMatrix | None = None, comm_inclusive: bool | None = None,
-              registry: "PluginRegistry | None" = None, profiler: Profiler | None = None) -> PlacementPlan:
+              registry: "PluginRegistry | None" = None, profiler: Profiler | None = None,
+              choose: "Callable[[str, str], bool] | None" = None, constraint: str = "") -> PlacementPlan:
     """Fill the matrix (unless given), run Algorithm 1, and wrap everything in a :class:`PlacementPlan`.
 
     Args:
@@ -237,12 +255,16 @@ def make_plan(spec: HardwareSpec, workload: Workload, metric: str = "throughput"
         comm_inclusive: override the matrix's flag.
         registry: plugin registry (backend models and names); default the installed one.
         profiler: optional measurement hook for present devices (see :func:`fill_matrix`).
+        choose, constraint: restrict the choice (see :func:`~pearl_core.composer.algorithm.algorithm1`).
+
+    Raises:
+        SpecError: no feasible choice, or two backends drive one kind and the spec does not choose.
     """
+    backends = spec_backends(spec, registry)
     if matrix is None:
         matrix = fill_matrix(spec, workload, registry=registry, profiler=profiler)
-    decision = algorithm1(spec, matrix, workload, metric, comm_inclusive=comm_inclusive)
-    kinds = dict.fromkeys(d.kind for d in spec.devices)
-    backends = {k: backend_for_kind(k, registry)[0] for k in kinds}
+    decision = algorithm1(spec, matrix, workload, metric, comm_inclusive=comm_inclusive, choose=choose,
+                          constraint=constraint)
     tuning: dict[str, Any] = {}
     if decision.rm_device == decision.learner_device == spec.host:
         host = next(d for d in spec.devices if d.name == spec.host)

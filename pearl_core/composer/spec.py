@@ -81,7 +81,7 @@ _LINK_QUANTITIES: Mapping[str, tuple[str, str]] = {
     "bandwidth_Bps": ("bandwidth", "bytes/s"),
 }
 _DEVICE_PLAIN = ("name", "kind", "cores", "threads", "index", "description", "dsp_blocks", "ram_blocks",
-                 "ram_block_bits", "logic_ram_blocks", "logic_ram_block_bits", "options", "assumed")
+                 "ram_block_bits", "logic_ram_blocks", "logic_ram_block_bits", "options", "assumed", "backend")
 _LINK_PLAIN = ("a", "b", "medium")
 _TOP_LEVEL = ("name", "description", "host", "device", "link")
 
@@ -150,6 +150,8 @@ class DeviceSpec:
         options: kind-specific extras read by the kind's backend (e.g. an FPGA's
             ``initiation_interval``); scalar values only.
         assumed: names of fields filled in by defaults rather than written or measured.
+        backend: the backend that drives this device, when several installed
+            backends drive its kind (``backend = "cuda"``); ``None``: the one there is.
     """
 
     name: str
@@ -173,6 +175,7 @@ class DeviceSpec:
     launch_latency_s: float | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     assumed: tuple[str, ...] = ()
+    backend: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
@@ -209,6 +212,8 @@ class DeviceSpec:
         if not isinstance(self.options, Mapping) or not all(
                 isinstance(k, str) and isinstance(v, (str, int, float, bool)) for k, v in self.options.items()):
             raise _invalid(owner, "options", self.options, "a table of scalar values")
+        if self.backend is not None and (not isinstance(self.backend, str) or not self.backend):
+            raise _invalid(owner, "backend", self.backend, "the name of an installed backend (`pearl plugins`)")
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
         object.__setattr__(self, "assumed", tuple(self.assumed))
 

@@ -102,6 +102,9 @@ RUNTIME_PLAN = RuntimePlan(
     insert_batch=32,
     max_in_flight=1,
     queue_size=8,
+    rm_device='cpu',
+    backends={'cpu': 'cpu'},
+    device_config={},
 )
 
 
