@@ -11,6 +11,23 @@ For each device, in order, the first source that answers wins:
 4. otherwise an empty row whose notes say that nothing models this kind, so the
    device takes part in no feasible candidate.
 
+Two rules apply to every row, whichever source answered:
+
+* **Fanout.** When the workload's prioritized replay needs a sum-tree fanout
+  above the :attr:`~pearl_core.backend.Backend.max_fanout` of the backend that
+  drives the device (its spec entry's ``backend``, else
+  :func:`~pearl_core.composer.backends.backend_for_kind`: the backend the
+  runtime builds the tree with), the device's replay-manager
+  cells (stand-alone and co-located) are empty and a note says why and how to
+  fix it (:func:`limit_fanout`); its learner cell stays.
+* **A failing backend model.** A backend whose ``analytic_cells`` raises (or
+  returns something that is not the device's row) gets an empty row for that
+  device, with a note naming the backend, the exception and the fix, and a
+  logged warning; the other devices are planned as usual
+  (:func:`failed_row`). The same holds for a profiler that raises: the
+  profiler of :mod:`.profiling` re-raises what ``profile_cells`` (or
+  ``settings``) raised, marked with :func:`blame`, and the row names that backend.
+
 A backend is a cost model by having the methods, not by subclassing: the
 :class:`~pearl_core.backend.Backend` ABC knows nothing of the composer, and the
 two protocols below say what the composer calls. :func:`analytic_row` and
@@ -19,11 +36,13 @@ two protocols below say what the composer calls. :func:`analytic_row` and
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
 from pearl_core.composer.analytic import cpu_row, gpu_row
 from pearl_core.composer.backends import backend_for_kind
-from pearl_core.composer.matrix import AssignmentMatrix, DeviceRow
+from pearl_core.composer.matrix import CO_CELLS, RM_CELLS, AssignmentMatrix, DeviceRow
 from pearl_core.composer.spec import DeviceSpec, HardwareSpec
 from pearl_core.composer.workload import Workload
 from pearl_core.errors import SpecError
@@ -31,8 +50,11 @@ from pearl_core.errors import SpecError
 if TYPE_CHECKING:
     from pearl_core.plugins import PluginRegistry
 
-__all__ = ["AnalyticCostModel", "CostModel", "ProfiledCostModel", "Profiler", "analytic_row", "fill_matrix",
-           "profiled_row", "row_for_device"]
+__all__ = ["BLAME_ATTR", "AnalyticCostModel", "CostModel", "ProfiledCostModel", "Profiler", "analytic_row", "blame",
+           "exceeds_fanout", "failed_row", "fanout_note", "fill_matrix", "limit_fanout", "profiled_row",
+           "row_for_device"]
+
+_log = logging.getLogger(__name__)
 
 #: ``profiler(device, workload) -> DeviceRow | None``.
 Profiler = Callable[[DeviceSpec, Workload], "DeviceRow | None"]
@@ -67,7 +89,9 @@ class ProfiledCostModel(Protocol):
         ``None`` leaves the device to :meth:`AnalyticCostModel.analytic_cells`.
         ``iterations`` timed runs per cell (medians), after ``warmup`` untimed
         ones. The composer caches the row on disk, keyed by backend name and
-        version, device and workload, so implementations need not cache.
+        version, the backend's ``settings()``, device and workload, so implementations need not cache.
+        A raised exception leaves this device out of the plan (its row is empty, with a note), not
+        the others.
         """
         ...
 
@@ -92,26 +116,111 @@ def profiled_row(backend: Any, device: DeviceSpec, workload: Workload, *, iterat
 
 def row_for_device(spec: HardwareSpec, device: DeviceSpec, workload: Workload, *,
                    registry: "PluginRegistry | None" = None, profiler: Profiler | None = None) -> DeviceRow:
-    """The matrix row of one device (sources tried in the order of the module docstring)."""
+    """The matrix row of one device (sources tried in the order of the module docstring, then the fanout rule).
+
+    The device's backend is the one its spec entry names (``backend = "..."``), else the one of its kind.
+    """
+    bname, backend = backend_for_kind(device.kind, registry, getattr(device, "backend", None))
+    return limit_fanout(_source_row(spec, device, workload, bname, backend, profiler), workload, bname, backend)
+
+
+def _source_row(spec: HardwareSpec, device: DeviceSpec, workload: Workload, bname: str, backend: Any,
+                profiler: Profiler | None) -> DeviceRow:
     if profiler is not None:
-        row = profiler(device, workload)
-        if row is not None:
-            return _checked(row, device, "the profiler")
-    bname, backend = backend_for_kind(device.kind, registry)
+        try:
+            row = profiler(device, workload)
+            if row is not None:
+                return _checked(row, device, "the profiler")
+        except Exception as exc:  # noqa: BLE001 - a failed measurement must not stop planning
+            who, method = getattr(exc, BLAME_ATTR, (None, "the profiler"))
+            return failed_row(device, who, method, exc)
     if backend is not None:
         try:
             row = analytic_row(backend, device, workload)
+            if row is not None:
+                row = _checked(row, device, f"backend {bname!r}.analytic_cells")
         except Exception as exc:  # noqa: BLE001 - a plugin's model bug must not stop planning
-            return DeviceRow(device.name, device.kind, notes=(
-                f"backend {bname!r} failed to model this device ({type(exc).__name__}: {exc})",))
+            return failed_row(device, bname, "analytic_cells", exc)
         if row is not None:
-            return _checked(row, device, f"backend {bname!r}")
+            return row
     if device.kind == "cpu":
         return cpu_row(device, workload, is_host=device.name == spec.host)
     if device.kind == "cuda":
         return gpu_row(device, workload)
     hint = f"backend {bname!r} has no analytic model" if backend is not None else f"no backend for kind {device.kind!r}"
     return DeviceRow(device.name, device.kind, notes=(f"no cost model for this device: {hint}",))
+
+
+#: Attribute of an exception naming ``(backend name, method)`` that raised it (set by :func:`blame`).
+BLAME_ATTR = "pearl_blame"
+
+
+def blame(exc: BaseException, bname: str, method: str) -> BaseException:
+    """Record on ``exc`` that backend ``bname``'s ``method`` raised it, and return it (re-raise it as it is).
+
+    A profiler that calls a backend uses it, so that :func:`fill_matrix` names
+    the right backend in the failed row's note; the exception's type and
+    message are unchanged for any other caller.
+    """
+    try:
+        setattr(exc, BLAME_ATTR, (bname, method))
+        exc.add_note(f"raised by backend {bname!r} in {method}")
+    except (AttributeError, TypeError):  # an exception type that takes no attributes
+        pass
+    return exc
+
+
+def failed_row(device: DeviceSpec, bname: str | None, method: str, exc: BaseException) -> DeviceRow:
+    """An empty row for ``device`` whose note says that backend ``bname``'s ``method`` raised ``exc``; logs a warning.
+
+    ``bname`` is ``None`` for a profiler that named no backend (see :func:`blame`).
+    The device then takes part in no feasible candidate; the other devices are planned as usual.
+    """
+    what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    who = f"backend {bname!r}" if bname is not None else "the profiler"
+    where = f" in {method}" if bname is not None else ""
+    _log.warning("%s%s raised %s for device %r; the device is left out of the plan", who, where, what, device.name)
+    fix = ("report it to the backend's authors or update the plugin (`pearl plugins` shows its version)"
+           if bname is not None else "fix the profiler, or plan without it")
+    return DeviceRow(device.name, device.kind, notes=(
+        f"{who} failed to model this device ({what}){where}; expected a DeviceRow for {device.name!r}. "
+        f"The device is left out of the plan. Fix: {fix}.",))
+
+
+def fanout_note(bname: str, max_fanout: int, fanout: int) -> str:
+    """Why a device's replay-manager cells are empty: the workload's fanout exceeds the backend's ``max_fanout``."""
+    return (f"no replay manager here: backend {bname!r} supports sum-tree fanouts up to {max_fanout} (its "
+            f"max_fanout) but the workload's fanout is {fanout}. Fix: use fanout <= {max_fanout} (e.g. "
+            f"set_replay(fanout={max_fanout}) or --fanout {max_fanout}), or a backend without this limit.")
+
+
+def exceeds_fanout(backend: Any, workload: Workload) -> int | None:
+    """The backend's ``max_fanout`` when the workload's sum tree is wider than it, else ``None``.
+
+    Uniform replay has no tree, so no fanout limit applies to it.
+    """
+    limit = getattr(backend, "max_fanout", None)
+    if (workload.replay != "prioritized" or limit is None or isinstance(limit, bool)
+            or not isinstance(limit, int)):
+        return None
+    return limit if workload.fanout > limit else None
+
+
+def limit_fanout(row: DeviceRow, workload: Workload, bname: str, backend: Any) -> DeviceRow:
+    """``row`` with its RM and co-located cells emptied when ``backend`` cannot run the workload's fanout.
+
+    The note (:func:`fanout_note`) goes first, so Algorithm 1's reason for the
+    infeasible candidates starts with it. A row already carrying the same note
+    is returned as it is; the learner cell is always kept.
+    """
+    limit = exceeds_fanout(backend, workload)
+    if limit is None:
+        return row
+    note = fanout_note(bname, limit, workload.fanout)
+    if note in row.notes:
+        return row
+    empty = {name: None for name in RM_CELLS + CO_CELLS}
+    return dataclasses.replace(row, **empty, notes=(note, *row.notes))
 
 
 def _checked(row: DeviceRow, device: DeviceSpec, who: str) -> DeviceRow:

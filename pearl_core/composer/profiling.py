@@ -13,12 +13,24 @@ device of the same name, or the one named by the spec device's
 
 The cache (default ``$PEARL_CACHE_DIR``, else ``$XDG_CACHE_HOME/pearl``, else
 ``~/.cache/pearl``; subfolder ``profiles/``) holds one JSON file per row, keyed
-by a hash of: backend name and version, pearl-core's version, the device as the
+by a hash of: backend name and version (its ``version`` attribute, else its
+plugin distribution's version), the backend's
+:meth:`~pearl_core.backend.Backend.settings` (a changed build flag or
+environment setting is measured again), pearl-core's version, the device as the
 spec describes it and as detection reports it, the workload, the source file of
 the trainer's module (an edited trainer is measured again) and the iteration
 count. Files are written atomically (:func:`pearl_core.fileio.atomic_write`), so a
 crash never leaves a half-written entry; an unreadable entry is ignored and
 measured again.
+
+A backend whose ``profile_cells`` or ``settings`` raises (or returns something
+other than the device's row) does not stop planning: the profiler re-raises
+the error marked with :func:`~pearl_core.composer.costs.blame`, and
+:func:`~pearl_core.composer.costs.fill_matrix` gives that device an empty row
+whose note names the backend. A workload whose sum tree is wider than the
+profiling backend's ``max_fanout`` is measured with the backend's widest
+fanout (the learner cell is valid) and its replay-manager cells are left
+empty (:func:`~pearl_core.composer.costs.limit_fanout`).
 
 The measurement helpers below (:func:`median_time`, :func:`profile_replay_ops`,
 :func:`profile_learner`, :func:`profile_actor_step`) run the *real* replay
@@ -39,12 +51,12 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 import numpy as np
 
 from pearl_core.composer.backends import detected_devices
-from pearl_core.composer.costs import Profiler, profiled_row
+from pearl_core.composer.costs import Profiler, blame, exceeds_fanout, limit_fanout, profiled_row
 from pearl_core.composer.matrix import DeviceRow
 from pearl_core.composer.plan import pearl_version
 from pearl_core.composer.spec import DeviceSpec, HardwareSpec
@@ -61,6 +73,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CACHE_FORMAT",
+    "backend_settings",
     "cache_dir",
     "median_time",
     "present_device",
@@ -120,12 +133,33 @@ def _backend_version(backend: "Backend") -> str:
     return str(getattr(mod, "__version__", "unknown"))
 
 
+def backend_settings(bname: str, backend: "Backend") -> dict[str, Any]:
+    """``backend.settings()`` as a plain JSON object (what the cache key holds).
+
+    Raises:
+        SpecError: it is not a mapping with string keys and JSON values (str,
+            int, float, bool, None, lists and objects of them; no NaN or infinity).
+    """
+    method = getattr(backend, "settings", None)
+    settings = {} if method is None else method()
+    try:
+        if not isinstance(settings, Mapping) or not all(isinstance(k, str) for k in settings):
+            raise TypeError("not a mapping with str keys")
+        return json.loads(json.dumps(dict(settings), sort_keys=True, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"backend {bname!r}.settings() returned {settings!r:.200}, which is not a JSON object "
+                        f"({exc}); expected a mapping of str keys to JSON values (str, number, bool, None, lists, "
+                        "objects). Fix: return e.g. {'build': 'avx2', 'threads': 8} from settings().") from None
+
+
 def _cache_key(bname: str, backend: "Backend", device: DeviceSpec, info: "DeviceInfo", wl: Workload,
-               iterations: int) -> tuple[str, dict[str, Any]]:
+               iterations: int, settings: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     inputs = {
         "format": CACHE_FORMAT,
         "backend": bname,
+        "backend_class": f"{type(backend).__module__}.{type(backend).__qualname__}",
         "backend_version": _backend_version(backend),
+        "backend_settings": dict(settings),
         "device": device.to_dict(),
         "detected": {"name": info.name, "description": info.description, "details": dict(info.details)},
         "machine": {"node": platform.node(), "processor": platform.processor(), "cpus": os.cpu_count()},
@@ -180,7 +214,12 @@ def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None
         if found is None:
             return None
         bname, backend, info = found
-        key, inputs = _cache_key(bname, backend, device, info, workload, iterations)
+        try:
+            settings = backend_settings(bname, backend)
+        except Exception as exc:  # noqa: BLE001 - re-raised, marked: fill_matrix empties this row only
+            blame(exc, bname, "settings")
+            raise
+        key, inputs = _cache_key(bname, backend, device, info, workload, iterations, settings)
         path = folder / f"{key[:40]}.json"
         if use_cache and path.is_file():
             try:
@@ -189,20 +228,36 @@ def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None
                     return DeviceRow.from_dict(data["row"])
             except (OSError, ValueError, KeyError, TypeError, SpecError):
                 pass  # a damaged entry is measured again and overwritten
-        if progress is not None:
-            progress(f"profiling {device.name} ({bname} backend, {iterations} iterations per cell) ...")
-        row = profiled_row(backend, device, workload, iterations=iterations, warmup=warmup)
+        row = _measure(bname, backend, device, workload)
         if row is None:
             return None
-        if not isinstance(row, DeviceRow) or row.device != device.name:
-            raise SpecError(f"backend {bname!r}.profile_cells returned {row!r} for {device.name!r}; expected a "
-                            f"DeviceRow with device={device.name!r}.")
         try:
             atomic_write(path, json.dumps({"key": key, "inputs": inputs, "row": row.to_dict()}, sort_keys=True,
                                           indent=1, default=str), make_parents=True)
         except OSError:
             pass  # an unwritable cache costs a re-measurement next time, nothing else
         return row
+
+    def _measure(bname: str, backend: "Backend", device: DeviceSpec, workload: Workload) -> DeviceRow | None:
+        """``profile_cells`` (at the backend's widest fanout when the workload's is wider), checked."""
+        limit = exceeds_fanout(backend, workload)
+        measured = workload if limit is None else dataclasses.replace(workload, fanout=limit)
+        if progress is not None:
+            progress(f"profiling {device.name} ({bname} backend, {iterations} iterations per cell) ...")
+        try:
+            row = profiled_row(backend, device, measured, iterations=iterations, warmup=warmup)
+            if row is not None and (not isinstance(row, DeviceRow) or row.device != device.name):
+                raise SpecError(f"backend {bname!r}.profile_cells returned {row!r:.200} for {device.name!r}; "
+                                f"expected a DeviceRow with device={device.name!r}. Fix: return "
+                                f"DeviceRow({device.name!r}, ...) or None from profile_cells.")
+        except Exception as exc:  # noqa: BLE001 - re-raised, marked: fill_matrix empties this row only
+            blame(exc, bname, "profile_cells")
+            raise
+        if row is None or limit is None:
+            return row
+        row = limit_fanout(row, workload, bname, backend)
+        return dataclasses.replace(row, notes=(*row.notes, f"measured with fanout {limit} (the widest backend "
+                                                            f"{bname!r} supports) instead of {workload.fanout}"))
 
     return profile
 

@@ -5,10 +5,15 @@ Usage, in a plugin's test module::
     from pearl_core.testing import SumTreeConformance
 
     class TestMyTree(SumTreeConformance):
-        max_fanout = None            # or the largest fanout the backend supports
+        backend_name = "my-backend"  # trees from get_backend("my-backend"); fanouts <= its max_fanout
+
+or, for a tree that is not behind a registered backend::
+
+    class TestMyTree(SumTreeConformance):
+        max_fanout = 32              # or None: any fanout >= 2
 
         def make_tree(self, capacity, fanout):
-            return MyBackend().make_sum_tree(capacity, fanout)
+            return MyTree(capacity, fanout)
 
 Every operation is compared with :class:`~pearl_core.testing.ReferenceSumTree`:
 randomised programs (Hypothesis), a stateful machine with the reference as its
@@ -26,6 +31,7 @@ prefix-sum boundary.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -37,6 +43,9 @@ from pearl_core.errors import EmptyTreeError, InvalidDTypeError, InvalidIndexErr
 from pearl_core.sumtree import MASS_DRIFT_RTOL, SumTree
 import pearl_core.testing.strategies as pst
 from pearl_core.testing.reference import ReferenceSumTree
+
+if TYPE_CHECKING:
+    from pearl_core.backend import Backend
 
 EXAMPLES = int(os.environ.get("PEARL_CONFORMANCE_EXAMPLES", "150"))
 TOTAL_RTOL = 1e-9
@@ -81,6 +90,14 @@ def _snapshot(tree: SumTree):
     return tree.get(np.arange(tree.capacity, dtype=np.int64)).copy(), tree.total()
 
 
+_UNSET = object()
+
+
+def _check_fanout_bound(what: str, value: object, fix: str) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 2):
+        raise InvalidValueError(f"{what} = {value!r} is invalid; expected an int >= 2 or None. Fix: {fix}.")
+
+
 def _bad_calls():
     """(id, callable(tree), expected error, text the message must contain)."""
     i = np.array([0, 1, 2, 3], dtype=np.int64)
@@ -107,22 +124,80 @@ def _bad_calls():
 
 
 class SumTreeConformance:
-    """Subclass and implement :meth:`make_tree` to run the whole suite on a backend.
+    """Subclass and name the backend (or implement :meth:`make_tree`) to run the whole suite on it.
+
+    Which fanouts are tested: never more than the backend declares. The kit
+    reads the backend's :attr:`~pearl_core.backend.Backend.max_fanout` from
+    :meth:`backend_under_test` (by default the registered backend called
+    :attr:`backend_name`), and :attr:`max_fanout` on the suite may lower that
+    bound further (never raise it). With neither, fanouts ``2..33`` are drawn.
+    :meth:`fanout_limit` is the bound in force.
 
     Attributes:
-        max_fanout: largest fanout the backend supports (``None``: any ``>= 2``).
+        backend_name: name of the registered backend under test
+            (``pearl_core.get_backend(name)``); ``None`` when the suite tests a
+            tree that no registered backend makes. When set, :meth:`make_tree`
+            defaults to that backend's ``make_sum_tree``.
+        max_fanout: largest fanout to test (``None``: the backend's declared
+            ``max_fanout``, or any ``>= 2`` without one). An int ``>= 2``, at
+            most the backend's own ``max_fanout``.
         max_capacity: largest capacity the randomised tests create.
     """
 
+    backend_name: str | None = None
     max_fanout: int | None = None
     max_capacity: int = 5000
 
+    def backend_under_test(self) -> "Backend | None":
+        """The backend whose trees are tested: ``get_backend(backend_name)``, or ``None`` without a name.
+
+        Override it to hand the suite a backend object directly (e.g. one that
+        is not installed through an entry point).
+        """
+        if self.backend_name is None:
+            return None
+        from pearl_core.plugins import get_backend
+
+        return get_backend(self.backend_name)
+
     def make_tree(self, capacity: int, fanout: int) -> SumTree:
-        raise NotImplementedError("subclasses return a new, all-zero tree of the backend under test")
+        """A new, all-zero tree of the backend under test (default: the backend's ``make_sum_tree``)."""
+        backend = self.backend_under_test()
+        if backend is None:
+            raise NotImplementedError(
+                f"{type(self).__name__} names no backend and does not implement make_tree. Fix: set "
+                "backend_name = '<registered backend>' or define make_tree(self, capacity, fanout).")
+        return backend.make_sum_tree(capacity, fanout)
+
+    def fanout_limit(self) -> int | None:
+        """The largest fanout the suite draws: the smaller of :attr:`max_fanout` and the backend's.
+
+        Raises:
+            InvalidValueError: either bound is not an int ``>= 2``, or the suite's
+                :attr:`max_fanout` exceeds the backend's declared one.
+        """
+        cached = self.__dict__.get("_fanout_limit", _UNSET)
+        if cached is not _UNSET:
+            return cached
+        backend = self.backend_under_test()
+        declared = None if backend is None else getattr(backend, "max_fanout", None)
+        who = f"backend {getattr(backend, 'name', type(backend).__name__)!r}"
+        _check_fanout_bound(f"{who}: max_fanout", declared, "declare an int >= 2 on the backend class, or None")
+        suite = self.max_fanout
+        _check_fanout_bound(f"{type(self).__name__}.max_fanout", suite, "use an int >= 2, or None")
+        if declared is not None and suite is not None and suite > declared:
+            raise InvalidValueError(
+                f"{type(self).__name__}.max_fanout = {suite} exceeds the max_fanout = {declared} that {who} "
+                f"declares; expected <= {declared}. Fix: remove max_fanout from the suite (the backend's is "
+                f"used) or set it <= {declared}.")
+        limit = declared if suite is None else suite  # suite <= declared when both are set (checked above)
+        self.__dict__["_fanout_limit"] = limit
+        return limit
 
     # -- helpers ------------------------------------------------------------------
     def _fanout(self, wanted: int) -> int:
-        return wanted if self.max_fanout is None else max(2, min(wanted, self.max_fanout))
+        limit = self.fanout_limit()
+        return wanted if limit is None else max(2, min(wanted, limit))
 
     def _pair(self, capacity: int, fanout: int):
         tree = self.make_tree(capacity, fanout)
@@ -154,7 +229,7 @@ class SumTreeConformance:
     @_SETTINGS
     @given(st.data())
     def test_matches_reference(self, data):
-        prog = data.draw(pst.tree_programs(self.max_fanout, self.max_capacity))
+        prog = data.draw(pst.tree_programs(self.fanout_limit(), self.max_capacity))
         tree, ref = self._pair(prog.capacity, prog.fanout)
         for idx, prio in prog.batches:
             tree.update(idx, prio)
@@ -169,7 +244,7 @@ class SumTreeConformance:
     @_SETTINGS
     @given(st.integers(1, 300), st.data())
     def test_duplicates_last_wins(self, capacity, data):
-        fanout = self._fanout(data.draw(pst.fanouts(self.max_fanout)))
+        fanout = self._fanout(data.draw(pst.fanouts(self.fanout_limit())))
         tree, ref = self._pair(capacity, fanout)
         i = data.draw(st.integers(0, capacity - 1))
         values = data.draw(st.lists(pst.priority_values(), min_size=2, max_size=10))
@@ -281,7 +356,7 @@ def _machine_for(suite: SumTreeConformance) -> type[RuleBasedStateMachine]:
     """A state machine that drives the backend tree and the reference side by side."""
 
     class SumTreeMachine(RuleBasedStateMachine):
-        @initialize(fanout=pst.fanouts(suite.max_fanout), data=st.data())
+        @initialize(fanout=pst.fanouts(suite.fanout_limit()), data=st.data())
         def create(self, fanout, data):
             capacity = data.draw(pst.capacities(fanout, min(suite.max_capacity, 3000)))
             self.exact = data.draw(st.booleans())

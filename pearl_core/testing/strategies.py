@@ -12,8 +12,11 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
+from pearl_core.errors import InvalidValueError
+
 __all__ = [
     "TreeProgram",
+    "WIDEST_FANOUT",
     "capacities",
     "fanouts",
     "priority_values",
@@ -25,9 +28,24 @@ __all__ = [
 ]
 
 
+#: The widest fanout drawn when no ``max_fanout`` caps it.
+WIDEST_FANOUT = 33
+
+
 def fanouts(max_fanout: int | None = None) -> st.SearchStrategy[int]:
-    """Fanouts ``>= 2`` (odd ones included), capped at ``max_fanout`` when given."""
-    hi = 33 if max_fanout is None else max(2, min(33, max_fanout))
+    """Fanouts ``2..max_fanout`` (odd ones included); ``2..WIDEST_FANOUT`` when ``max_fanout`` is ``None``.
+
+    Never draws a fanout above ``max_fanout``: pass the backend's
+    :attr:`~pearl_core.backend.Backend.max_fanout` as it is.
+
+    Raises:
+        InvalidValueError: ``max_fanout`` is not ``None`` or an int ``>= 2``.
+    """
+    if max_fanout is not None and (isinstance(max_fanout, bool) or not isinstance(max_fanout, int)
+                                   or max_fanout < 2):
+        raise InvalidValueError(f"fanouts(max_fanout={max_fanout!r}): expected None or an int >= 2 (a sum tree "
+                                "needs fanout >= 2). Fix: pass the backend's max_fanout, e.g. 32, or None.")
+    hi = WIDEST_FANOUT if max_fanout is None else min(WIDEST_FANOUT, max_fanout)
     common = [f for f in (2, 3, 4, 5, 7, 8, 16, 32) if f <= hi]
     return st.one_of(st.sampled_from(common), st.integers(2, hi))
 
@@ -93,7 +111,8 @@ class TreeProgram:
 
 @st.composite
 def tree_programs(draw, max_fanout: int | None = None, max_capacity: int = 5000, max_batches: int = 6):
-    """A random tree shape plus update batches; ``exact`` programs use integer priorities."""
+    """A random tree shape (fanout ``<= max_fanout``, see :func:`fanouts`) plus update batches;
+    ``exact`` programs use integer priorities."""
     fanout = draw(fanouts(max_fanout))
     capacity = draw(capacities(fanout, max_capacity))
     exact = draw(st.booleans())
