@@ -1,4 +1,4 @@
-"""The CUDA backend: GPU sum tree (cupy kernels), detection and profiled cost cells.
+"""The CUDA backend: GPU sum tree (cupy kernels), GPU Data Storage, detection and profiled cost cells.
 
 Importing this module touches no device; cupy is imported in
 :meth:`CudaBackend.availability` and later. The backend is available when cupy
@@ -13,11 +13,13 @@ from pearl_core.backend import Availability, Backend, DeviceInfo
 from pearl_core.errors import BackendUnavailableError, InvalidOptionError
 from pearl_core.sumtree import SumTree
 from pearl_cuda.detect import list_gpus, probe
+from pearl_cuda.device import check_visible, cuda_ordinal
 
 if TYPE_CHECKING:
     from pearl_core.composer.matrix import DeviceRow
     from pearl_core.composer.spec import DeviceSpec
     from pearl_core.composer.workload import Workload
+    from pearl_core.replay.storage import DataStorage, StorageSpec
 
 __all__ = ["CudaBackend", "probe_cuda"]
 
@@ -38,15 +40,19 @@ def _kernel_problem() -> str | None:
 
 
 class CudaBackend(Backend):
-    """NVIDIA GPUs through cupy (sum tree) and torch (learner).
+    """NVIDIA GPUs through cupy (sum tree, Data Storage) and torch (learner).
 
-    Sum-tree options: ``device`` (ordinal, default 0), ``update_strategy``
-    (``"auto"``, ``"levels"``, ``"block"``, ``"grid"``); ``threads`` is accepted
-    and ignored (the runtime passes the CPU backend's knob to every backend).
+    Sum-tree options: ``device`` (the plan's device string ``"cuda:N"`` or an
+    ordinal; default GPU 0), ``update_strategy`` (``"auto"``, ``"levels"``,
+    ``"block"``, ``"grid"``); ``threads`` is accepted and ignored (the runtime
+    passes the CPU backend's knob to every backend). A learner placed on
+    ``cuda:N`` runs the trainer's own torch code on ``"cuda:N"``
+    (:attr:`torch_device_type`); this backend offers no device trainer.
     """
 
     name = "cuda"
     device_kind = "cuda"
+    torch_device_type = "cuda"
 
     def __init__(self) -> None:
         self._availability: Availability | None = None
@@ -62,19 +68,40 @@ class CudaBackend(Backend):
             return []
         return list_gpus()
 
-    def make_sum_tree(self, capacity: int, fanout: int = 16, **options: Any) -> SumTree:
+    def _require(self, what: str) -> None:
         avail = self.availability()
         if not avail.available:
-            raise BackendUnavailableError(f"backend 'cuda' cannot make a sum tree: {avail.reason}.", backend=self.name)
-        from pearl_cuda.sumtree import CudaSumTree
+            raise BackendUnavailableError(f"backend 'cuda' cannot make {what}: {avail.reason}.", backend=self.name)
 
+    def make_sum_tree(self, capacity: int, fanout: int = 16, **options: Any) -> SumTree:
         options.pop("threads", None)
-        device = options.pop("device", 0)
+        ordinal = cuda_ordinal(options.pop("device", 0))  # a malformed device fails before anything else
         strategy = options.pop("update_strategy", "auto")
         if options:
             raise InvalidOptionError(f"cuda backend: unknown sum-tree options {sorted(options)}; "
                                      "known: ['device', 'threads', 'update_strategy']")
-        return CudaSumTree(capacity, fanout, device=device, update_strategy=strategy)
+        self._require("a sum tree")
+        check_visible(ordinal, "the sum tree")
+        from pearl_cuda.sumtree import CudaSumTree
+
+        return CudaSumTree(capacity, fanout, device=ordinal, update_strategy=strategy)
+
+    def make_storage(self, spec: "StorageSpec", capacity: int, device: str,
+                     **options: Any) -> "DataStorage | None":
+        """A :class:`~pearl_cuda.storage.CudaStorage` on ``device`` (``"cuda:N"``).
+
+        Options: ``staging_rows`` and ``staging_slots`` (the pinned staging ring).
+        """
+        ordinal = cuda_ordinal(device)
+        unknown = sorted(set(options) - {"staging_rows", "staging_slots"})
+        if unknown:
+            raise InvalidOptionError(f"cuda backend: unknown storage options {unknown}; "
+                                     "known: ['staging_rows', 'staging_slots']")
+        self._require("a Data Storage")
+        check_visible(ordinal, "the Data Storage")
+        from pearl_cuda.storage import CudaStorage
+
+        return CudaStorage(spec, capacity, device=ordinal, **options)
 
     def profile_cells(self, device: "DeviceSpec", workload: "Workload", *, iterations: int = 1000,
                       warmup: int = 50) -> "DeviceRow | None":

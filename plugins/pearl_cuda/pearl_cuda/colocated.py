@@ -22,6 +22,13 @@ The runtime's trainers take numpy batches today; :func:`colocated_step` hands
 them device tensors when the trainer says it accepts them
 (``accepts_device_batches = True``) and otherwise copies the batch to the host
 (a round trip, reported by ``DeviceReplay.host_round_trips``).
+
+The runtime's setting-2 worker does not use this module: it composes the
+core's ``PrioritizedReplay`` over ``CudaBackend.make_storage``
+(:class:`~pearl_cuda.storage.CudaStorage`) and ``make_sum_tree``, whose
+sampling runs on the host face, so each batch goes GPU -> host -> GPU (the
+README's "What is GPU-resident in a run" states the traffic and what the core
+would need to avoid it).
 """
 
 from __future__ import annotations

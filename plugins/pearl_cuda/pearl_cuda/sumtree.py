@@ -32,6 +32,7 @@ import numpy as np
 
 from pearl_core.errors import EmptyTreeError, InvalidIndexError, InvalidValueError
 from pearl_core.sumtree import MASS_DRIFT_RTOL, SumTree, check_indices, check_masses, check_priorities
+from pearl_cuda.device import cuda_ordinal
 from pearl_cuda.interop import as_device_array, like_input
 from pearl_cuda.layout import TreeLayout
 
@@ -81,11 +82,14 @@ class CudaSumTree(SumTree):
 
     Args:
         capacity, fanout: as the contract.
-        device: CUDA device ordinal.
+        device: CUDA device ordinal or device string ``"cuda:N"``.
         update_strategy: ``"auto"``, ``"levels"``, ``"block"`` or ``"grid"`` (see the module docstring).
+
+    Attributes:
+        device: ``"cuda:N"``, where the nodes live; ``device_id`` is ``N``.
     """
 
-    def __init__(self, capacity: int, fanout: int = 16, *, device: int = 0, update_strategy: str = "auto"):
+    def __init__(self, capacity: int, fanout: int = 16, *, device: int | str = 0, update_strategy: str = "auto"):
         import cupy as cp
 
         from pearl_cuda import kernels
@@ -94,7 +98,8 @@ class CudaSumTree(SumTree):
         self.capacity, self.fanout = self.layout.capacity, self.layout.fanout
         resolve_strategy(update_strategy, 1, True)  # validate the name now
         self.update_strategy = update_strategy
-        self.device_id = int(device)
+        self.device_id = cuda_ordinal(device)
+        self.device = f"cuda:{self.device_id}"
         self._cp = cp
         self._device = cp.cuda.Device(self.device_id)
         with self._device:

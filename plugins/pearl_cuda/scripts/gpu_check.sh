@@ -11,18 +11,24 @@
 #               `--no-index --find-links DIR`.
 #   2. tests    pytest plugins/pearl_cuda: nvcc compile checks, host logic, and the GPU tests
 #               (conformance kit on every update strategy, bit-for-bit vs the numpy emulation,
-#               device face with cupy and torch, setting-2 replay, profile_cells, detection).
-#   3. replay   sum tree at capacity 2^20, batches 32..4096, device arrays in/out, vs the CPU backend.
-#   4. learner  MLP 256-256 step, batch 64..4096: stream search, CUDA graph, DQN on GPU/CPU, setting 2.
-#   5. e2e      short DQN CartPole-v1 run, learner and sum tree on the GPU (serial runtime).
+#               device face with cupy and torch, setting-2 replay, GPU Data Storage, profile_cells, detection).
+#   3. composed composer plans run end to end (scripts/composed_plan_check.py): Composer(hardware=None),
+#               placements forced with composer.run(place=...), RuntimeGen, the generated program run for
+#               3000 env steps; (a) setting 2 with RM, Data Storage and learner on the GPU, (b) setting 1
+#               with RM and Data Storage on the CPU and the learner on the GPU: env steps/s and predicted vs
+#               measured iteration time, as a Markdown table in the results file.
+#   4. replay   sum tree at capacity 2^20, batches 32..4096, device arrays in/out, vs the CPU backend.
+#   5. learner  MLP 256-256 step, batch 64..4096: stream search, CUDA graph, DQN on GPU/CPU, setting 2.
+#   6. e2e      short DQN CartPole-v1 run, learner and sum tree on the GPU (serial runtime).
 # Results: benchmarks/results/cuda_gpu_check.md (and a copy plus the logs under $OUT when set).
-# The whole check stops itself before 8 minutes (PEARL_GPU_CHECK_BUDGET_S, default 460 s).
+# The whole check stops itself before 9 minutes (PEARL_GPU_CHECK_BUDGET_S, default 540 s; a step that
+# would start with under 15 s left is skipped and marked SKIPPED).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 cd "$REPO"
 START=$(date +%s)
-BUDGET=${PEARL_GPU_CHECK_BUDGET_S:-460}
+BUDGET=${PEARL_GPU_CHECK_BUDGET_S:-540}
 DEADLINE=$((START + BUDGET))
 RESULTS="benchmarks/results/cuda_gpu_check.md"
 LOGDIR="$(mktemp -d /tmp/pearl-gpu-check.XXXXXX)"
@@ -146,6 +152,8 @@ log "python: $PY"
 
 export PEARL_CONFORMANCE_EXAMPLES=${PEARL_CONFORMANCE_EXAMPLES:-60}
 run_step tests 170 "$PY" -m pytest -q -ra -p no:cacheprovider plugins/pearl_cuda
+run_step composed 200 "$PY" plugins/pearl_cuda/scripts/composed_plan_check.py --out "$RESULTS" \
+  --max-env-steps 3000 --run-timeout-s 80 --work-dir "$LOGDIR/composed"
 run_step replay 80 "$PY" "$BENCH" replay --out "$RESULTS" --calls 200 --reps 5
 run_step learner 75 "$PY" "$BENCH" learner --out "$RESULTS" --iters 50
 run_step e2e 100 "$PY" "$BENCH" e2e --out "$RESULTS" --max-env-steps 30000
@@ -174,6 +182,7 @@ run_step e2e 100 "$PY" "$BENCH" e2e --out "$RESULTS" --max-env-steps 30000
 
 if [[ -n "${OUT:-}" && -d "${OUT:-}" ]]; then
   cp "$RESULTS" "$OUT/" && cp "$LOGDIR"/*.log "$OUT/" 2>/dev/null || true
+  for f in "$LOGDIR"/composed/run_*.log; do [[ -f "$f" ]] && cp "$f" "$OUT/composed_$(basename "$f")"; done || true
 fi
 log "done: $RESULTS"
 printf '%s\n' "${STEP_ROWS[@]}"

@@ -19,9 +19,115 @@ _PTR = {"double": np.float64, "i64": np.int64, "int": np.int32}
 _SCALAR = {"double": np.float64, "i64": np.int64, "int": np.int32}
 
 
+# ---- streams, events and asynchronous host->device copies
+# ``ndarray.set`` does not read its host source when it is called: the copy is queued and runs at
+# the next synchronisation point (an event's or a stream's ``synchronize``) or before any device
+# read (``take``, ``get``, ``asnumpy``). A caller that refills a pinned staging buffer before the
+# copy from it has completed therefore stores the *new* contents, as on a GPU; device work itself
+# runs in issue order (one in-order queue), which is all the storage relies on.
+_PENDING: list = []  # [(sequence number, thunk)]
+_SEQ = [0]
+#: Counters the storage tests read: host->device copies queued, bytes of pinned memory allocated.
+STATS = {"h2d_copies": 0, "pinned_bytes": 0, "syncs": 0}
+
+
+def _flush(upto=None):
+    while _PENDING and (upto is None or _PENDING[0][0] <= upto):
+        _PENDING.pop(0)[1]()
+
+
+class Stream:
+    _stack: list = []
+
+    def __init__(self, null=False, non_blocking=False, ptds=False):
+        self.null = null
+
+    def __enter__(self):
+        Stream._stack.append(self)
+        return self
+
+    def __exit__(self, *a):
+        Stream._stack.pop()
+        return False
+
+    def synchronize(self):
+        STATS["syncs"] += 1
+        _flush()
+
+    def wait_event(self, event):
+        pass  # device work is one in-order queue here
+
+    def record(self, event=None):
+        event = event or Event()
+        event.record(self)
+        return event
+
+
+_NULL_STREAM = Stream(null=True)
+
+
+def get_current_stream():
+    return Stream._stack[-1] if Stream._stack else _NULL_STREAM
+
+
+class Event:
+    def __init__(self, block=False, disable_timing=False, interprocess=False):
+        self._seq = None
+
+    def record(self, stream=None):
+        self._seq = _SEQ[0]
+
+    def synchronize(self):
+        STATS["syncs"] += 1
+        if self._seq is not None:
+            _flush(self._seq)
+
+    @property
+    def done(self):
+        return self._seq is None or not _PENDING or _PENDING[0][0] > self._seq
+
+
+def alloc_pinned_memory(nbytes):
+    STATS["pinned_bytes"] += int(nbytes)
+    return bytearray(int(nbytes))
+
+
 class ndarray(np.ndarray):  # noqa: N801 - mirrors cupy.ndarray
-    def get(self):
-        return np.array(self, copy=True)
+    def get(self, stream=None, order="C", out=None, blocking=True):
+        _flush()
+        if out is None:
+            return np.array(self, copy=True)
+        assert isinstance(out, np.ndarray) and not isinstance(out, ndarray), "get(out=...) takes a numpy array"
+        assert out.dtype == self.dtype, f"get(out=...): dtype {out.dtype} for {self.dtype} (cupy raises)"
+        assert out.shape == self.shape, f"get(out=...): shape {out.shape} for {self.shape} (cupy raises)"
+        assert out.flags.c_contiguous, "get(out=...): a non-contiguous out (cupy raises)"
+        np.copyto(out, np.asarray(self).view(np.ndarray))
+        return out
+
+    def set(self, arr, stream=None):
+        if not isinstance(arr, np.ndarray) or isinstance(arr, ndarray):
+            raise TypeError("Only numpy.ndarray can be set to cupy.ndarray")
+        if self.dtype != arr.dtype:
+            raise TypeError(f"{arr.dtype} array cannot be set to {self.dtype} array")
+        if self.shape != arr.shape:
+            raise ValueError(f"Shape mismatch. Old shape: {self.shape}, new shape: {arr.shape}")
+        assert self.flags.c_contiguous, "Cannot set to non-contiguous array"
+        dst = self.view(np.ndarray)
+        _SEQ[0] += 1
+        STATS["h2d_copies"] += 1
+        _PENDING.append((_SEQ[0], lambda: np.copyto(dst, arr)))  # reads `arr` later, as a DMA engine does
+
+
+def take(a, indices, axis=None, out=None):
+    _flush()
+    assert isinstance(a, ndarray) and isinstance(indices, ndarray), "take: device arrays only"
+    assert indices.dtype.kind in "iu"
+    res = np.take(np.asarray(a).view(np.ndarray), np.asarray(indices).view(np.ndarray), axis=axis, mode="wrap")
+    if out is None:
+        return _dev(res)
+    assert isinstance(out, ndarray) and out.shape == res.shape and out.dtype == res.dtype
+    np.copyto(out.view(np.ndarray), res)
+    return out
 
 
 def _dev(a):
@@ -37,6 +143,7 @@ def ascontiguousarray(a, dtype=None):
 
 
 def asnumpy(a):
+    _flush()
     return np.array(a, copy=True)
 
 
@@ -212,6 +319,10 @@ class _Device:
 
 cuda = types.SimpleNamespace(
     Device=_Device,
+    Stream=Stream,
+    Event=Event,
+    get_current_stream=get_current_stream,
+    alloc_pinned_memory=alloc_pinned_memory,
     get_cuda_path=lambda: None,
     runtime=types.SimpleNamespace(getDeviceCount=lambda: 1,
                                   getDeviceProperties=lambda i: {"name": b"Fake GPU", "totalGlobalMem": 2**30,

@@ -190,3 +190,35 @@ def test_transports_round_trip():
     t = torch.ones(4, device="cuda")
     ch.send(t)
     assert ch.receive() is t
+
+
+def test_gpu_storage_matches_the_host_storage_and_lives_on_the_gpu():
+    """make_storage on the real GPU: rows in cupy arrays there; adds/gathers equal to the host DataStorage."""
+    import cupy as cp
+
+    import pearl_core
+    from pearl_core.replay.storage import TRANSITION_FIELDS, DataStorage, StorageSpec
+
+    spec = StorageSpec((3, 4), np.uint8, (2,), np.float32)
+    dev = pearl_core.get_backend("cuda").make_storage(spec, 1000, "cuda:0", staging_rows=64, staging_slots=2)
+    host = DataStorage(spec, 1000)
+    assert dev.device == "cuda:0"
+    assert all(isinstance(a, cp.ndarray) and a.device.id == 0 for a in dev._arrays.values())
+    rng = np.random.default_rng(0)
+    for n in (100, 700, 450, 1500, 3):
+        rows = (rng.integers(0, 255, (n, 3, 4)), rng.normal(size=(n, 2)), rng.normal(size=n),
+                rng.integers(0, 255, (n, 3, 4)), rng.random(n) < 0.1)
+        np.testing.assert_array_equal(dev.add(*rows), host.add(*rows))
+        idx = rng.integers(0, host.size, 256)
+        got, want = dev.gather(idx), host.gather(idx)
+        for name in TRANSITION_FIELDS:
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
+            np.testing.assert_array_equal(dev.field(name), host.field(name))
+    assert dev.bytes_h2d > 0 and dev.bytes_d2h > 0
+
+
+def test_sum_tree_on_the_plans_device_string():
+    import pearl_core
+
+    tree = pearl_core.get_backend("cuda").make_sum_tree(1024, 16, device="cuda:0", threads=3)
+    assert tree.device == "cuda:0" and tree.tree.device.id == 0
