@@ -1,22 +1,35 @@
-"""Testing kit for PEARL backends: the reference sum tree, Hypothesis strategies
-and the :class:`SumTreeConformance` suite a plugin subclasses.
+"""Testing kit for PEARL backends: the reference sum tree, Hypothesis strategies and
+the conformance suites a plugin subclasses:
 
-``pytest`` and ``hypothesis`` are needed to import the conformance suite
+* :class:`SumTreeConformance` — a backend's sum tree (``make_sum_tree``);
+* :class:`DQNKernelConformance` — its ``"dqn_mlp"`` learner kernel (``learner_kernel``),
+  against the torch DQN;
+* :class:`TransportConformance` — its LAQ/LDQ queue (``make_transport``).
+
+``pytest`` and ``hypothesis`` are needed to import the suites
 (``pip install pearl-core[test]``); the reference tree needs only numpy.
 """
 
 from pearl_core.testing.reference import ReferenceSumTree
 
-__all__ = ["ReferenceSumTree", "SumTreeConformance", "strategies"]
+__all__ = ["DQNKernelConformance", "ReferenceSumTree", "SumTreeConformance", "TransportConformance", "strategies"]
 
 
 def __getattr__(name):
     # Import lazily so that `pearl_core.testing.ReferenceSumTree` needs neither
-    # pytest nor hypothesis.
+    # pytest nor hypothesis (nor torch, which the kernel suite's reference runs on).
     if name == "SumTreeConformance":
         from pearl_core.testing.conformance import SumTreeConformance
 
         return SumTreeConformance
+    if name == "DQNKernelConformance":
+        from pearl_core.testing.learner_kernels import DQNKernelConformance
+
+        return DQNKernelConformance
+    if name == "TransportConformance":
+        from pearl_core.testing.transports import TransportConformance
+
+        return TransportConformance
     if name == "strategies":
         import importlib
 

@@ -1,55 +1,61 @@
-import numpy as np
+"""The example's backend: a pretend accelerator of kind ``numpy`` (device ``numpy0``, ``"numpy:0"``).
+
+Its "device" is numpy on the host; everything else is what a real accelerator's
+plugin provides: a sum tree, a learner kernel (torch does not run on the kind),
+a Data Storage, a transport and a cost model.
+"""
 
 from pearl_core.backend import Availability, Backend, DeviceInfo
-from pearl_core.sumtree import SumTree, check_capacity_fanout, check_indices, check_masses, check_priorities
+from pearl_core.errors import InvalidOptionError
 
-
-class TwoLevelSumTree(SumTree):
-    """Leaves in blocks of `fanout`, one sum per block: a two-level n-ary tree."""
-
-    def __init__(self, capacity, fanout=16):
-        self.capacity, self.fanout = check_capacity_fanout(capacity, fanout)
-        n_blocks = -(-self.capacity // self.fanout)
-        self._leaves = np.zeros((n_blocks, self.fanout))
-        self._sums = np.zeros(n_blocks)
-
-    def update(self, indices, priorities):
-        idx = check_indices(indices, self.capacity)  # validate everything first:
-        prio = check_priorities(priorities, len(idx))  # a bad call changes nothing
-        _, last_rev = np.unique(idx[::-1], return_index=True)
-        keep = len(idx) - 1 - last_rev  # position of each index's last occurrence
-        self._leaves.reshape(-1)[idx[keep]] = prio[keep]
-        blocks = np.unique(idx // self.fanout)
-        self._sums[blocks] = self._leaves[blocks].sum(axis=1)
-
-    def get(self, indices):
-        return self._leaves.reshape(-1)[check_indices(indices, self.capacity)].copy()
-
-    def total(self):
-        return float(self._sums.sum())
-
-    def sample(self, masses):
-        x = check_masses(masses, self.total())
-        cum = np.cumsum(self._sums)
-        block = np.minimum(np.searchsorted(cum, x, side="right"), len(cum) - 1)
-        rest = np.maximum(x - (cum[block] - self._sums[block]), 0.0)
-        inner = np.cumsum(self._leaves[block], axis=1)
-        leaf = (inner <= rest[:, None]).sum(axis=1)  # first leaf whose prefix exceeds rest
-        out = block * self.fanout + np.minimum(leaf, self.fanout - 1)
-        drift = (x >= cum[-1]) | (leaf >= self.fanout)
-        out[drift] = np.flatnonzero(self._leaves.reshape(-1))[-1]  # clamp: last non-zero leaf
-        return out.astype(np.int64)
+from pearl_example_numpy.sumtree import TwoLevelSumTree
 
 
 class NumpyExampleBackend(Backend):
     name = "numpy-example"
-    device_kind = "cpu"
+    device_kind = "numpy"
+    torch_device_type = None  # a learner on "numpy:0" keeps torch on the CPU and runs learner_kernel("dqn_mlp")
+    max_fanout = None  # any fanout >= 2
 
     def availability(self):
+        try:
+            import numpy  # noqa: F401 - a real plugin imports its device library here, and says why it failed
+        except ImportError as exc:
+            return Availability.no(f"numpy cannot be imported ({exc}); fix: pip install numpy")
         return Availability.yes()
 
     def devices(self):
-        return [DeviceInfo("numpy0", "cpu", self.name, "numpy on the host")]
+        return [DeviceInfo("numpy0", self.device_kind, self.name, "numpy on the host (a pretend accelerator)")]
 
     def make_sum_tree(self, capacity, fanout=16, **options):
+        """A :class:`TwoLevelSumTree`; the runtime's ``threads=`` and ``device=`` are accepted and ignored."""
+        unknown = sorted(set(options) - {"threads", "device"})
+        if unknown:
+            raise InvalidOptionError(f"backend 'numpy-example': unknown sum-tree options {unknown}; expected only "
+                                     "'threads' and 'device'. Fix: drop them.")
         return TwoLevelSumTree(capacity, fanout)
+
+    def learner_kernel(self, name):
+        if name == "dqn_mlp":
+            from pearl_example_numpy.learner import dqn_mlp
+
+            return dqn_mlp
+        return None
+
+    def make_storage(self, spec, capacity, device, **options):
+        if options:
+            raise InvalidOptionError(f"backend 'numpy-example': unknown storage options {sorted(options)}; it takes "
+                                     "none. Fix: drop them.")
+        from pearl_example_numpy.storage import NumpyStorage
+
+        return NumpyStorage(spec, capacity, device)
+
+    def make_transport(self, role, maxsize, ctx):
+        from pearl_example_numpy.transport import CountingQueue
+
+        return CountingQueue(role, maxsize, ctx)
+
+    def analytic_cells(self, device, workload):
+        from pearl_example_numpy.costs import device_row
+
+        return device_row(device, workload)

@@ -1,7 +1,16 @@
 import pearl_core
-from pearl_core.testing import SumTreeConformance
+from pearl_core.testing import DQNKernelConformance, SumTreeConformance, TransportConformance
 
 
-class TestNumpyExampleConformance(SumTreeConformance):
-    def make_tree(self, capacity, fanout):
-        return pearl_core.get_backend("numpy-example").make_sum_tree(capacity, fanout)
+class TestSumTree(SumTreeConformance):
+    backend_name = "numpy-example"
+
+
+class TestLearnerKernel(DQNKernelConformance):
+    def kernel_factory(self):
+        return pearl_core.get_backend("numpy-example").learner_kernel("dqn_mlp")
+
+
+class TestTransport(TransportConformance):
+    def make_queue(self, maxsize, ctx):
+        return pearl_core.get_backend("numpy-example").make_transport("laq", maxsize, ctx)

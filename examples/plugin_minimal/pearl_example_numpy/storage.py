@@ -1,0 +1,16 @@
+"""The example's Data Storage: the core's ring buffer, resident on the pretend device.
+
+A ``numpy`` device's memory is host memory, so the core's
+:class:`~pearl_core.replay.storage.DataStorage` is used as it is; only its
+``device`` says where it lives. A real accelerator's storage also overrides
+``_allocate`` (device buffers), ``_store`` (writes), ``_take`` (reads into a
+:class:`~pearl_core.replay.storage.Batch`) and ``field`` (a host copy).
+"""
+
+from pearl_core.replay.storage import DataStorage
+
+
+class NumpyStorage(DataStorage):
+    def __init__(self, spec, capacity, device):
+        super().__init__(spec, capacity)
+        self.device = device
