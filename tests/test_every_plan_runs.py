@@ -208,3 +208,17 @@ def test_cpu_backend_keeps_host_defaults():
     cpu = get_backend("cpu")
     assert cpu.torch_device_type == "cpu"
     assert cpu.make_storage(None, 1, "cpu") is None and cpu.make_transport("laq", 2, None) is None
+
+
+@needs_fpga
+def test_the_documented_refuse_or_run_example_runs(tmp_path, monkeypatch):
+    import re
+
+    doc = (HERE.parent / "docs" / "composer.md").read_text(encoding="utf-8")
+    section = doc.split("## Every plan runs as composed", 1)[1].split("\n## ", 1)[0]
+    listing = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
+    listing = listing.replace('"examples/hardware/cpu-gpu-fpga.toml"', repr(str(SPEC)))
+    monkeypatch.chdir(tmp_path)
+    namespace = {"__name__": "__main__"}
+    exec(compile(listing, "composer.md", "exec"), namespace)
+    assert (tmp_path / "runtime.py").exists() and namespace["plan"].runnable

@@ -356,8 +356,13 @@ def evaluate_candidate(spec: HardwareSpec, matrix: AssignmentMatrix, wl: Workloa
 
 
 # --------------------------------------------------------------------------- step 2
-def place_storage(spec: HardwareSpec, wl: Workload, rm: str, learner: str) -> tuple[DSOption, ...]:
-    """``C_DS(d)`` for every device ``d`` (step 2), in spec order."""
+def place_storage(spec: HardwareSpec, wl: Workload, rm: str, learner: str,
+                  unfit: Callable[[str], str | None] | None = None) -> tuple[DSOption, ...]:
+    """``C_DS(d)`` for every device ``d`` (step 2), in spec order.
+
+    ``unfit(device)``: why ``device`` cannot hold a Data Storage at all (e.g. its
+    backend offers none), or ``None``; such a device's option is infeasible.
+    """
     h = str(spec.host)
     need = wl.capacity * wl.experience_bytes
     out = []
@@ -367,6 +372,10 @@ def place_storage(spec: HardwareSpec, wl: Workload, rm: str, learner: str) -> tu
                  _msg(spec, "sampled experiences", d, learner, wl.batch_size * wl.experience_bytes),
                  _msg(spec, "insertions", h, d, int(wl.insert_batch or wl.n_actors) * wl.experience_bytes))
         traffic = sum(m.nbytes * m.crossings for m in flows)
+        why = unfit(d) if unfit is not None else None
+        if why:
+            out.append(DSOption(d, False, why, None, traffic, flows))
+            continue
         if need > dev.memory_bytes:
             out.append(DSOption(d, False, f"the storage needs {need / 2**30:.2f} GiB "
                                           f"({wl.capacity} x {wl.experience_bytes} B); {d!r} has "
@@ -400,7 +409,7 @@ def _pick(items: list[Any], value, minimise: bool) -> tuple[Any, list[Any], str]
 
 def algorithm1(spec: HardwareSpec, matrix: AssignmentMatrix, workload: Workload, metric: str = "throughput",
                *, comm_inclusive: bool | None = None, choose: Callable[[str, str], bool] | None = None,
-               constraint: str = "") -> Decision:
+               constraint: str = "", storage_unfit: Callable[[str], str | None] | None = None) -> Decision:
     """Run Algorithm 1 (both steps) and return the :class:`Decision` with every candidate.
 
     Args:
@@ -413,6 +422,8 @@ def algorithm1(spec: HardwareSpec, matrix: AssignmentMatrix, workload: Workload,
             devices it allows for ``"rm"``, ``"learner"`` and ``"storage"`` (every
             candidate is still evaluated and kept); ``constraint`` says why, in the
             decision and in errors.
+        storage_unfit: ``storage_unfit(device)`` says why a device cannot hold a
+            Data Storage at all (see :func:`place_storage`).
 
     Raises:
         SpecError: unknown metric, a spec device without a matrix row, or no
@@ -435,7 +446,7 @@ def algorithm1(spec: HardwareSpec, matrix: AssignmentMatrix, workload: Workload,
         raise SpecError(f"no feasible (RM, learner) assignment is left once restricted to {constraint or 'choose'}; "
                         "feasible ones: " + ", ".join(f"({c.rm_device}, {c.learner_device})" for c in feasible) + ".")
     best, tied, rule = _pick(allowed, lambda c: c.score, minimise=False)
-    ds = place_storage(spec, workload, best.rm_device, best.learner_device)
+    ds = place_storage(spec, workload, best.rm_device, best.learner_device, storage_unfit)
     ds_ok = [o for o in ds if o.feasible and (choose is None or choose("storage", o.device))]
     if not ds_ok:
         raise SpecError("no device can hold the Data Storage: " + "; ".join(

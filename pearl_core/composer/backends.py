@@ -15,7 +15,7 @@ instances instead. Creating an instance is cheap and touches no device (the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from pearl_core.backend import Backend, DeviceInfo
 from pearl_core.composer.spec import BUILTIN_KINDS, known_kinds
@@ -121,3 +121,31 @@ def spec_backends(spec: "HardwareSpec", registry: "PluginRegistry | None" = None
                             "a kind in a plan. Fix: give them the same `backend`.")
         out[kind] = backend_for_kind(kind, registry, next(iter(chosen), None))[0]
     return out
+
+
+def storage_unfit(spec: "HardwareSpec", backends: dict[str, str],
+                  registry: "PluginRegistry | None" = None) -> "Callable[[str], str | None]":
+    """``f(device name) -> why it cannot hold a Data Storage, or None``, for Algorithm 1's step 2.
+
+    A CPU holds it in host memory. Another device needs its backend to offer one
+    (to override :meth:`~pearl_core.backend.Backend.make_storage`): the runtime
+    refuses a Data Storage on a device whose backend has none, so the composer
+    does not place it there.
+    """
+    objects = {name: obj for name, obj, _ in backend_objects(registry, check_availability=False)}
+    kinds = {d.name: d.kind for d in spec.devices}
+
+    def unfit(device: str) -> str | None:
+        kind = kinds.get(device)
+        if kind is None or kind == "cpu":
+            return None
+        name = backends.get(kind, kind)
+        obj = objects.get(name)
+        if obj is None:
+            return f"no installed backend drives kind {kind!r}, so nothing can keep a Data Storage on {device!r}"
+        if type(obj).make_storage is Backend.make_storage:
+            return (f"backend {name!r} offers no Data Storage on its devices (no make_storage); it stays in "
+                    "host memory or on another device")
+        return None
+
+    return unfit

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from pearl_core.composer.algorithm import Decision, algorithm1
-from pearl_core.composer.backends import spec_backends
+from pearl_core.composer.backends import spec_backends, storage_unfit
 from pearl_core.composer.costs import Profiler, fill_matrix
 from pearl_core.composer.matrix import AssignmentMatrix
 from pearl_core.composer.spec import HardwareSpec
@@ -264,7 +264,7 @@ def make_plan(spec: HardwareSpec, workload: Workload, metric: str = "throughput"
     if matrix is None:
         matrix = fill_matrix(spec, workload, registry=registry, profiler=profiler)
     decision = algorithm1(spec, matrix, workload, metric, comm_inclusive=comm_inclusive, choose=choose,
-                          constraint=constraint)
+                          constraint=constraint, storage_unfit=storage_unfit(spec, backends, registry))
     tuning: dict[str, Any] = {}
     if decision.rm_device == decision.learner_device == spec.host:
         host = next(d for d in spec.devices if d.name == spec.host)

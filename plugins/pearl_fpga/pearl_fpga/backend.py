@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from pearl_core.backend import Availability, Backend, DeviceInfo
-from pearl_core.errors import BackendUnavailableError, InvalidValueError
+from pearl_core.errors import BackendUnavailableError, InvalidOptionError, InvalidValueError
 from pearl_core.sumtree import SumTree, check_capacity_fanout
 
 from pearl_fpga.runtime import EMULATION_NOTE
@@ -94,7 +94,7 @@ class FpgaBackend(Backend):
         options.pop("threads", None)
         _check_device(options.pop("device", "fpga:0"))
         if options:
-            raise InvalidValueError(
+            raise InvalidOptionError(
                 f"backend 'fpga' got unknown sum-tree options {sorted(options)}; expected 'runtime', 'threads' or "
                 "'device'. Fix: drop the others."
             )
@@ -129,7 +129,8 @@ class FpgaBackend(Backend):
         """:class:`~pearl_fpga.storage.FpgaStorage`: the Data Storage in the FPGA's board memory (emulated)."""
         _check_device(device)
         if options:
-            raise InvalidValueError(f"backend 'fpga' got unknown storage options {sorted(options)}; expected none.")
+            raise InvalidOptionError(f"backend 'fpga' got unknown storage options {sorted(options)}; expected none. "
+                                     "Fix: drop them.")
         from pearl_fpga.storage import FpgaStorage
 
         return FpgaStorage(spec, capacity, device=device, runtime=self._runtime("make a Data Storage"))

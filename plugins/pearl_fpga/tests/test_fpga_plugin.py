@@ -54,6 +54,6 @@ def test_update_with_duplicates_and_shared_ancestors_is_deterministic():
 
 def test_depth_and_unknown_options():
     assert [tree_levels(c, 16) for c in (1, 16, 17, 8192, 65536, 65537)] == [1, 1, 2, 4, 4, 5]
-    with pytest.raises(pearl_core.InvalidValueError, match="unknown sum-tree options"):
+    with pytest.raises(pearl_core.errors.InvalidOptionError, match="unknown sum-tree options"):
         FpgaBackend().make_sum_tree(8, 2, pipes=4)
     assert FpgaBackend().make_sum_tree(8, 2, threads=4).capacity == 8  # the core's wiring always passes threads
