@@ -189,8 +189,8 @@ class Backend(abc.ABC):
         core's host-memory :class:`~pearl_core.replay.storage.DataStorage`; on
         any other kind the composer refuses the placement. The object returned
         must behave as :class:`~pearl_core.replay.storage.DataStorage` (subclass
-        it and override ``_store``/``_take``/``field``; the storage conformance
-        checks in :mod:`pearl_core.testing` hold it to that) and report its
+        it and override ``_allocate``/``_store``/``_take``/``field``;
+        :class:`pearl_core.testing.StorageConformance` holds it to that) and report its
         device in ``.device``.
         """
         return None

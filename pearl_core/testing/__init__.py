@@ -4,7 +4,9 @@ the conformance suites a plugin subclasses:
 * :class:`SumTreeConformance` — a backend's sum tree (``make_sum_tree``);
 * :class:`DQNKernelConformance` — its ``"dqn_mlp"`` learner kernel (``learner_kernel``),
   against the torch DQN;
-* :class:`TransportConformance` — its LAQ/LDQ queue (``make_transport``).
+* :class:`TransportConformance` — its LAQ/LDQ queue (``make_transport``);
+* :class:`StorageConformance` — its device-resident Data Storage (``make_storage``),
+  against the host :class:`~pearl_core.replay.storage.DataStorage`.
 
 ``pytest`` and ``hypothesis`` are needed to import the suites
 (``pip install pearl-core[test]``); the reference tree needs only numpy.
@@ -12,7 +14,8 @@ the conformance suites a plugin subclasses:
 
 from pearl_core.testing.reference import ReferenceSumTree
 
-__all__ = ["DQNKernelConformance", "ReferenceSumTree", "SumTreeConformance", "TransportConformance", "strategies"]
+__all__ = ["DQNKernelConformance", "ReferenceSumTree", "StorageConformance", "SumTreeConformance",
+           "TransportConformance", "strategies"]
 
 
 def __getattr__(name):
@@ -30,6 +33,10 @@ def __getattr__(name):
         from pearl_core.testing.transports import TransportConformance
 
         return TransportConformance
+    if name == "StorageConformance":
+        from pearl_core.testing.storage import StorageConformance
+
+        return StorageConformance
     if name == "strategies":
         import importlib
 
