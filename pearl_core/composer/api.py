@@ -368,7 +368,8 @@ class Composer:
         key = config.to_json()  # the same run is checked once per composer (each probe builds on the device)
         preflight = self._preflights.get(key)
         if preflight is None:
-            preflight = self._preflights[key] = Preflight(config, registry=self.registry, emulated=self.emulated)
+            preflight = self._preflights[key] = Preflight(config, registry=self.registry, emulated=self.emulated,
+                                                          trainer_cls=self._trainer)
         choose = (lambda prim, dev: forced.get(prim, dev) == dev) if forced else None
         note = ", ".join(f"{k} on {v!r}" for k, v in forced.items())
         note = f"placements forced by the user ({note})" if note else ""
@@ -482,7 +483,21 @@ def _preflight(composition: Composition) -> list[str]:
 
     if composition.checked:
         return []
-    return Preflight(composition.config, emulated=composition.emulated).problems(composition.runtime_plan)
+    trainer_cls = None
+    if composition.user_script:  # the trainer lives in the user's script: reach it as the program will
+        from pearl_core.composer.runtimegen import load_script_module
+
+        qualname = composition.config.trainer.partition(":")[2]
+        try:
+            trainer_cls = load_script_module(composition.user_script)
+            for part in qualname.split("."):
+                trainer_cls = getattr(trainer_cls, part)
+        except Exception as exc:  # noqa: BLE001 - a refusal with its reason, not a crash
+            return [f"learner: the trainer {composition.config.trainer!r} could not be loaded from "
+                    f"{composition.user_script!r} ({type(exc).__name__}: {exc}). Fix: keep the script where it was "
+                    "composed, or move the trainer into a module."]
+    return Preflight(composition.config, emulated=composition.emulated,
+                     trainer_cls=trainer_cls).problems(composition.runtime_plan)
 
 
 def print_plan(plan: "Composition | PlacementPlan") -> None:

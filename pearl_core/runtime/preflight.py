@@ -46,10 +46,14 @@ class Preflight:
         config: the run the plans are for (trainer, its keyword arguments, replay).
         registry: the plugin registry the runtime will use (default: the installed one).
         emulated: count emulated devices (the FPGA Emulation Device) as present.
+        trainer_cls: the trainer class, when the caller holds it (a class defined in the
+            user's script is not importable by ``config.trainer``'s path in this process).
     """
 
-    def __init__(self, config: RunConfig, *, registry: "PluginRegistry | None" = None, emulated: bool = False):
+    def __init__(self, config: RunConfig, *, registry: "PluginRegistry | None" = None, emulated: bool = False,
+                 trainer_cls: type | None = None):
         self.config, self.registry, self.emulated = config, registry, bool(emulated)
+        self.trainer_cls = trainer_cls
         self._spaces: tuple[Any, Any] | None = None
         self._cache: dict[tuple, str | None] = {}
 
@@ -89,7 +93,8 @@ class Preflight:
     def learner(self, plan: RuntimePlan) -> str | None:
         def check() -> str | None:
             try:
-                build_trainer(self.config, *self._spaces_of_env(), check=False, plan=plan)
+                build_trainer(self.config, *self._spaces_of_env(), check=False, plan=plan,
+                              trainer_cls=self.trainer_cls)
             except Exception as exc:  # noqa: BLE001
                 return _line("learner", plan.learner_device, exc)
             return None

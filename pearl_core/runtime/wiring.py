@@ -116,7 +116,7 @@ def runtime_hparams(trainer_cls: type, config: RunConfig, seed: int | None = Non
 
 def build_trainer(
     config: RunConfig, observation_space, action_space, *, seed: int | None = None, check: bool = True,
-    device: str | None = None, plan: RuntimePlan | None = None,
+    device: str | None = None, plan: RuntimePlan | None = None, trainer_cls: type | None = None,
 ) -> Trainer:
     """Import, construct and (by default) validate the run's trainer.
 
@@ -136,6 +136,8 @@ def build_trainer(
             as :func:`pearl_core.placement.learner_route` says (a backend's device
             trainer, torch on the backend's device, or the backend's kernels);
             ``device`` is then ignored.
+        trainer_cls: the class ``config.trainer`` names, when the caller holds it
+            already (the composer, for a class defined in the user's script).
 
     Raises:
         SpecError: the trainer path does not resolve.
@@ -147,7 +149,7 @@ def build_trainer(
     from pearl_core.placement import check_route_taken, learner_route
     from pearl_core.trainer_check import check_trainer
 
-    cls = load_trainer_class(config.trainer)
+    cls = trainer_cls if trainer_cls is not None else load_trainer_class(config.trainer)
     route = None
     factory: Any = cls
     kernels = None
