@@ -53,7 +53,8 @@ import torch.nn.functional as F
 
 from pearl_core.algorithms.common import (CountedTrainer, adam, check_hidden, check_positive, check_unit,
                                           hard_update, mlp, polyak_update)
-from pearl_core.errors import KernelUnavailableError, SpecError
+from pearl_core.errors import InvalidValueError, KernelUnavailableError, SpecError
+from pearl_core.replay.storage import TRANSITION_FIELDS
 from pearl_core.trainer import UpdateResult
 
 __all__ = ["DQN"]
@@ -201,8 +202,57 @@ class DQN(CountedTrainer):
         return actions.astype(np.int64, copy=False) + self.action_start
 
     # -- learning ----------------------------------------------------------------
+    def device_batch_slot(self, storage, batch_size: int) -> dict[str, Any] | None:
+        """Destinations on this DQN's torch device for batches sampled from ``storage``, or ``None``.
+
+        The runtime's learner step asks for it where the trainer and the replay share a process
+        (serial, setting 2) and samples into what it returns
+        (:class:`~pearl_core.runtime.step.LearnerStep`). ``None`` (host batches, as before) unless the
+        networks are off the CPU (the torch engine) and the storage offers destinations there: an
+        optional ``storage.device_out(batch_size, torch_device)`` returning one tensor per transition
+        field on that device, or ``None`` (the host :class:`~pearl_core.replay.storage.DataStorage`
+        has no such method). The slot is that mapping plus a host ``float32`` ``"weights"`` array;
+        :meth:`update_policy` reads the tensors where they are (no copy).
+
+        Raises:
+            InvalidValueError: ``device_out`` returned a mapping without every transition field.
+        """
+        if self.device.type == "cpu" or self._engine is not None:
+            return None
+        make = getattr(storage, "device_out", None)
+        if not callable(make):
+            return None
+        out = make(int(batch_size), self.device)
+        if out is None:
+            return None
+        missing = [name for name in TRANSITION_FIELDS if name not in out]
+        if missing:
+            raise InvalidValueError(
+                f"DQN.device_batch_slot: {type(storage).__name__}.device_out({int(batch_size)}, {self.device}) "
+                f"returned no {missing}; expected one destination per transition field {list(TRANSITION_FIELDS)}. "
+                "Fix: return every field, or None (host batches).")
+        slot = dict(out)
+        slot["weights"] = np.empty(int(batch_size), np.float32)
+        return slot
+
+    def _batch_input(self, obs) -> torch.Tensor:
+        """``(n, features)`` float32 on :attr:`device`: a tensor is reshaped and converted on its device
+        (no copy when it is float32 there already); host arrays go as before (``as_input``)."""
+        if isinstance(obs, torch.Tensor):
+            return obs.reshape(obs.shape[0], -1).to(device=self.device, dtype=torch.float32)
+        return self._as_input(obs)
+
+    def _batch_field(self, values, dtype: torch.dtype, np_dtype) -> torch.Tensor:
+        """One batch field as ``dtype`` on :attr:`device` (a tensor already there and of that dtype: itself)."""
+        if isinstance(values, torch.Tensor):
+            return values.to(device=self.device, dtype=dtype)
+        return torch.from_numpy(np.asarray(values, dtype=np_dtype)).to(self.device)
+
     def update_policy(self, batch, weights: np.ndarray) -> UpdateResult:
-        """One Adam step on the importance-weighted Huber loss; returns ``|δ|`` per sample."""
+        """One Adam step on the importance-weighted Huber loss; returns ``|δ|`` per sample.
+
+        ``batch`` holds numpy arrays, or torch tensors (a :meth:`device_batch_slot`; the torch engine
+        reads them where they are, with the same results as the same values in numpy arrays)."""
         if self.updates % self.target_update_every == 0:
             if self.tau >= 1.0:
                 hard_update(self.target_net, self.q_net)
@@ -210,14 +260,14 @@ class DQN(CountedTrainer):
                 polyak_update(self._target_params, self._params, self.tau)
         if self._engine is not None and self._engine.handles(self.optimizer):
             return self._update_numpy(batch, weights)
-        obs = self._as_input(batch.obs)
-        next_obs = self._as_input(batch.next_obs)
-        act = torch.from_numpy(np.asarray(batch.action, dtype=np.int64).reshape(-1)).to(self.device)
+        obs = self._batch_input(batch.obs)
+        next_obs = self._batch_input(batch.next_obs)
+        act = self._batch_field(batch.action, torch.int64, np.int64).reshape(-1)
         if self.action_start:
-            act = act - self.action_start
-        rew = torch.from_numpy(np.asarray(batch.reward, dtype=np.float32)).to(self.device)
-        done = torch.from_numpy(np.asarray(batch.done, dtype=np.bool_)).to(self.device)
-        w = torch.from_numpy(np.asarray(weights, dtype=np.float32)).to(self.device)
+            act = act - self.action_start  # a new tensor: a device batch's buffers are never written here
+        rew = self._batch_field(batch.reward, torch.float32, np.float32)
+        done = self._batch_field(batch.done, torch.bool, np.bool_)
+        w = self._batch_field(weights, torch.float32, np.float32)
 
         with torch.no_grad():
             q_next_all = self.target_net(next_obs)

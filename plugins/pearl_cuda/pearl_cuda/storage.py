@@ -15,17 +15,31 @@ class only overrides where the rows are:
   (:class:`~pearl_cuda.transport.SlotRing`), so packing chunk ``t + 1``
   overlaps copying chunk ``t``; ``add`` returns without waiting for the copy.
 * ``_take(idx, out)`` — the ``int64`` indices go to the device, every field
-  is gathered there (``cupy.take`` into per-batch-size device buffers, on the
-  same stream, so it sees every earlier write), and the batch is copied into
-  the caller's host ``out`` arrays (or new host arrays): one device->host copy
-  per field, which waits for the gather.
+  is gathered there (``cupy.take`` on the same stream, so it sees every earlier
+  write), then either
+  - ``out`` holds torch tensors on this GPU (:meth:`CudaStorage.device_out`,
+    what a learner on this GPU samples into: ``DQN.device_batch_slot``): the
+    rows are gathered straight into them (cupy views of the tensors by DLPack),
+    ordered after the torch work already queued on them and before torch's next
+    kernels by events (the host does not wait for the gather), with **no
+    device->host copy**; :attr:`CudaStorage.batches_on_device` counts these
+    batches; or
+  - the batch is copied into the caller's host ``out`` arrays (or new host
+    arrays): one blocking device->host copy per field.
 * ``field(name)`` — a read-only host copy of the whole field.
+* :meth:`CudaStorage.device_out` — destination torch tensors on this GPU for
+  a sampled batch (``None`` for any other torch device).
 * :meth:`CudaStorage.gather_device` — the device face: the gathered fields as
   cupy arrays on the GPU, no host copy (for a device-resident sampler).
 
 :attr:`CudaStorage.bytes_h2d` and :attr:`CudaStorage.bytes_d2h` count every
 byte this storage moved each way (rows, indices, batches, field reads), so a
 check can prove where it lived and what crossed the bus.
+
+Two small seams, :meth:`CudaStorage._torch_device` and
+:meth:`CudaStorage._torch_stream`, name torch's side of this GPU; the tests
+without a GPU replace them (CPU tensors and a fake stream), the rest of the
+device-batch path runs as it is.
 """
 
 from __future__ import annotations
@@ -37,6 +51,7 @@ import numpy as np
 from pearl_core.errors import InvalidDTypeError, InvalidValueError
 from pearl_core.replay.storage import TRANSITION_FIELDS, Batch, DataStorage, StorageSpec
 from pearl_cuda.device import cuda_ordinal
+from pearl_cuda.interop import is_torch_tensor
 from pearl_cuda.transport import SlotRing, chunk_rows
 
 __all__ = ["DEFAULT_STAGING_BYTES", "CudaStorage", "consecutive_runs"]
@@ -83,6 +98,8 @@ class CudaStorage(DataStorage):
         device: ``"cuda:N"``, where the rows live.
         bytes_h2d: bytes copied host -> device so far (rows stored, indices of gathers).
         bytes_d2h: bytes copied device -> host so far (gathered batches, field reads).
+        batches_on_device: sampled batches gathered into torch tensors on this GPU
+            (:meth:`device_out`): their rows never crossed to the host.
 
     Raises:
         as :class:`DataStorage`, plus ``InvalidValueError``/``InvalidDTypeError``
@@ -97,6 +114,8 @@ class CudaStorage(DataStorage):
         self._staging_slots = _positive_int(staging_slots, "staging_slots")
         self.bytes_h2d = 0
         self.bytes_d2h = 0
+        self.batches_on_device = 0
+        self._views: dict[int, tuple[Any, Any]] = {}  # id(tensor) -> (tensor, its cupy view), from device_out
         super().__init__(spec, capacity)  # validates spec and capacity, then calls _allocate
 
     # ------------------------------------------------------------------ the DataStorage hooks
@@ -148,13 +167,16 @@ class CudaStorage(DataStorage):
                 self._ring.release(slot, event)
         self.bytes_h2d += n * sum(self._row_bytes.values())
 
-    def _take(self, idx: np.ndarray, out: Mapping[str, np.ndarray] | None = None) -> Batch:
-        """Gather ``idx`` on the device, then copy the batch into ``out`` (or new host arrays)."""
+    def _take(self, idx: np.ndarray, out: Mapping[str, Any] | None = None) -> Batch:
+        """Gather ``idx`` on the device, into ``out``'s torch tensors on this GPU (no host copy, see
+        :meth:`device_out`), else copying the batch into ``out``'s host arrays (or new host arrays)."""
         n = int(idx.shape[0])
         if n == 0:
             if out is not None:
                 return Batch.of(out)
             return Batch(*(np.empty((0, *self._layout[f][0]), dtype=self._layout[f][1]) for f in TRANSITION_FIELDS))
+        if out is not None and _device_destinations(out):
+            return self._take_into_tensors(idx, n, out)
         with self._dev:
             gathered = self._gather(idx, n, reuse=True)
             host = {}
@@ -180,6 +202,99 @@ class CudaStorage(DataStorage):
         self.bytes_d2h += self._capacity * self._row_bytes[name]
         return host
 
+    # ------------------------------------------------------------------ device batches (a learner on this GPU)
+    def device_out(self, batch_size: int, torch_device: Any) -> dict[str, Any] | None:
+        """Destination torch tensors on this GPU for sampled batches, or ``None`` (host batches).
+
+        ``None`` when ``torch_device`` is not this storage's GPU (``"cuda"`` alone means torch's current
+        GPU), or a stored dtype has no torch dtype. Else one new contiguous ``(batch_size, *shape)``
+        tensor per transition field, of the stored dtype (``done``: ``torch.bool``), on this GPU. Given
+        to a replay manager's ``sample`` as ``out`` (``DQN.device_batch_slot`` does it), each batch is
+        gathered into them on the GPU: its indices cross to the device (``8 * batch_size`` bytes),
+        no row comes back, and :attr:`batches_on_device` counts it. Each gather overwrites the
+        tensors after the torch work queued on them so far, so read a batch before the next sample
+        (or clone it).
+
+        Raises:
+            InvalidValueError / InvalidDTypeError: ``batch_size`` is not an int ``>= 1``, or
+                ``torch_device`` is not a torch device.
+        """
+        import torch
+
+        batch_size = _positive_int(batch_size, "batch_size")
+        try:
+            wanted = torch.device(torch_device)
+        except (TypeError, RuntimeError, ValueError) as exc:
+            raise InvalidValueError(f"CudaStorage.device_out: torch_device = {torch_device!r} is not a torch device "
+                                    f"({exc}). Fix: pass e.g. torch.device('{self.device}').") from exc
+        if wanted.type == "cuda" and wanted.index is None:
+            wanted = torch.device("cuda", torch.cuda.current_device())
+        home = self._torch_device()
+        dtypes = {name: _torch_dtype(dtype) for name, (_, dtype) in self._layout.items()}
+        if wanted != home or any(d is None for d in dtypes.values()):
+            return None
+        out = {name: torch.empty((batch_size, *shape), dtype=dtypes[name], device=home)
+               for name, (shape, _) in self._layout.items()}
+        with self._dev:
+            if len(self._views) > 8 * len(TRANSITION_FIELDS):  # keep the views of the latest slots only
+                self._views.clear()
+            for t in out.values():
+                self._views[id(t)] = (t, self._cupy_view(t))
+        return out
+
+    def _take_into_tensors(self, idx: np.ndarray, n: int, out: Mapping[str, Any]) -> Batch:
+        """The rows at ``idx`` gathered into ``out``'s tensors on this GPU; nothing is copied to the host."""
+        cp = self._cp
+        with self._dev:
+            views = {name: self._destination(name, out[name], n) for name in TRANSITION_FIELDS}  # before any work
+            consumer = self._torch_stream()
+            self._stream.wait_event(consumer.record())  # torch's reads of the last batch come first
+            dev_idx = self._send_indices(idx, n)
+            with self._stream:
+                for name, arr in self._arrays.items():
+                    cp.take(arr.view(np.uint8) if arr.dtype == np.bool_ else arr, dev_idx, axis=0, out=views[name])
+            consumer.wait_event(self._stream.record())  # torch's next kernels see this batch
+        self.batches_on_device += 1
+        return Batch.of(out)
+
+    def _destination(self, name: str, dst: Any, n: int) -> Any:
+        """The cupy view of the tensor ``dst`` that field ``name`` is gathered into, after checking it."""
+        shape, dtype = self._layout[name]
+        home = self._torch_device()
+        fix = f"Fix: sample into the mapping device_out(batch_size, '{home}') returned, or into numpy arrays."
+        if dst.device != home:
+            raise InvalidValueError(f"CudaStorage: out[{name!r}] is a torch tensor on {dst.device}; this storage "
+                                    f"gathers into tensors on {home} only. {fix}")
+        if dst.dtype != _torch_dtype(dtype):
+            raise InvalidDTypeError(f"CudaStorage: out[{name!r}] has dtype {dst.dtype}; the field is stored as "
+                                    f"{dtype} ({_torch_dtype(dtype)}). {fix}")
+        if tuple(dst.shape) != (n, *shape) or not dst.is_contiguous():
+            raise InvalidValueError(f"CudaStorage: out[{name!r}] has shape {tuple(dst.shape)}"
+                                    f"{'' if dst.is_contiguous() else ' (not contiguous)'}; expected a contiguous "
+                                    f"{(n, *shape)} for {n} rows. {fix}")
+        known = self._views.get(id(dst))
+        return known[1] if known is not None and known[0] is dst else self._cupy_view(dst)
+
+    def _cupy_view(self, tensor: Any) -> Any:
+        """A cupy array over the tensor's memory (DLPack); ``bool`` as ``uint8`` (as the source is read)."""
+        import torch
+
+        t = tensor.detach()
+        return self._cp.from_dlpack(t.view(torch.uint8) if t.dtype == torch.bool else t)
+
+    def _torch_device(self) -> Any:
+        """torch's name for this storage's GPU (a test without a GPU substitutes the CPU)."""
+        import torch
+
+        return torch.device("cuda", self._ordinal)
+
+    def _torch_stream(self) -> Any:
+        """torch's current stream on this GPU, as a cupy stream (a test without a GPU substitutes a fake)."""
+        import torch
+
+        ptr = torch.cuda.current_stream(self._ordinal).cuda_stream
+        return self._cp.cuda.ExternalStream(ptr) if ptr else self._cp.cuda.Stream.null
+
     # ------------------------------------------------------------------ device face
     def gather_device(self, indices: Any) -> dict[str, Any]:
         """The rows at device ``indices`` (cupy array or CUDA tensor), as new cupy arrays; no host copy.
@@ -199,15 +314,21 @@ class CudaStorage(DataStorage):
         return gathered
 
     def _gather(self, idx: np.ndarray, n: int, reuse: bool) -> dict[str, Any]:
+        return self._gather_device_idx(self._send_indices(idx, n), reuse=reuse)
+
+    def _send_indices(self, idx: np.ndarray, n: int) -> Any:
+        """The ``n`` host indices in the device index buffer (written on the storage's stream, after every
+        earlier gather on it that read the buffer); ``8 * n`` bytes host -> device."""
         cp = self._cp
         if self._idx_dev is None or self._idx_dev.shape[0] < n:
+            if self._idx_dev is not None:
+                self._stream.synchronize()  # a gather still queued may read the old buffer: let it finish first
             self._idx_dev = cp.empty(max(n, 2 * (0 if self._idx_dev is None else self._idx_dev.shape[0])),
                                      dtype=cp.int64)
         dev_idx = self._idx_dev[:n]
-        # The index buffer is rewritten only after the previous gather's blocking copies returned.
         dev_idx.set(np.ascontiguousarray(idx, dtype=np.int64), stream=self._stream)
         self.bytes_h2d += 8 * n
-        return self._gather_device_idx(dev_idx, reuse=reuse)
+        return dev_idx
 
     def _gather_device_idx(self, dev_idx: Any, reuse: bool) -> dict[str, Any]:
         cp = self._cp
@@ -226,4 +347,29 @@ class CudaStorage(DataStorage):
 
     def __repr__(self) -> str:
         return (f"CudaStorage(spec={self._spec}, capacity={self._capacity}, size={self._size}, device={self.device!r}, "
-                f"bytes_h2d={self.bytes_h2d}, bytes_d2h={self.bytes_d2h})")
+                f"bytes_h2d={self.bytes_h2d}, bytes_d2h={self.bytes_d2h}, batches_on_device={self.batches_on_device})")
+
+
+def _torch_dtype(dtype: Any) -> Any:
+    """The torch dtype of a numpy dtype, or ``None`` where torch has none."""
+    import torch
+
+    try:
+        return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+    except TypeError:
+        return None
+
+
+def _device_destinations(out: Mapping[str, Any]) -> bool:
+    """Whether ``out``'s transition fields are torch tensors (device batch) rather than host arrays.
+
+    Raises:
+        InvalidValueError: some fields are tensors and some are not.
+    """
+    tensors = [name for name in TRANSITION_FIELDS if is_torch_tensor(out[name])]
+    if tensors and len(tensors) != len(TRANSITION_FIELDS):
+        others = [name for name in TRANSITION_FIELDS if name not in tensors]
+        raise InvalidValueError(f"CudaStorage: out has torch tensors for {tensors} but not for {others}; expected "
+                                "tensors for every field (device_out's mapping) or host arrays for every field. "
+                                "Fix: pass device_out's mapping as it is, or numpy arrays only.")
+    return bool(tensors)

@@ -29,6 +29,9 @@ _PENDING: list = []  # [(sequence number, thunk)]
 _SEQ = [0]
 #: Counters the storage tests read: host->device copies queued, bytes of pinned memory allocated.
 STATS = {"h2d_copies": 0, "pinned_bytes": 0, "syncs": 0}
+#: Stream traffic, in issue order, for tests that check how work is ordered between streams:
+#: ``("wait", waiting stream, stream the event was recorded on)`` and ``("take", current stream)``.
+LOG: list = []
 
 
 def _flush(upto=None):
@@ -55,7 +58,7 @@ class Stream:
         _flush()
 
     def wait_event(self, event):
-        pass  # device work is one in-order queue here
+        LOG.append(("wait", self, event._stream))  # device work is one in-order queue here: only logged
 
     def record(self, event=None):
         event = event or Event()
@@ -64,6 +67,11 @@ class Stream:
 
 
 _NULL_STREAM = Stream(null=True)
+Stream.null = _NULL_STREAM
+
+
+def ExternalStream(ptr, device_id=-1):  # noqa: N802 - mirrors cupy.cuda.ExternalStream
+    return Stream()
 
 
 def get_current_stream():
@@ -73,9 +81,11 @@ def get_current_stream():
 class Event:
     def __init__(self, block=False, disable_timing=False, interprocess=False):
         self._seq = None
+        self._stream = None
 
     def record(self, stream=None):
         self._seq = _SEQ[0]
+        self._stream = stream if stream is not None else get_current_stream()
 
     def synchronize(self):
         STATS["syncs"] += 1
@@ -120,6 +130,7 @@ class ndarray(np.ndarray):  # noqa: N801 - mirrors cupy.ndarray
 
 def take(a, indices, axis=None, out=None):
     _flush()
+    LOG.append(("take", get_current_stream()))
     assert isinstance(a, ndarray) and isinstance(indices, ndarray), "take: device arrays only"
     assert indices.dtype.kind in "iu"
     res = np.take(np.asarray(a).view(np.ndarray), np.asarray(indices).view(np.ndarray), axis=axis, mode="wrap")
@@ -160,7 +171,18 @@ def full(n, value, dtype):
 
 
 def from_dlpack(x):
-    raise NotImplementedError("fake cupy: no DLPack")
+    """A CPU torch tensor's memory as a fake device array (shared, as DLPack shares a CUDA tensor's)."""
+    import torch
+
+    if not isinstance(x, torch.Tensor) or x.device.type != "cpu":
+        raise NotImplementedError(f"fake cupy: DLPack only from CPU torch tensors, not {type(x).__name__}")
+    if x.dtype == torch.bool:  # the storage must not rely on DLPack's kDLBool (older cupy/torch lack it)
+        raise TypeError("fake cupy: from_dlpack of a bool tensor; view it as uint8")
+    if x.requires_grad:
+        raise RuntimeError("Can't export tensors that require gradient, use tensor.detach()")  # as torch does
+    arr = x.numpy()
+    assert arr.flags.c_contiguous, "from_dlpack of a non-contiguous tensor (the storage passes contiguous ones)"
+    return arr.view(ndarray)
 
 
 float64, int64, int32 = np.float64, np.int64, np.int32
@@ -320,6 +342,7 @@ class _Device:
 cuda = types.SimpleNamespace(
     Device=_Device,
     Stream=Stream,
+    ExternalStream=ExternalStream,
     Event=Event,
     get_current_stream=get_current_stream,
     alloc_pinned_memory=alloc_pinned_memory,

@@ -222,3 +222,71 @@ def test_sum_tree_on_the_plans_device_string():
 
     tree = pearl_core.get_backend("cuda").make_sum_tree(1024, 16, device="cuda:0", threads=3)
     assert tree.device == "cuda:0" and tree.tree.device.id == 0
+
+
+def test_setting2_batches_stay_on_the_gpu_and_train_like_the_host_path():
+    """Setting 2 (RM, Data Storage and learner on cuda:0): the runtime's LearnerStep samples a
+    PrioritizedReplay over CudaStorage + CudaSumTree into DQN.device_batch_slot (CudaStorage.device_out);
+    every batch stays on the GPU and the DQN trains exactly as one fed the same batches through the host."""
+    import copy
+
+    import gymnasium.spaces as spaces
+    import torch
+
+    import pearl_core
+    from pearl_core.algorithms.dqn import DQN
+    from pearl_core.replay import PrioritizedReplay
+    from pearl_core.replay.storage import TRANSITION_FIELDS, DataStorage, StorageSpec
+    from pearl_core.runtime.step import LearnerStep
+
+    backend = pearl_core.get_backend("cuda")
+    spec, batch = StorageSpec((4,), np.float32, (), np.int64), 64  # row: 45 bytes
+
+    def replay():
+        return PrioritizedReplay(backend.make_storage(spec, 4096, "cuda:0"),
+                                 backend.make_sum_tree(4096, 16, device="cuda:0"), rng=3)
+
+    torch.manual_seed(0)
+    dqn = DQN(spaces.Box(-5, 5, (4,), np.float32), spaces.Discrete(3), hidden_sizes=(64, 64),
+              target_update_every=4, device="cuda:0", seed=0)
+    twin = copy.deepcopy(dqn)
+    on_device, on_host = LearnerStep(dqn, replay(), batch), LearnerStep(twin, replay(), batch)
+    slot = on_device.device_slot
+    assert slot is not None, "DQN on cuda:0 over a CudaStorage on cuda:0 got no device slot"
+    assert all(slot[f].is_cuda and slot[f].device.index == 0 for f in TRANSITION_FIELDS)
+    assert slot["done"].dtype == torch.bool and slot["weights"].dtype == np.float32
+    on_host.device_slot = None  # today's path: the batch goes to the host and back
+    cpu_dqn = DQN(spaces.Box(-5, 5, (4,), np.float32), spaces.Discrete(3), hidden_sizes=(8,))
+    assert cpu_dqn.device_batch_slot(on_device.replay.storage, batch) is None
+    assert dqn.device_batch_slot(DataStorage(spec, 16), batch) is None
+    bare = DQN(spaces.Box(-5, 5, (4,), np.float32), spaces.Discrete(3), hidden_sizes=(8,), device="cuda")
+    assert bare.device_batch_slot(on_device.replay.storage, 8) is not None  # "cuda": torch's current GPU (0)
+
+    rng = np.random.default_rng(4)
+    updates = 0
+    for _ in range(10):
+        n = 300
+        rows = (rng.normal(size=(n, 4)).astype(np.float32), rng.integers(0, 3, n), rng.normal(size=n),
+                rng.normal(size=(n, 4)).astype(np.float32), rng.random(n) < 0.1)
+        on_device.replay.add(*rows)
+        on_host.replay.add(*rows)
+        for _ in range(3):
+            a, h = on_device.sample(), on_host.sample()
+            np.testing.assert_array_equal(a.indices, h.indices)
+            np.testing.assert_array_equal(a.weights, h.weights)
+            for f in TRANSITION_FIELDS:
+                assert getattr(a.batch, f) is slot[f]  # gathered into the slot's tensors on the GPU
+                np.testing.assert_array_equal(slot[f].cpu().numpy(), getattr(h.batch, f), err_msg=f)
+            td_a, td_h = on_device.train(a.batch, a.weights), on_host.train(h.batch, h.weights)
+            # same GPU, same kernels, the same input bytes: the updates agree exactly
+            np.testing.assert_array_equal(td_a, td_h)
+            on_device.apply(a.indices, td_a)
+            on_host.apply(h.indices, td_h)
+            updates += 1
+    for x, y in zip(dqn.q_net.parameters(), twin.q_net.parameters()):
+        assert torch.equal(x, y)
+    dev_st, host_st = on_device.replay.storage, on_host.replay.storage
+    assert dev_st.batches_on_device == on_device.updates == updates and host_st.batches_on_device == 0
+    assert dev_st.bytes_d2h == 0, "a batch row came back to the host"
+    assert host_st.bytes_d2h == updates * batch * 45
+    assert dev_st.bytes_h2d == host_st.bytes_h2d == 10 * 300 * 45 + updates * batch * 8

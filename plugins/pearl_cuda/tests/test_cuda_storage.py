@@ -301,7 +301,8 @@ def test_prioritized_replay_over_gpu_storage_and_gpu_tree_matches_the_host(monke
             gpu.update_priorities(a.indices, td)
             ref.update_priorities(r.indices, td)
         st = gpu.storage
-        # every sampled batch came back to the host: this is the setting-2 round trip the README states
+        # sampled into host arrays (no device slot, see test_cuda_device_batches.py for the slot): every
+        # batch came back to the host, the round trip the README states for that path
         assert st.bytes_d2h == 6 * 32 * 45 and st.bytes_h2d == 300 * 45 + 6 * 32 * 8
     finally:
         kernels.load.cache_clear()
