@@ -18,6 +18,8 @@ Bad input raises and changes nothing:
 input                                         error
 ============================================  ================================
 ``capacity < 1`` or ``fanout < 2``            :class:`InvalidValueError`
+a tree larger than the available memory       :class:`InvalidValueError` (the
+                                              size in GiB, before allocating)
 indices/priorities/masses not 1-D             :class:`InvalidValueError`
 non-integer indices, non-real priorities      :class:`InvalidDTypeError`
 index ``< 0`` or ``>= capacity``              :class:`InvalidIndexError`
@@ -46,6 +48,7 @@ from pearl_core.errors import (
     InvalidIndexError,
     InvalidValueError,
 )
+from pearl_core.validation import gib, memory_available_bytes, memory_total_bytes
 
 #: Masses in ``[total, total * (1 + MASS_DRIFT_RTOL)]`` are float drift and clamp
 #: to the last non-zero leaf instead of raising.
@@ -58,7 +61,11 @@ __all__ = [
     "check_indices",
     "check_priorities",
     "check_masses",
+    "tree_bytes",
 ]
+
+#: Trees smaller than this are not checked against the free memory (no /proc read per small tree).
+_CHECK_MEMORY_FROM = 64 * 2**20
 
 
 class SumTree(abc.ABC):
@@ -108,8 +115,26 @@ class SumTree(abc.ABC):
         return f"{type(self).__name__}(capacity={self.capacity}, fanout={self.fanout})"
 
 
-def check_capacity_fanout(capacity, fanout) -> tuple[int, int]:
-    """Validate and return ``(capacity, fanout)`` as ints."""
+def tree_bytes(capacity: int, fanout: int, node_bytes: int = 8) -> int:
+    """Bytes of a plain n-ary sum tree: every level's nodes (leaves included) at ``node_bytes`` each.
+
+    A backend with another layout (padding, a second array) passes its own size
+    to :func:`check_capacity_fanout`; this is the default estimate.
+    """
+    nodes, level = 1, capacity
+    while level > 1:
+        nodes += level
+        level = -(-level // fanout)
+    return nodes * node_bytes
+
+
+def check_capacity_fanout(capacity, fanout, *, nbytes=None) -> tuple[int, int]:
+    """Validate and return ``(capacity, fanout)`` as ints.
+
+    Also refuses, before anything is allocated, a tree that would not fit in
+    the memory available now: ``nbytes`` is its size (a callable
+    ``(capacity, fanout) -> bytes``, or ``None`` for :func:`tree_bytes`).
+    """
     try:
         capacity = operator.index(capacity)
         fanout = operator.index(fanout)
@@ -126,7 +151,24 @@ def check_capacity_fanout(capacity, fanout) -> tuple[int, int]:
         raise InvalidValueError(
             f"sum tree fanout must be >= 2; found {fanout}. Fix: use 2 (binary) or a wider fanout such as 16."
         )
+    need = (nbytes or tree_bytes)(capacity, fanout)
+    if need >= _CHECK_MEMORY_FROM:
+        check_tree_fits(capacity, fanout, need)
     return capacity, fanout
+
+
+def check_tree_fits(capacity: int, fanout: int, need: int) -> None:
+    """Raise :class:`InvalidValueError` if ``need`` bytes (a tree's) exceed the memory available now."""
+    avail = memory_available_bytes()
+    if avail is None or need <= avail:
+        return
+    total = memory_total_bytes()
+    fits = max(1, int(capacity * avail / need))
+    raise InvalidValueError(
+        f"sum tree capacity = {capacity:,} (fanout {fanout:,}) needs {gib(need)} of memory; this machine has "
+        f"{gib(avail)} available" + (f" ({gib(total)} in all)" if total else "") + ", so nothing was allocated. "
+        f"Fix: use a smaller replay capacity (at most about {fits:,} fits now), or run where more memory is free."
+    )
 
 
 def _as_1d(values, what: str) -> np.ndarray:

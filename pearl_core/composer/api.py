@@ -42,11 +42,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from pearl_core import validation
 from pearl_core.composer.algorithm import METRICS
 from pearl_core.composer.composition import Composition
 from pearl_core.composer.detect import detect_hardware
@@ -56,6 +56,7 @@ from pearl_core.composer.spec import HardwareSpec
 from pearl_core.envs import env_spaces
 from pearl_core.errors import ComposerError, InvalidValueError, SpecError, TrainerError
 from pearl_core.fileio import atomic_write
+from pearl_core.runtime.config import check_field
 
 if TYPE_CHECKING:
     from pearl_core.composer.workload import Workload
@@ -66,19 +67,12 @@ __all__ = ["Composer", "ComposerError", "Composition", "RuntimeGen", "print_plan
 
 
 def _int(where: str, name: str, value: Any, minimum: int, fix: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ComposerError(f"{where}: {name} = {value!r} is invalid; expected an int >= {minimum}. Fix: {fix}.")
-    return value
+    return validation.int_at_least(value, f"{where}: {name}", minimum, fix=fix, error=ComposerError)
 
 
-def _num(where: str, name: str, value: Any, fix: str, *, low: float = 0.0, low_open: bool = True,
-         high: float | None = None) -> float:
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-    ok = ok and (value > low if low_open else value >= low) and (high is None or value <= high)
-    if not ok:
-        rng = f"{'>' if low_open else '>='} {low}" + (f" and <= {high}" if high is not None else "")
-        raise ComposerError(f"{where}: {name} = {value!r} is invalid; expected a finite number {rng}. Fix: {fix}.")
-    return float(value)
+def _field(where: str, owner: str, name: str, value: Any) -> Any:
+    """``value`` checked by the rule of the config field it becomes (:func:`~pearl_core.runtime.config.check_field`)."""
+    return check_field(owner, name, value, label=f"{where}: {name}", error=ComposerError)
 
 
 class Composer:
@@ -154,10 +148,9 @@ class Composer:
                 learner iteration (default ``round(1 / replay_ratio)``).
         """
         w = "Composer.set_actors"
-        if not isinstance(env_id, str) or not env_id.strip():
-            raise ComposerError(f"{w}: env_id = {env_id!r}; expected a gymnasium id such as 'CartPole-v1'.")
-        n_actors = _int(w, "n_actors", n_actors, 1, "use at least one actor, e.g. n_actors=1")
-        envs_per_actor = _int(w, "envs_per_actor", envs_per_actor, 1, "e.g. envs_per_actor=1")
+        env_id = _field(w, "RunConfig", "env_id", env_id)
+        n_actors = _field(w, "RuntimePlan", "n_actors", n_actors)
+        envs_per_actor = _field(w, "RuntimePlan", "envs_per_actor", envs_per_actor)
         if insert_batch is not None:
             insert_batch = _int(w, "insert_batch", insert_batch, 1, "leave it None to derive it from the replay ratio")
         spaces = _env_spaces(env_id, w)
@@ -190,10 +183,10 @@ class Composer:
         if self._spaces is None:
             raise ComposerError(f"{w} was called before set_actors; the trainer is checked against the "
                                 "environment. Fix: call composer.set_actors('<env id>', ...) first.")
-        batch_size = _int(w, "batch_size", batch_size, 1, "e.g. batch_size=64")
-        replay_ratio = _num(w, "replay_ratio", replay_ratio, "e.g. replay_ratio=0.5 (one update per 2 env steps)")
-        learning_starts = _int(w, "learning_starts", learning_starts, 0, "e.g. learning_starts=1000")
-        weight_sync_every = _int(w, "weight_sync_every", weight_sync_every, 1, "e.g. weight_sync_every=10")
+        batch_size = _field(w, "RunConfig", "batch_size", batch_size)
+        replay_ratio = float(_field(w, "RunConfig", "replay_ratio", replay_ratio))
+        learning_starts = _field(w, "RunConfig", "learning_starts", learning_starts)
+        weight_sync_every = _field(w, "RunConfig", "weight_sync_every", weight_sync_every)
         if isinstance(trainer, str):
             from pearl_core.runtime.wiring import load_trainer_class
 
@@ -227,18 +220,12 @@ class Composer:
         from pearl_core.runtime.config import ReplayConfig
 
         w = "Composer.set_replay"
-        if kind not in ("prioritized", "uniform"):
-            close = difflib.get_close_matches(str(kind), ["prioritized", "uniform"], n=1)
-            hint = f"did you mean {close[0]!r}?" if close else "use 'prioritized' or 'uniform'"
-            raise ComposerError(f"{w}: kind = {kind!r} is unknown; expected 'prioritized' or 'uniform'. Fix: {hint}.")
-        capacity = _int(w, "capacity", capacity, 1, "e.g. capacity=100_000")
-        fanout = _int(w, "fanout", fanout, 2, "the sum tree needs fanout >= 2, e.g. fanout=16")
-        if beta_steps is not None:
-            _int(w, "beta_steps", beta_steps, 1, "leave it None to anneal over the run")
-        _num(w, "alpha", alpha, "e.g. alpha=0.6", low_open=False)
-        _num(w, "beta", beta, "e.g. beta=0.4", low_open=False, high=1.0)
-        _num(w, "beta_final", beta_final, "e.g. beta_final=1.0", low_open=False, high=1.0)
-        _num(w, "eps", eps, "e.g. eps=1e-6")
+        kind = _field(w, "ReplayConfig", "kind", kind)
+        capacity = _field(w, "ReplayConfig", "capacity", capacity)
+        fanout = _field(w, "ReplayConfig", "fanout", fanout)
+        beta_steps = _field(w, "ReplayConfig", "beta_steps", beta_steps)
+        alpha, beta, beta_final, eps = (_field(w, "ReplayConfig", name, value) for name, value in (
+            ("alpha", alpha), ("beta", beta), ("beta_final", beta_final), ("eps", eps)))
         try:
             self._replay = ReplayConfig(kind, capacity, fanout, float(alpha), float(beta), float(beta_final),
                                         beta_steps, float(eps))
@@ -253,17 +240,11 @@ class Composer:
         from pearl_core.runtime.config import StopCriteria
 
         w = "Composer.set_stop"
-        for name, value in (("eval_return", eval_return), ("mean_return", mean_return)):
-            if value is not None:
-                _num(w, name, value, "a finite return threshold", low=-math.inf)
-        for name, value in (("max_env_steps", max_env_steps), ("max_updates", max_updates)):
-            if value is not None:
-                _int(w, name, value, 1, f"e.g. {name}=100_000")
-        if max_wall_time_s is not None:
-            _num(w, "max_wall_time_s", max_wall_time_s, "seconds, e.g. 600")
-        _int(w, "eval_every", eval_every, 1, "env steps between evaluations, e.g. 5000")
-        _int(w, "eval_episodes", eval_episodes, 1, "e.g. 20")
-        _int(w, "window", window, 1, "episodes in the moving mean, e.g. 20")
+        given = {"mean_return": mean_return, "window": window, "eval_return": eval_return, "eval_every": eval_every,
+                 "eval_episodes": eval_episodes, "max_env_steps": max_env_steps, "max_updates": max_updates,
+                 "max_wall_time_s": max_wall_time_s}
+        (mean_return, window, eval_return, eval_every, eval_episodes, max_env_steps, max_updates,
+         max_wall_time_s) = (_field(w, "StopCriteria", name, value) for name, value in given.items())
         try:
             self._stop = StopCriteria(mean_return, window, eval_return, eval_every, eval_episodes, max_env_steps,
                                       max_updates, max_wall_time_s)
@@ -276,15 +257,8 @@ class Composer:
                 save_replay: bool = False) -> "Composer":
         """Seed, log directory (CSV logs, curve, checkpoint, result.json) and checkpoint cadence."""
         w = "Composer.set_run"
-        _int(w, "seed", seed, 0, "e.g. seed=0")
-        if not isinstance(log_dir, (str, os.PathLike)) or not str(log_dir):
-            raise ComposerError(f"{w}: log_dir = {log_dir!r}; expected a directory path. Fix: e.g. 'runs/demo'.")
-        if checkpoint_every is not None:
-            _int(w, "checkpoint_every", checkpoint_every, 1, "env steps between checkpoints, or None")
-        if not isinstance(save_replay, bool):
-            raise ComposerError(f"{w}: save_replay = {save_replay!r}; expected True or False.")
-        self._run = {"seed": seed, "log_dir": os.fspath(log_dir), "checkpoint_every": checkpoint_every,
-                     "save_replay": save_replay}
+        run = {"seed": seed, "log_dir": log_dir, "checkpoint_every": checkpoint_every, "save_replay": save_replay}
+        self._run = {name: _field(w, "RunConfig", name, value) for name, value in run.items()}
         return self
 
     # ------------------------------------------------------------------ composing

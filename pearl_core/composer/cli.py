@@ -10,8 +10,10 @@ or the :class:`~pearl_core.composer.composition.Composition` that holds one.
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import tempfile
 from pathlib import Path
 from typing import NoReturn, Optional
 
@@ -28,7 +30,7 @@ from pearl_core.composer.plan import PlacementPlan, make_plan, setting_label
 from pearl_core.composer.spec import HardwareSpec
 from pearl_core.composer.workload import Workload, workload_for_env
 from pearl_core.errors import PearlError
-from pearl_core.fileio import atomic_write
+from pearl_core.fileio import atomic_write, atomic_write_all
 
 __all__ = ["fail", "grid_values", "parse_trainer_kwargs", "plan_command", "render_plan", "save_grid_png",
            "write_plan_outputs"]
@@ -229,9 +231,17 @@ def save_grid_png(plan: PlacementPlan, path: str | Path, value: str | None = Non
     ax.set_title(f"{w.get('env_id') or ''} BS={w['batch_size']}: predicted {label}", fontsize=9)
     fig.tight_layout()
     out = Path(path)
-    fig.savefig(out, dpi=120)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
     plt.close(fig)
+    atomic_write(out, buf.getvalue())  # never a half-written image over an existing one
     return out
+
+
+def grid_png_bytes(plan: PlacementPlan, value: str | None = None) -> bytes:
+    """The bytes :func:`save_grid_png` would write (drawn in a scratch directory)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return save_grid_png(plan, Path(tmp) / "grid.png", value).read_bytes()
 
 
 def plan_command(
@@ -260,7 +270,12 @@ def plan_command(
     try:
         spec = HardwareSpec.load(hardware) if hardware is not None else detect_hardware()
         kwargs = parse_trainer_kwargs(trainer_kwargs)
-        wl = workload_for_env(env_id, batch_size, trainer=trainer, trainer_kwargs=kwargs, hidden_sizes=hidden,
+        trainer_cls = None
+        if trainer:  # imported and checked as a trainer class before anything of it is built or called
+            from pearl_core.runtime.wiring import load_trainer_class
+
+            trainer_cls = load_trainer_class(trainer)
+        wl = workload_for_env(env_id, batch_size, trainer=trainer_cls, trainer_kwargs=kwargs, hidden_sizes=hidden,
                               replay=replay, capacity=capacity, fanout=fanout, n_actors=n_actors,
                               insert_batch=insert_batch)
         plan = make_plan(spec, wl, metric)
@@ -293,20 +308,24 @@ def write_plan_outputs(plan: "PlacementPlan | Composition", console: Console, pn
                        json_out: Optional[Path]) -> list[Path]:
     """Write ``--png`` and ``--json`` (the placement plan's) when given; returns the paths written.
 
-    The JSON is written atomically (never a half-written plan). On an error,
-    removes what it wrote, prints the error and exits with status 2.
+    All or nothing (:func:`pearl_core.fileio.atomic_write_all`): both
+    destinations are checked first, both files are written under temporary
+    names, then moved into place; on an error no output changed (an existing
+    file is never removed), the error is printed and the exit status is 2.
     """
     plan = _placement(plan)
-    written: list[Path] = []
+    items: list[tuple[Path, bytes | str]] = []
+    labels: list[str] = []
     try:
         if png is not None:
-            written.append(save_grid_png(plan, png))
-            console.print(f"grid written to {escape(str(png))}")
+            items.append((Path(png), grid_png_bytes(plan)))
+            labels.append("grid")
         if json_out is not None:
-            written.append(atomic_write(json_out, plan.to_json()))
-            console.print(f"plan written to {escape(str(json_out))}")
+            items.append((Path(json_out), plan.to_json()))
+            labels.append("plan")
+        written = atomic_write_all(items) if items else []
     except (PearlError, OSError) as exc:
-        for path in written:
-            path.unlink(missing_ok=True)
         fail(console, exc)
+    for label, path in zip(labels, written):
+        console.print(f"{label} written to {escape(str(path))}")
     return written

@@ -213,9 +213,9 @@ def load_script_module(path: str, name: str = USER_SCRIPT_MODULE) -> Any:
     if name in sys.modules:
         return sys.modules[name]
     if not os.path.isfile(path):
-        raise PearlError(f"the script {path!r} that defines the trainer class is not there any more; the generated "
-                         "program loads the trainer from it. Fix: restore the script, or move the trainer into a "
-                         "module and run the composer again.")
+        raise PearlError(f"the script {path!r} that defines the trainer class was moved or deleted (it is not there "
+                         "any more); the generated program loads the trainer from it. Fix: put the script back at "
+                         "that path, or move the trainer into a module and run the composer again.")
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise PearlError(f"the script {path!r} cannot be loaded as a module; expected a .py file. "
@@ -231,6 +231,21 @@ def load_script_module(path: str, name: str = USER_SCRIPT_MODULE) -> Any:
     finally:
         _LOADING_SCRIPT.pop()
     return module
+
+
+def script_load_error(path: str, exc: BaseException | None) -> PearlError | None:
+    """What a generated program reports (``error: ...``, exit 2) when its top-level script load failed.
+
+    ``exc`` is what :func:`load_script_module` raised at import time (``None``:
+    it loaded). A :class:`PearlError` (the script was moved or deleted) is
+    returned as it is; anything the script itself raised is wrapped with its
+    type, message and the fix.
+    """
+    if exc is None or isinstance(exc, PearlError):
+        return exc
+    return PearlError(f"the script {path!r} that defines the trainer class failed while the generated program "
+                      f"loaded it ({type(exc).__name__}: {exc}). Fix: run `python {path}` to see the traceback "
+                      "and fix the script, or move the trainer into a module and run the composer again.")
 
 
 def refuse_while_loading(what: str) -> None:
@@ -266,7 +281,7 @@ import os
 import sys
 
 from pearl_core.composer.plan import PlacementPlan
-from pearl_core.errors import PearlError
+from pearl_core.errors import PearlError, SpecError
 from pearl_core.fileio import atomic_write
 from pearl_core.plugins import get_backend
 from pearl_core.runtime import ParallelRuntime
@@ -320,26 +335,34 @@ def main(argv: list[str] | None = None) -> int:
         print(PLAN_JSON)
         print("plan hash:", plan.content_hash())
         return 0
-    try:
-        for name in BACKENDS:
+    try:  # every check fails here with `error: ...` (exit 2), before any worker starts
+${script_check}        for name in BACKENDS:
             get_backend(name)
-        load_trainer_class(RUN_CONFIG.trainer)  # fail here, before any worker starts
+        load_trainer_class(RUN_CONFIG.trainer)
+        stop = RUN_CONFIG.stop
+        if args.max_env_steps is not None:
+            stop = dataclasses.replace(stop, max_env_steps=args.max_env_steps)
+        if args.max_wall_time_s is not None:
+            stop = dataclasses.replace(stop, max_wall_time_s=args.max_wall_time_s)
+        config = dataclasses.replace(RUN_CONFIG, stop=stop, log_dir=args.log_dir or RUN_CONFIG.log_dir,
+                                     seed=RUN_CONFIG.seed if args.seed is None else args.seed)
+        runtime = ParallelRuntime(config, RUNTIME_PLAN, progress=not args.quiet)
     except PearlError as exc:
         print("error: " + str(exc), file=sys.stderr)
         return 2
-    stop = RUN_CONFIG.stop
-    if args.max_env_steps is not None:
-        stop = dataclasses.replace(stop, max_env_steps=args.max_env_steps)
-    if args.max_wall_time_s is not None:
-        stop = dataclasses.replace(stop, max_wall_time_s=args.max_wall_time_s)
-    config = dataclasses.replace(RUN_CONFIG, stop=stop, log_dir=args.log_dir or RUN_CONFIG.log_dir,
-                                 seed=RUN_CONFIG.seed if args.seed is None else args.seed)
     print("PEARL " + PEARL_VERSION + ": plan " + PLAN_HASH[:12] + ", RM on " + plan.rm_device + ", learner on "
           + plan.learner_device + ", Data Storage on " + plan.ds_device + ", setting " + str(plan.setting))
-    write_json(os.path.join(config.log_dir, "composer_plan.json"), json.loads(PLAN_JSON))
+    try:
+        result = runtime.run()
+    except SpecError as exc:  # refused before training (e.g. another run owns the log directory)
+        print("error: " + str(exc), file=sys.stderr)
+        return 2
+    except PearlError as exc:  # the run failed (its checkpoint and logs say how far it got)
+        print("error: " + str(exc), file=sys.stderr)
+        return 1
 
-    result = ParallelRuntime(config, RUNTIME_PLAN, progress=not args.quiet).run()
-
+    # Written once the run has owned its log directory (never over another run's files).
+    write_json(os.path.join(result.log_dir, "composer_plan.json"), json.loads(PLAN_JSON))
     write_json(os.path.join(result.log_dir, "result.json"),
                {"plan_hash": PLAN_HASH, "pearl_version": PEARL_VERSION, **dataclasses.asdict(result)})
     print(result.summary())
@@ -358,14 +381,25 @@ if __name__ == "__main__":  # actors are spawned processes: only the host runs m
 ''')
 
 _SCRIPT_BLOCK = Template('''\
-from pearl_core.composer.runtimegen import load_script_module
+from pearl_core.composer.runtimegen import load_script_module, script_load_error
 
 # The trainer class is defined in the script that composed this program. It is loaded from that
 # file as module ${module_lit} (the script's `if __name__ == "__main__":` block does not run); this
-# runs at import time so that spawned workers can import the trainer too.
+# runs at import time so that spawned workers can import the trainer too. If it fails (the script
+# was moved or deleted, or raised), main() reports it as `error: ...` before any worker starts.
 USER_SCRIPT = ${path_lit}
-load_script_module(USER_SCRIPT, ${module_lit})
+try:
+    load_script_module(USER_SCRIPT, ${module_lit})
+    USER_SCRIPT_ERROR = None
+except Exception as exc:  # noqa: BLE001 - reported by main(), not as a traceback at import
+    USER_SCRIPT_ERROR = script_load_error(USER_SCRIPT, exc)
 ''')
+
+# In main()'s checks when the trainer comes from the user's script.
+_SCRIPT_CHECK = """\
+        if USER_SCRIPT_ERROR is not None:
+            raise USER_SCRIPT_ERROR
+"""
 
 
 def _fields_block(obj: Any, where: str, nested: dict[str, str] | None = None, indent: str = "    ") -> str:
@@ -437,7 +471,8 @@ def render_program(composition: Composition) -> str:
         choice="\n".join(choice), script_block=script_block, version_lit=literal(version, "version"),
         hash_lit=literal(plan_hash), backends_lit=literal(backends, "backends"),
         run_config=_fields_block(config, "config", {"replay": "ReplayConfig", "stop": "StopCriteria"}),
-        runtime_plan=_fields_block(runtime_plan, "runtime_plan"), plan_json=plan_json)
+        runtime_plan=_fields_block(runtime_plan, "runtime_plan"), plan_json=plan_json,
+        script_check=_SCRIPT_CHECK if user_script else "")
     ast.parse(text)  # a bug here must never produce a file that does not parse
     return text
 

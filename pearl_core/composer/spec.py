@@ -32,6 +32,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from pearl_core.errors import SpecError
+from pearl_core.validation import MAX_THREADS
 
 if TYPE_CHECKING:
     from pearl_core.plugins import PluginRegistry
@@ -93,10 +94,14 @@ _POS = (lambda v: _is_num(v) and v > 0, "a number > 0")
 _NONNEG = (lambda v: _is_num(v) and v >= 0, "a number >= 0")
 _POS_INT = (lambda v: _is_int(v) and v >= 1, "an integer >= 1")
 _NONNEG_INT = (lambda v: _is_int(v) and v >= 0, "an integer >= 0")
+# Cores and threads size loops and thread pools: beyond MAX_THREADS is a typo (10**18), not a machine.
+_THREADS = (lambda v: _is_int(v) and 1 <= v <= MAX_THREADS,
+            f"an integer >= 1 and <= {MAX_THREADS} (PEARL plans for at most {MAX_THREADS} cores or threads per "
+            "device; fix: write the device's real count)")
 _DEVICE_RULES: Mapping[str, tuple[Callable[[Any], bool], str]] = {
     "memory_bytes": _POS, "idle_power_w": _NONNEG, "active_power_w": _NONNEG, "clock_hz": _POS,
     "peak_flops": _POS, "mem_bandwidth_Bps": _POS, "mem_latency_s": _NONNEG, "launch_latency_s": _NONNEG,
-    "cores": _POS_INT, "threads": _POS_INT, "index": _NONNEG_INT, "dsp_blocks": _POS_INT,
+    "cores": _THREADS, "threads": _THREADS, "index": _NONNEG_INT, "dsp_blocks": _POS_INT,
     "ram_blocks": _POS_INT, "ram_block_bits": _POS_INT, "logic_ram_blocks": _NONNEG_INT,
     "logic_ram_block_bits": _POS_INT,
 }

@@ -93,6 +93,18 @@ def _learner_s(cfg: Mapping[str, Any], t: int) -> float | None:
     return float(v) if isinstance(v, (int, float)) else None
 
 
+def _profiled_threads(cfg: Mapping[str, Any], most: int) -> list[int]:
+    """The learner thread counts ``1 .. most`` the row has a measurement for, ascending.
+
+    Read from the row's keys, not by trying every count up to ``most``: a spec's
+    thread count bounds the loop only through what was profiled.
+    """
+    prefix = "learner_s_threads_"
+    counts = {int(k[len(prefix):]) for k in cfg if isinstance(k, str) and k.startswith(prefix)
+              and k[len(prefix):].isdecimal()}
+    return sorted(t for t in counts if 1 <= t <= most)
+
+
 def host_variants(device: DeviceSpec, row: DeviceRow, wl: Workload) -> tuple[Variant, ...]:
     """Every (setting, learner threads) variant the host's profiled row can predict; empty without one."""
     cfg = row.config
@@ -113,7 +125,7 @@ def host_variants(device: DeviceSpec, row: DeviceRow, wl: Workload) -> tuple[Var
     # threads than that is not a variant worth running: torch's OpenMP threads wait for each other
     # at every parallel region, so one that shares a core with a busy actor stalls the whole step,
     # even where the step profiled alone is faster with more threads.
-    for t in range(1, max(1, threads - na) + 1):
+    for t in _profiled_threads(cfg, max(1, threads - na)):
         L = _learner_s(cfg, t)
         if L is None:
             continue

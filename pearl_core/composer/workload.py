@@ -310,15 +310,9 @@ def _resolve_trainer(trainer: type | str | None, act_space: Any) -> type:
         return default_trainer(act_space)
     if isinstance(trainer, type):
         return trainer
-    import importlib
+    from pearl_core.runtime.wiring import load_trainer_class  # refuses what is not a trainer class
 
-    module, _, attr = str(trainer).partition(":")
-    if not module or not attr:
-        raise SpecError(f"trainer = {trainer!r} is invalid; expected an import path 'package.module:ClassName'.")
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise SpecError(f"trainer {trainer!r} cannot be imported ({type(exc).__name__}: {exc}).") from exc
+    return load_trainer_class(str(trainer))
 
 
 def hidden_layers(sizes: Sequence[int] | str) -> tuple[int, ...]:

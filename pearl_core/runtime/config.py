@@ -8,7 +8,12 @@
   The composer produces it; a hand-written one is just as valid.
 
 Both are frozen dataclasses with ``to_dict``/``from_dict`` and
-``to_json``/``from_json`` round trips, validated on construction.
+``to_json``/``from_json`` round trips, validated on construction: every field
+by its rule in ``_RULES`` (the shared validators of :mod:`pearl_core.validation`,
+with the sane upper bounds of :data:`LIMITS`), which the Composer's setters
+apply too (:func:`check_field`). A bad value raises :class:`SpecError` naming
+the field, expected vs found, and the fix; whether the run fits *this* machine
+is :func:`pearl_core.runtime.machine.check_machine`'s question.
 """
 
 from __future__ import annotations
@@ -16,13 +21,25 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from pearl_core import validation as v
 from pearl_core.errors import SpecError
 
-__all__ = ["ReplayConfig", "RunConfig", "RuntimePlan", "Setting", "StopCriteria"]
+__all__ = ["LIMITS", "ReplayConfig", "RunConfig", "RuntimePlan", "Setting", "StopCriteria", "check_field"]
+
+#: Sane upper bounds of the fields that size memory or processes (a typo such as ``10**12`` is refused
+#: at construction, not when the run allocates); per-machine limits are :mod:`pearl_core.runtime.machine`'s.
+LIMITS: Mapping[str, int] = {
+    "batch_size": 2**24,        # rows per learner update
+    "capacity": 2**40,          # replay slots
+    "fanout": 2**16,            # sum-tree children per node
+    "eval_episodes": 10_000,    # each is one evaluation environment
+    "threads": v.MAX_THREADS,   # learner / RM threads (the hardware spec's cap on cores too)
+    "n_actors": 16_384,         # actor processes
+    "envs_per_actor": 65_536,   # environments stepped together by one actor
+}
 
 
 class Setting(enum.IntEnum):
@@ -47,6 +64,99 @@ def _require(cond: bool, owner: str, name: str, value: Any, expected: str) -> No
         raise SpecError(f"{owner}.{name} = {value!r} is invalid; expected {expected}.")
 
 
+def _count(low: int, fix: str, high: int = v.MAX_COUNT):
+    return lambda x, label, err: v.int_at_least(x, label, low, high, fix=fix, error=err)
+
+
+def _optional(rule):
+    return lambda x, label, err: None if x is None else rule(x, label, err)
+
+
+def _trainer_path(x: Any, label: str, err: type[Exception]) -> str:
+    v.text(x, label, expected="an import path 'package.module:ClassName'", fix="e.g. 'pearl_core.algorithms:DQN'",
+           error=err)
+    module, sep, name = x.partition(":")
+    if not sep or not module.strip() or not name.strip():
+        raise err(f"{label} = {x!r} is invalid; expected an import path 'package.module:ClassName'. "
+                  "Fix: e.g. 'pearl_core.algorithms:DQN'.")
+    return x
+
+
+#: The rule of every validated field, per class: ``rule(value, label, error) -> normalised value``.
+#: The dataclasses below and the Composer's setters both check with these (:func:`check_field`).
+_RULES: dict[str, dict[str, Any]] = {
+    "ReplayConfig": {
+        "kind": lambda x, label, err: v.one_of(x, label, ("prioritized", "uniform"), error=err),
+        "capacity": _count(1, "e.g. capacity=100_000", LIMITS["capacity"]),
+        "fanout": _count(2, "the sum tree needs fanout >= 2, e.g. fanout=16", LIMITS["fanout"]),
+        "alpha": lambda x, label, err: v.number(x, label, low=0.0, fix="e.g. alpha=0.6", error=err),
+        "beta": lambda x, label, err: v.probability(x, label, fix="e.g. beta=0.4", error=err),
+        "beta_final": lambda x, label, err: v.probability(x, label, fix="e.g. beta_final=1.0", error=err),
+        "beta_steps": _optional(_count(1, "learner updates to anneal beta over, or None to anneal over the run")),
+        "eps": lambda x, label, err: v.positive_number(x, label, fix="e.g. eps=1e-6", error=err),
+        "stratified": lambda x, label, err: v.boolean(x, label, error=err),
+    },
+    "StopCriteria": {
+        "mean_return": _optional(lambda x, label, err: v.number(x, label, fix="a finite return threshold, or None",
+                                                                error=err)),
+        "window": _count(1, "episodes in the moving mean, e.g. 20"),
+        "eval_return": _optional(lambda x, label, err: v.number(x, label, fix="a finite return threshold, or None",
+                                                                error=err)),
+        "eval_every": _count(1, "env steps between evaluations, e.g. 5000"),
+        "eval_episodes": _count(1, "episodes per evaluation, e.g. 20", LIMITS["eval_episodes"]),
+        "max_env_steps": _optional(_count(1, "e.g. max_env_steps=100_000, or None")),
+        "max_updates": _optional(_count(1, "e.g. max_updates=100_000, or None")),
+        "max_wall_time_s": _optional(lambda x, label, err: v.positive_number(x, label, fix="seconds, e.g. 600, or None",
+                                                                             error=err)),
+    },
+    "RunConfig": {
+        "env_id": lambda x, label, err: v.text(x, label, expected="a gymnasium id such as 'CartPole-v1'",
+                                               fix="pass the id of a registered environment", error=err),
+        "trainer": _trainer_path,
+        "batch_size": _count(1, "e.g. batch_size=64", LIMITS["batch_size"]),
+        "learning_starts": _count(0, "env steps before the first update, e.g. learning_starts=1000"),
+        "replay_ratio": lambda x, label, err: v.number(x, label, low=1e-6, high=1e6, fix="learner updates per env "
+                                                       "step, e.g. replay_ratio=0.5 (one update per 2 env steps)",
+                                                       error=err),
+        "train_every": _count(1, "e.g. train_every=256"),
+        "weight_sync_every": _count(1, "e.g. weight_sync_every=10"),
+        "seed": lambda x, label, err: v.seed(x, label, error=err),
+        "log_dir": lambda x, label, err: v.path(x, label, fix="a directory path, e.g. 'runs/demo'", error=err),
+        "checkpoint_every": _optional(_count(1, "env steps between checkpoints (0 would mean never, a negative "
+                                                "value every step); use None for only the final checkpoint")),
+        "save_replay": lambda x, label, err: v.boolean(x, label, error=err),
+        "on_nonfinite": lambda x, label, err: v.one_of(x, label, ("stop", "drop"), error=err),
+    },
+    "RuntimePlan": {
+        "learner_threads": _count(1, "torch threads of the learner, e.g. 1", LIMITS["threads"]),
+        "rm_threads": _count(1, "threads of the replay manager, e.g. 1", LIMITS["threads"]),
+        "n_actors": _count(1, "actor processes, e.g. n_actors=4", LIMITS["n_actors"]),
+        "envs_per_actor": _count(1, "e.g. envs_per_actor=1", LIMITS["envs_per_actor"]),
+        "insert_batch": _count(1, "transitions per actor message, e.g. 32", LIMITS["batch_size"]),
+        "max_in_flight": _count(0, "sampled batches ahead of the last priority update, e.g. 1", 1024),
+        "queue_size": _count(1, "slots per queue, e.g. 8", 65_536),
+    },
+}
+
+
+def check_field(owner: str, name: str, value: Any, *, label: str | None = None,
+                error: type[Exception] = SpecError) -> Any:
+    """Check ``value`` against the rule of field ``owner.name`` and return it normalised.
+
+    ``owner`` is ``"RunConfig"``, ``"ReplayConfig"``, ``"StopCriteria"`` or
+    ``"RuntimePlan"``. ``label`` names the value in the message (default
+    ``"<owner>.<name>"``); ``error`` is the class raised (the Composer passes
+    :class:`~pearl_core.errors.ComposerError`).
+    """
+    return _RULES[owner][name](value, label or f"{owner}.{name}", error)
+
+
+def _check_fields(obj: Any) -> None:
+    owner = type(obj).__name__
+    for name in _RULES[owner]:
+        object.__setattr__(obj, name, check_field(owner, name, getattr(obj, name)))
+
+
 class _Serialisable:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)  # type: ignore[arg-type]
@@ -56,15 +166,28 @@ class _Serialisable:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]):
+        if not isinstance(data, Mapping):
+            raise SpecError(f"{cls.__name__}.from_dict: expected a mapping of field names to values; found a value "
+                            f"of type {type(data).__name__}. Fix: pass what to_dict() returned.")
         known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        unknown = sorted(set(data) - known)
+        unknown = sorted(map(str, set(data) - known))
         if unknown:
             raise SpecError(f"{cls.__name__}: unknown field(s) {unknown}; known: {sorted(known)}.")
+        required = sorted(f.name for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+                          if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+                          and f.name not in data)
+        if required:
+            raise SpecError(f"{cls.__name__}: missing field(s) {required}. Fix: give them, e.g. as to_dict() wrote.")
         return cls(**_nested(cls, dict(data)))
 
     @classmethod
     def from_json(cls, text: str):
-        return cls.from_dict(json.loads(text))
+        try:
+            data = json.loads(text)
+        except (TypeError, ValueError) as exc:
+            raise SpecError(f"{cls.__name__}.from_json: not valid JSON ({exc}). Fix: pass what to_json() wrote.") \
+                from exc
+        return cls.from_dict(data)
 
 
 def _nested(cls, data: dict) -> dict:
@@ -94,13 +217,7 @@ class ReplayConfig(_Serialisable):
     stratified: bool = True
 
     def __post_init__(self):
-        o = "ReplayConfig"
-        _require(self.kind in ("prioritized", "uniform"), o, "kind", self.kind, "'prioritized' or 'uniform'")
-        _require(isinstance(self.capacity, int) and self.capacity >= 1, o, "capacity", self.capacity, "an int >= 1")
-        _require(isinstance(self.fanout, int) and self.fanout >= 2, o, "fanout", self.fanout, "an int >= 2")
-        _require(self.alpha >= 0, o, "alpha", self.alpha, ">= 0")
-        _require(0 <= self.beta <= 1 and 0 <= self.beta_final <= 1, o, "beta", (self.beta, self.beta_final), "values in [0, 1]")
-        _require(self.eps > 0, o, "eps", self.eps, "> 0")
+        _check_fields(self)
 
 
 @dataclass(frozen=True)
@@ -126,18 +243,12 @@ class StopCriteria(_Serialisable):
     max_wall_time_s: float | None = None
 
     def __post_init__(self):
-        o = "StopCriteria"
+        _check_fields(self)
         limits = (self.mean_return, self.eval_return, self.max_env_steps, self.max_updates, self.max_wall_time_s)
-        _require(any(v is not None for v in limits), o, "(all)", None,
-                 "at least one of mean_return, eval_return, max_env_steps, max_updates, max_wall_time_s")
-        _require(self.window >= 1, o, "window", self.window, "an int >= 1")
-        _require(self.eval_every >= 1 and self.eval_episodes >= 1, o, "eval_every/eval_episodes",
-                 (self.eval_every, self.eval_episodes), "ints >= 1")
-        for name in ("max_env_steps", "max_updates"):
-            v = getattr(self, name)
-            _require(v is None or (isinstance(v, int) and v >= 1), o, name, v, "None or an int >= 1")
-        v = self.max_wall_time_s
-        _require(v is None or (v > 0 and math.isfinite(v)), o, "max_wall_time_s", v, "None or seconds > 0")
+        if all(x is None for x in limits):
+            raise SpecError("StopCriteria: no criterion is set, so the run would never end; expected at least one of "
+                            "mean_return, eval_return, max_env_steps, max_updates, max_wall_time_s. "
+                            "Fix: e.g. StopCriteria(max_env_steps=100_000).")
 
 
 @dataclass(frozen=True)
@@ -157,10 +268,14 @@ class RunConfig(_Serialisable):
             runtime keeps the ratio continuously.
         weight_sync_every: learner updates between pushes of fresh weights to actors.
         stop: stop criteria.
-        seed: base seed (actors and evaluation derive theirs from it).
+        seed: base seed, ``0 <= seed < 2**32`` (actors and evaluation derive theirs from it).
         log_dir: where CSV/TensorBoard logs, the learning curve and checkpoints go.
-        checkpoint_every: env steps between checkpoints (``None``: only the final one).
+        checkpoint_every: env steps between checkpoints, ``>= 1`` (``None``: only the final one).
         save_replay: include the replay contents in checkpoints.
+        on_nonfinite: what an actor does with a transition whose observation,
+            action or reward is NaN/inf: ``"stop"`` (default: the run ends with an
+            error naming the environment, actor and step, after a checkpoint) or
+            ``"drop"`` (the transition is not stored; each drop is counted and logged).
     """
 
     env_id: str
@@ -177,24 +292,28 @@ class RunConfig(_Serialisable):
     log_dir: str = "runs/pearl"
     checkpoint_every: int | None = None
     save_replay: bool = False
+    on_nonfinite: str = "stop"
 
     def __post_init__(self):
-        o = "RunConfig"
-        _require(isinstance(self.env_id, str) and self.env_id != "", o, "env_id", self.env_id, "a gymnasium id")
-        _require(isinstance(self.trainer, str) and ":" in self.trainer, o, "trainer", self.trainer,
-                 "an import path 'package.module:ClassName'")
-        _require(isinstance(self.batch_size, int) and self.batch_size >= 1, o, "batch_size", self.batch_size, "an int >= 1")
-        _require(isinstance(self.learning_starts, int) and self.learning_starts >= 0, o, "learning_starts",
-                 self.learning_starts, "an int >= 0")
-        _require(self.replay_ratio > 0 and math.isfinite(self.replay_ratio), o, "replay_ratio", self.replay_ratio, "> 0")
-        _require(isinstance(self.train_every, int) and self.train_every >= 1, o, "train_every", self.train_every, "an int >= 1")
-        _require(isinstance(self.weight_sync_every, int) and self.weight_sync_every >= 1, o, "weight_sync_every",
-                 self.weight_sync_every, "an int >= 1")
+        for name, cls in (("replay", ReplayConfig), ("stop", StopCriteria)):
+            value = getattr(self, name)
+            if isinstance(value, Mapping):
+                object.__setattr__(self, name, cls.from_dict(value))
+            elif not isinstance(value, cls):
+                raise SpecError(f"RunConfig.{name} = {value!r:.80} is invalid; expected a {cls.__name__} (found "
+                                f"{v.a_type(value)}). Fix: e.g. {name}={cls.__name__}(...).")
+        _check_fields(self)
+        kwargs = self.trainer_kwargs
+        if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+            raise SpecError(f"RunConfig.trainer_kwargs = {kwargs!r:.80} is invalid; expected a mapping with str keys "
+                            f"(found {v.a_type(kwargs)}). Fix: e.g. trainer_kwargs={{'lr': 1e-3}}.")
         try:
-            json.dumps(dict(self.trainer_kwargs))
+            json.dumps(dict(kwargs), allow_nan=False)
         except (TypeError, ValueError) as exc:
-            raise SpecError(f"RunConfig.trainer_kwargs must hold JSON values only; {exc}.") from exc
-        object.__setattr__(self, "trainer_kwargs", dict(self.trainer_kwargs))
+            raise SpecError(f"RunConfig.trainer_kwargs = {kwargs!r:.80} is invalid; expected finite JSON values only "
+                            f"(str, int, float, bool, None, lists and dicts of them) ({exc}). Fix: pass plain values "
+                            "(a list instead of an array, no NaN or inf).") from exc
+        object.__setattr__(self, "trainer_kwargs", dict(kwargs))
 
 
 @dataclass(frozen=True)
@@ -269,11 +388,7 @@ class RuntimePlan(_Serialisable):
         _require(not isinstance(self.setting, bool) and self.setting in (1, 2), o, "setting", self.setting,
                  "1 (Setting.THROUGH_HOST) or 2 (Setting.COLOCATED)")
         object.__setattr__(self, "setting", Setting(self.setting))
-        for name in ("learner_threads", "rm_threads", "n_actors", "envs_per_actor", "insert_batch", "queue_size"):
-            v = getattr(self, name)
-            _require(isinstance(v, int) and v >= 1, o, name, v, "an int >= 1")
-        _require(isinstance(self.max_in_flight, int) and self.max_in_flight >= 0, o, "max_in_flight",
-                 self.max_in_flight, "an int >= 0")
+        _check_fields(self)
         _require(self.setting == 1 or _same_device(self.rm_device, self.learner_device), o, "setting",
                  self.setting, f"setting 2 only when RM and learner share a device (rm_device={self.rm_device!r}, "
                  f"learner_device={self.learner_device!r}); fix: use setting=1")

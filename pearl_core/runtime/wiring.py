@@ -54,7 +54,11 @@ def load_trainer_class(path: str) -> type:
     Raises:
         SpecError: the path is malformed, the module cannot be imported, or it
             has no such attribute (close names are suggested), or the attribute
-            is not a class.
+            is not a trainer class: neither a :class:`~pearl_core.trainer.Trainer`
+            subclass nor a class with the trainer methods
+            (:data:`pearl_core.trainer_check.REQUIRED_METHODS`, the duck-typed
+            contract :func:`~pearl_core.trainer_check.check_trainer` accepts).
+            Nothing of it is called or built.
     """
     if not isinstance(path, str) or path.count(":") != 1 or not all(path.split(":")):
         raise SpecError(
@@ -82,6 +86,16 @@ def load_trainer_class(path: str) -> type:
             f"trainer path {path!r} names a {type(obj).__name__}, not a class. "
             "Fix: point it at the trainer class itself."
         )
+    if not issubclass(obj, Trainer):
+        from pearl_core.trainer_check import REQUIRED_METHODS
+
+        missing = [m for m in REQUIRED_METHODS if not callable(getattr(obj, m, None))]
+        if missing:
+            raise SpecError(
+                f"trainer path {path!r} names the class {obj.__module__}.{obj.__qualname__}, which is not a trainer: "
+                f"expected a pearl_core.trainer.Trainer subclass (or a class with {list(REQUIRED_METHODS)}); it "
+                f"lacks {missing}. Fix: point it at your trainer class, e.g. 'pearl_core.algorithms:DQN'."
+            )
     return obj
 
 

@@ -30,7 +30,7 @@ import os
 import sys
 
 from pearl_core.composer.plan import PlacementPlan
-from pearl_core.errors import PearlError
+from pearl_core.errors import PearlError, SpecError
 from pearl_core.fileio import atomic_write
 from pearl_core.plugins import get_backend
 from pearl_core.runtime import ParallelRuntime
@@ -78,6 +78,7 @@ RUN_CONFIG = RunConfig(
     log_dir='runs/demo',
     checkpoint_every=None,
     save_replay=False,
+    on_nonfinite='stop',
 )
 
 # Where and how it runs: the composer's choice.
@@ -129,26 +130,34 @@ def main(argv: list[str] | None = None) -> int:
         print(PLAN_JSON)
         print("plan hash:", plan.content_hash())
         return 0
-    try:
+    try:  # every check fails here with `error: ...` (exit 2), before any worker starts
         for name in BACKENDS:
             get_backend(name)
-        load_trainer_class(RUN_CONFIG.trainer)  # fail here, before any worker starts
+        load_trainer_class(RUN_CONFIG.trainer)
+        stop = RUN_CONFIG.stop
+        if args.max_env_steps is not None:
+            stop = dataclasses.replace(stop, max_env_steps=args.max_env_steps)
+        if args.max_wall_time_s is not None:
+            stop = dataclasses.replace(stop, max_wall_time_s=args.max_wall_time_s)
+        config = dataclasses.replace(RUN_CONFIG, stop=stop, log_dir=args.log_dir or RUN_CONFIG.log_dir,
+                                     seed=RUN_CONFIG.seed if args.seed is None else args.seed)
+        runtime = ParallelRuntime(config, RUNTIME_PLAN, progress=not args.quiet)
     except PearlError as exc:
         print("error: " + str(exc), file=sys.stderr)
         return 2
-    stop = RUN_CONFIG.stop
-    if args.max_env_steps is not None:
-        stop = dataclasses.replace(stop, max_env_steps=args.max_env_steps)
-    if args.max_wall_time_s is not None:
-        stop = dataclasses.replace(stop, max_wall_time_s=args.max_wall_time_s)
-    config = dataclasses.replace(RUN_CONFIG, stop=stop, log_dir=args.log_dir or RUN_CONFIG.log_dir,
-                                 seed=RUN_CONFIG.seed if args.seed is None else args.seed)
     print("PEARL " + PEARL_VERSION + ": plan " + PLAN_HASH[:12] + ", RM on " + plan.rm_device + ", learner on "
           + plan.learner_device + ", Data Storage on " + plan.ds_device + ", setting " + str(plan.setting))
-    write_json(os.path.join(config.log_dir, "composer_plan.json"), json.loads(PLAN_JSON))
+    try:
+        result = runtime.run()
+    except SpecError as exc:  # refused before training (e.g. another run owns the log directory)
+        print("error: " + str(exc), file=sys.stderr)
+        return 2
+    except PearlError as exc:  # the run failed (its checkpoint and logs say how far it got)
+        print("error: " + str(exc), file=sys.stderr)
+        return 1
 
-    result = ParallelRuntime(config, RUNTIME_PLAN, progress=not args.quiet).run()
-
+    # Written once the run has owned its log directory (never over another run's files).
+    write_json(os.path.join(result.log_dir, "composer_plan.json"), json.loads(PLAN_JSON))
     write_json(os.path.join(result.log_dir, "result.json"),
                {"plan_hash": PLAN_HASH, "pearl_version": PEARL_VERSION, **dataclasses.asdict(result)})
     print(result.summary())

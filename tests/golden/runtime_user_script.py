@@ -31,20 +31,25 @@ import os
 import sys
 
 from pearl_core.composer.plan import PlacementPlan
-from pearl_core.errors import PearlError
+from pearl_core.errors import PearlError, SpecError
 from pearl_core.fileio import atomic_write
 from pearl_core.plugins import get_backend
 from pearl_core.runtime import ParallelRuntime
 from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, Setting, StopCriteria
 from pearl_core.runtime.wiring import load_trainer_class
 
-from pearl_core.composer.runtimegen import load_script_module
+from pearl_core.composer.runtimegen import load_script_module, script_load_error
 
 # The trainer class is defined in the script that composed this program. It is loaded from that
 # file as module 'pearl_user_script' (the script's `if __name__ == "__main__":` block does not run); this
-# runs at import time so that spawned workers can import the trainer too.
+# runs at import time so that spawned workers can import the trainer too. If it fails (the script
+# was moved or deleted, or raised), main() reports it as `error: ...` before any worker starts.
 USER_SCRIPT = '/home/me/train.py'
-load_script_module(USER_SCRIPT, 'pearl_user_script')
+try:
+    load_script_module(USER_SCRIPT, 'pearl_user_script')
+    USER_SCRIPT_ERROR = None
+except Exception as exc:  # noqa: BLE001 - reported by main(), not as a traceback at import
+    USER_SCRIPT_ERROR = script_load_error(USER_SCRIPT, exc)
 
 PEARL_VERSION = '0.1.0'
 PLAN_HASH = '3933fd6d11917f862fd09d4e352732196b5290e381b35f7bfda6712b3ddb75ef'
@@ -87,6 +92,7 @@ RUN_CONFIG = RunConfig(
     log_dir='runs/demo',
     checkpoint_every=None,
     save_replay=False,
+    on_nonfinite='stop',
 )
 
 # Where and how it runs: the composer's choice.
@@ -138,26 +144,36 @@ def main(argv: list[str] | None = None) -> int:
         print(PLAN_JSON)
         print("plan hash:", plan.content_hash())
         return 0
-    try:
+    try:  # every check fails here with `error: ...` (exit 2), before any worker starts
+        if USER_SCRIPT_ERROR is not None:
+            raise USER_SCRIPT_ERROR
         for name in BACKENDS:
             get_backend(name)
-        load_trainer_class(RUN_CONFIG.trainer)  # fail here, before any worker starts
+        load_trainer_class(RUN_CONFIG.trainer)
+        stop = RUN_CONFIG.stop
+        if args.max_env_steps is not None:
+            stop = dataclasses.replace(stop, max_env_steps=args.max_env_steps)
+        if args.max_wall_time_s is not None:
+            stop = dataclasses.replace(stop, max_wall_time_s=args.max_wall_time_s)
+        config = dataclasses.replace(RUN_CONFIG, stop=stop, log_dir=args.log_dir or RUN_CONFIG.log_dir,
+                                     seed=RUN_CONFIG.seed if args.seed is None else args.seed)
+        runtime = ParallelRuntime(config, RUNTIME_PLAN, progress=not args.quiet)
     except PearlError as exc:
         print("error: " + str(exc), file=sys.stderr)
         return 2
-    stop = RUN_CONFIG.stop
-    if args.max_env_steps is not None:
-        stop = dataclasses.replace(stop, max_env_steps=args.max_env_steps)
-    if args.max_wall_time_s is not None:
-        stop = dataclasses.replace(stop, max_wall_time_s=args.max_wall_time_s)
-    config = dataclasses.replace(RUN_CONFIG, stop=stop, log_dir=args.log_dir or RUN_CONFIG.log_dir,
-                                 seed=RUN_CONFIG.seed if args.seed is None else args.seed)
     print("PEARL " + PEARL_VERSION + ": plan " + PLAN_HASH[:12] + ", RM on " + plan.rm_device + ", learner on "
           + plan.learner_device + ", Data Storage on " + plan.ds_device + ", setting " + str(plan.setting))
-    write_json(os.path.join(config.log_dir, "composer_plan.json"), json.loads(PLAN_JSON))
+    try:
+        result = runtime.run()
+    except SpecError as exc:  # refused before training (e.g. another run owns the log directory)
+        print("error: " + str(exc), file=sys.stderr)
+        return 2
+    except PearlError as exc:  # the run failed (its checkpoint and logs say how far it got)
+        print("error: " + str(exc), file=sys.stderr)
+        return 1
 
-    result = ParallelRuntime(config, RUNTIME_PLAN, progress=not args.quiet).run()
-
+    # Written once the run has owned its log directory (never over another run's files).
+    write_json(os.path.join(result.log_dir, "composer_plan.json"), json.loads(PLAN_JSON))
     write_json(os.path.join(result.log_dir, "result.json"),
                {"plan_hash": PLAN_HASH, "pearl_version": PEARL_VERSION, **dataclasses.asdict(result)})
     print(result.summary())

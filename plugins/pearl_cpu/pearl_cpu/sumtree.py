@@ -23,6 +23,43 @@ __all__ = ["CpuSumTree"]
 
 # Passed to C++ as uint64; any fanout >= capacity behaves as a single group anyway.
 _MAX_FANOUT = 2**62
+# The native layout's limits: a group's stride is a uint32 (fanout <= 2**31) and indices are int64.
+_MAX_GROUP = 2**31
+_MAX_CAPACITY = 2**62
+
+
+def native_bytes(capacity: int, fanout: int) -> int:
+    """Bytes the native tree allocates (``memory_bytes``), computed before allocating.
+
+    Mirrors ``SumTree::SumTree`` in ``csrc/sumtree.cpp``: levels of groups of
+    ``F = min(fanout, max(capacity, 2))`` nodes padded to a stride (2, 4, 8, then
+    multiples of 8), each level's start aligned to 8 doubles after the root's
+    cache line, twice (the nodes and their prefix sums), rounded up to the
+    allocation's alignment (2 MiB from 4 MiB up, else 64 bytes).
+    """
+    f = min(fanout, max(capacity, 2))
+    stride = 2 if f <= 2 else 4 if f <= 4 else 8 if f <= 8 else (f + 7) // 8 * 8
+    doubles, groups = 8, -(-capacity // f)
+    while True:
+        doubles += (groups * stride + 7) // 8 * 8
+        if groups <= 1:
+            break
+        groups = -(-groups // f)
+    nbytes = doubles * 2 * 8
+    align = 2 * 2**20 if nbytes >= 4 * 2**20 else 64
+    return -(-nbytes // align) * align
+
+
+def _check_layout(capacity: int, fanout: int) -> int:
+    if capacity > _MAX_CAPACITY:
+        raise InvalidValueError(f"sum tree capacity must be <= 2**62 (int64 indices); found {capacity:,}. "
+                                "Fix: use a replay capacity that fits in memory, e.g. 2**20.")
+    f = min(fanout, max(capacity, 2))
+    if f > _MAX_GROUP:
+        raise InvalidValueError(f"sum tree fanout = {fanout:,} is too wide for the CPU tree with capacity = "
+                                f"{capacity:,}; expected a fanout <= 2**31 (or >= the capacity: one group). "
+                                "Fix: use a fanout such as 16.")
+    return native_bytes(capacity, fanout)
 
 
 def _check_threads(threads) -> int:
@@ -64,7 +101,7 @@ class CpuSumTree(SumTree):
     """
 
     def __init__(self, capacity: int, fanout: int = 16, threads: int | None = None):
-        self.capacity, self.fanout = check_capacity_fanout(capacity, fanout)
+        self.capacity, self.fanout = check_capacity_fanout(capacity, fanout, nbytes=_check_layout)
         impl = _sumtree.SumTree(self.capacity, min(self.fanout, _MAX_FANOUT), _check_threads(threads))
         self._impl = impl
         # One pybind11 call per operation: shadow the class methods below with
