@@ -7,12 +7,18 @@ commands cannot drift apart) plus ``-o/--output`` and a few run settings::
     pearl compose --env CartPole-v1 -b 64 --replay prioritized -o runtime.py
     python runtime.py --max-env-steps 2000
 
-Errors print ``error: ...`` and exit with status 2; no file is left behind.
+Errors print ``error: ...`` and exit with status 2; no file is left behind and
+none is changed. The outputs (``-o``, ``--png``, ``--json``) are all or nothing:
+every destination is checked before planning starts, everything is rendered in
+memory (the program and the grid through a scratch directory), then all files
+are written with :func:`pearl_core.fileio.atomic_write_all`, so a pre-existing
+program is replaced only together with the other outputs and never deleted.
 """
 
 from __future__ import annotations
 
 import inspect
+import tempfile
 import typing
 from pathlib import Path
 from typing import Any, Optional
@@ -22,11 +28,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from pearl_core.composer.api import Composer
-from pearl_core.composer.cli import fail, parse_trainer_kwargs, plan_command, render_plan, write_plan_outputs
+from pearl_core.composer.cli import fail, parse_trainer_kwargs, plan_command, render_plan, save_grid_png
+from pearl_core.composer.composition import Composition
 from pearl_core.composer.workload import hidden_layers
-from pearl_core.errors import PearlError
+from pearl_core.errors import ComposerError, PearlError
+from pearl_core.fileio import atomic_write_all, check_writable
 
-__all__ = ["compose_command", "composer_from_options", "with_plan_options"]
+__all__ = ["compose_command", "composer_from_options", "render_outputs", "with_plan_options"]
 
 _EXTRA = (
     ("output", Path, typer.Option(..., "--output", "-o", help="The program to write, e.g. runtime.py.")),
@@ -69,21 +77,53 @@ def compose_command(**options: Any) -> None:
     o = options
     console = Console(width=max(132, Console().width))
     output: Path = o["output"]
+    outputs = [("program", output), ("grid", o["png"]), ("plan", o["json_out"])]
     try:
+        for _, path in outputs:  # every destination, before the (slow) planning and before writing any
+            if path is not None:
+                check_writable(path)
         composer = composer_from_options(o)
         composer.set_stop(eval_return=o["eval_return"], max_env_steps=o["max_env_steps"])
         composer.set_run(log_dir=o["log_dir"])
         plan = composer.run(profile=o["profile"], place=parse_place(o["place"]), runnable=o["runnable"])
         render_plan(plan, console)
-        program = composer.RuntimeGen(plan, output)
+        files = render_outputs(composer, plan, output, o["png"], o["json_out"])
+        atomic_write_all(files)
     except (PearlError, OSError) as exc:
         fail(console, exc)
-    try:
-        write_plan_outputs(plan, console, o["png"], o["json_out"])
-    except typer.Exit:
-        program.unlink(missing_ok=True)  # all or nothing
-        raise
-    console.print(f"program written to {escape(str(program))}; run it with: python {escape(str(program))}")
+    if o["png"] is not None:
+        console.print(f"grid written to {escape(str(o['png']))}")
+    if o["json_out"] is not None:
+        console.print(f"plan written to {escape(str(o['json_out']))}")
+    console.print(f"program written to {escape(str(output))}; run it with: python {escape(str(output))}")
+
+
+def render_outputs(composer: Composer, plan: Composition, output: Path, png: Optional[Path],
+                   json_out: Optional[Path]) -> list[tuple[Path, bytes]]:
+    """The contents of every output, rendered without touching any destination.
+
+    The program goes through ``composer.RuntimeGen`` (its checks and refusals) and
+    the grid through :func:`~pearl_core.composer.cli.save_grid_png`, both into a
+    scratch directory that is removed afterwards.
+
+    Raises:
+        ComposerError: the plan cannot run here, or the grid's format is unknown.
+    """
+    placement = plan.plan if isinstance(plan, Composition) else plan
+    files: list[tuple[Path, bytes]] = []
+    with tempfile.TemporaryDirectory(prefix="pearl-compose-") as scratch:
+        program = composer.RuntimeGen(plan, Path(scratch) / "runtime.py")
+        files.append((output, Path(program).read_bytes()))
+        if png is not None:
+            grid = Path(scratch) / ("grid" + (png.suffix or ".png"))
+            try:
+                save_grid_png(placement, grid)
+            except ValueError as exc:  # matplotlib: an unknown format
+                raise ComposerError(f"--png {str(png)!r}: {exc}. Fix: name a .png (or .svg, .pdf) file.") from exc
+            files.append((png, grid.read_bytes()))
+    if json_out is not None:
+        files.append((json_out, placement.to_json().encode("utf-8")))
+    return files
 
 
 def composer_from_options(o: dict[str, Any]) -> Composer:

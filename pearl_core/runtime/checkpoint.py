@@ -3,7 +3,10 @@ optionally its replay contents; and the byte blobs states cross processes in.
 
 * :func:`save_checkpoint` / :func:`load_checkpoint` — one file, written atomically
   (never a half-written file), read with torch's restricted unpickler.
-* :func:`check_resumable` — whether a checkpoint can continue under a config.
+* :func:`check_resumable` — whether a checkpoint can continue under a config;
+  :func:`check_network_shapes` — whether the config builds networks of the
+  checkpoint's shapes; :func:`load_trainer_state` — load a checkpoint's trainer
+  state, a mismatch reported as :class:`~pearl_core.errors.SpecError`.
 * :func:`dump_blob` / :func:`load_blob` — a state dict as bytes, so that torch
   never moves tensors through its own shared-memory files between processes.
 """
@@ -11,6 +14,7 @@ optionally its replay contents; and the byte blobs states cross processes in.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import io
 import json
 import os
@@ -19,18 +23,25 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from pearl_core.errors import SpecError
+from pearl_core.errors import PearlError, SpecError
 from pearl_core.fileio import atomic_write
 from pearl_core.runtime.config import RunConfig, RuntimePlan
 from pearl_core.runtime.control import RunState, StopMonitor
 
-__all__ = ["CHECKPOINT_NAME", "Checkpoint", "check_resumable", "dump_blob", "load_blob", "load_checkpoint",
-           "save_checkpoint"]
+__all__ = ["CHECKPOINT_NAME", "Checkpoint", "CheckpointWriteError", "check_network_shapes", "check_resumable",
+           "dump_blob", "load_blob", "load_checkpoint", "load_trainer_state", "save_checkpoint"]
 
 #: File name of the latest checkpoint inside ``config.log_dir``.
 CHECKPOINT_NAME = "checkpoint.pt"
 _CHECKPOINT_FORMAT = "pearl-checkpoint"
 _CHECKPOINT_VERSION = 1
+
+
+class CheckpointWriteError(PearlError, OSError):
+    """A checkpoint could not be written (disk full, permissions); the previous checkpoint is intact.
+
+    Also an :class:`OSError`, so code that catches write errors still does.
+    """
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +101,11 @@ def save_checkpoint(path: str | os.PathLike, *, trainer, state: RunState, monito
 
     Returns:
         ``path`` as a :class:`Path`.
+
+    Raises:
+        CheckpointWriteError: the write failed (a full disk shows up as an
+            ``OSError`` or as torch's ``RuntimeError`` "enforce fail at
+            inline_container.cc"); the file at ``path`` is as it was.
     """
     import torch
 
@@ -105,7 +121,22 @@ def save_checkpoint(path: str | os.PathLike, *, trainer, state: RunState, monito
         "replay": _to_torch(dict(replay)) if replay is not None else None,
         "extra": json.dumps(dict(extra or {})),
     }
-    return atomic_write(path, lambda fh: torch.save(payload, fh), make_parents=True)
+    try:
+        return atomic_write(path, lambda fh: torch.save(payload, fh), make_parents=True)
+    except (OSError, RuntimeError) as exc:
+        raise _write_error(Path(path), exc) from exc
+
+
+def _write_error(path: Path, exc: BaseException) -> CheckpointWriteError:
+    code = getattr(exc, "errno", None)
+    why = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+           errno.EACCES: "permission denied", errno.EROFS: "the file system is read-only"}.get(code, "disk full?")
+    err = CheckpointWriteError(
+        f"could not write checkpoint {str(path)!r}: {why} ({type(exc).__name__}: {exc}). The previous checkpoint "
+        "there is intact (a new one replaces it only once it is complete). Fix: free space on (or write access "
+        f"to) the disk holding {str(path.parent)!r}, or set another log_dir, then resume from the previous checkpoint.")
+    err.errno = code
+    return err
 
 
 def _to_numpy(tree: Any) -> Any:
@@ -138,26 +169,53 @@ def load_checkpoint(path: str | os.PathLike, *, weights_only: bool = True) -> Ch
     try:
         payload = torch.load(path, map_location="cpu", weights_only=weights_only)
     except Exception as exc:  # noqa: BLE001 - any read error becomes a clear message
-        hint = (" If you trust the file and its trainer state holds custom Python objects, "
-                "pass weights_only=False.") if weights_only else ""
-        raise SpecError(f"checkpoint {str(path)!r} could not be read ({type(exc).__name__}: {exc}).{hint}") from exc
+        detail, objects = _read_failure(exc)
+        what = ("it holds Python objects that are not plain tensors, numbers, strings, lists or dicts (a trainer's "
+                "state_dict() must return only those)" if objects else
+                "the file is damaged (cut short by a crash or a full disk?) or is not a PEARL checkpoint")
+        fix = ("make the trainer's state_dict() return tensors and plain values only (checkpoints are read with "
+               "torch's safe loader), or resume from an earlier checkpoint" if objects else
+               "resume from an earlier checkpoint (or start a new run in another log_dir)")
+        raise SpecError(f"checkpoint {str(path)!r} could not be read ({detail}): {what}. Fix: {fix}.") from exc
     if not isinstance(payload, Mapping) or payload.get("format") != _CHECKPOINT_FORMAT:
-        raise SpecError(f"{str(path)!r} is not a PEARL checkpoint; expected one written by save_checkpoint().")
+        raise SpecError(f"{str(path)!r} is not a PEARL checkpoint; expected one written by save_checkpoint(). "
+                        "Fix: pass the checkpoint.pt of a PEARL run's log_dir.")
     if payload.get("version") != _CHECKPOINT_VERSION:
         raise SpecError(
             f"checkpoint {str(path)!r} has format version {payload.get('version')}; this PEARL reads "
-            f"version {_CHECKPOINT_VERSION}."
+            f"version {_CHECKPOINT_VERSION}. Fix: resume it with the PEARL version that wrote it."
         )
-    replay = payload.get("replay")
-    return Checkpoint(
-        trainer_state=dict(payload["trainer"]),
-        state=RunState.from_dict(payload["state"]),
-        monitor=dict(payload["monitor"]),
-        config=RunConfig.from_json(payload["config"]),
-        plan=RuntimePlan.from_json(payload["plan"]),
-        replay=_to_numpy(replay) if replay is not None else None,
-        extra=json.loads(payload.get("extra") or "{}"),
-    )
+    try:
+        replay = payload.get("replay")
+        return Checkpoint(
+            trainer_state=dict(payload["trainer"]),
+            state=RunState.from_dict(payload["state"]),
+            monitor=dict(payload["monitor"]),
+            config=RunConfig.from_json(payload["config"]),
+            plan=RuntimePlan.from_json(payload["plan"]),
+            replay=_to_numpy(replay) if replay is not None else None,
+            extra=json.loads(payload.get("extra") or "{}"),
+        )
+    except PearlError as exc:  # e.g. a config field this PEARL does not know
+        raise SpecError(f"checkpoint {str(path)!r} cannot be resumed here: {exc}") from exc
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise SpecError(f"checkpoint {str(path)!r} is damaged: its {type(exc).__name__} ({exc}) shows a missing or "
+                        "malformed part. Fix: resume from an earlier checkpoint.") from exc
+
+
+def _read_failure(exc: BaseException) -> tuple[str, bool]:
+    """A short reason for a failed ``torch.load`` (never torch's advice), and whether it is about Python objects."""
+    text = str(exc)
+    head, sep, tail = text.partition("WeightsUnpickler error:")
+    if sep:
+        detail = tail.strip().split("\n")[0].strip()
+        objects = detail.startswith("Unsupported global")
+        detail = detail.split(" was not an allowed global")[0]
+    else:
+        detail, objects = text.split(". ")[0].strip() or "the file ends early", False
+    if "weights_only" in detail:
+        detail = "not a readable checkpoint"
+    return f"{type(exc).__name__}: {detail}", objects
 
 
 def check_resumable(config: RunConfig, ck: Checkpoint) -> None:
@@ -178,6 +236,71 @@ def check_resumable(config: RunConfig, ck: Checkpoint) -> None:
             f"cannot resume: the checkpoint's replay has capacity {ck.replay['capacity']} but the config asks for "
             f"{config.replay.capacity}. Fix: keep replay.capacity unchanged when resuming."
         )
+
+
+def _shapes(tree: Any, prefix: str = "") -> dict[str, tuple[int, ...]]:
+    """``dotted.key -> shape`` of every tensor / array in a (nested) state dict."""
+    out: dict[str, tuple[int, ...]] = {}
+    if hasattr(tree, "shape") and hasattr(tree, "dtype"):
+        out[prefix or "(root)"] = tuple(int(d) for d in tree.shape)
+    elif isinstance(tree, Mapping):
+        for k, v in tree.items():
+            out.update(_shapes(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            out.update(_shapes(v, f"{prefix}.{i}" if prefix else str(i)))
+    return out
+
+
+def _shape_error(saved: Mapping[str, Any], current: Mapping[str, Any], detail: str = "") -> SpecError | None:
+    a, b = _shapes(saved), _shapes(current)
+    # Only tensors both hold: a fresh trainer's optimizer has no moments yet, and a network of
+    # another depth or width differs in the shape of a tensor both hold.
+    diff = [k for k in a if k in b and a[k] != b[k]]
+    if not diff:
+        return None
+    parts = [f"{k}: {a[k]} in the checkpoint, {b[k]} under the config" for k in diff[:4]]
+    return SpecError(
+        f"cannot resume: the checkpoint's networks do not have the shapes this config builds "
+        f"({len(diff)} of {len(b)} tensors differ: " + "; ".join(parts) + f").{detail} "
+        "Fix: resume with the checkpoint's trainer_kwargs (e.g. SerialRuntime.from_checkpoint(path) uses the "
+        "checkpoint's config), or start a new run in another log_dir.")
+
+
+def check_network_shapes(config: RunConfig, ck: Checkpoint) -> None:
+    """Raise unless ``config`` builds a trainer whose state has the checkpoint's tensor shapes.
+
+    Builds a CPU copy of the trainer only when ``config.trainer_kwargs`` differ
+    from the checkpoint's (the same kwargs build the same shapes).
+
+    Raises:
+        SpecError: the differing tensors with both shapes, both kwargs, and the fix.
+    """
+    if dict(config.trainer_kwargs) == dict(ck.config.trainer_kwargs):
+        return
+    from pearl_core.envs import env_spaces
+    from pearl_core.runtime.wiring import build_trainer
+
+    trainer = build_trainer(config, *env_spaces(config.env_id), check=False)
+    current = trainer.state_dict() if hasattr(trainer, "state_dict") else {"weights": trainer.get_weights()}
+    err = _shape_error(ck.trainer_state, current, f" The checkpoint was written with trainer_kwargs "
+                       f"{dict(ck.config.trainer_kwargs)}; the config has {dict(config.trainer_kwargs)}.")
+    if err is not None:
+        raise err
+
+
+def load_trainer_state(trainer, ck: Checkpoint) -> None:
+    """``trainer.load_state_dict(ck.trainer_state)``, a shape or key mismatch raised as :class:`SpecError`."""
+    current = trainer.state_dict() if hasattr(trainer, "state_dict") else None
+    err = _shape_error(ck.trainer_state, current) if current is not None else None
+    if err is not None:
+        raise err
+    try:
+        trainer.load_state_dict(ck.trainer_state)
+    except (RuntimeError, KeyError, ValueError) as exc:
+        raise SpecError(f"cannot resume: the checkpoint's trainer state does not load into "
+                        f"{type(trainer).__name__} ({type(exc).__name__}: {exc}). Fix: resume with the checkpoint's "
+                        "config, or start a new run in another log_dir.") from exc
 
 
 def dump_blob(obj: Any) -> bytes:

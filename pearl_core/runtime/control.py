@@ -20,6 +20,7 @@ import collections
 import csv
 import dataclasses
 import io
+import logging
 import math
 import os
 import sys
@@ -42,6 +43,8 @@ __all__ = [
     "StopMonitor",
     "plot_learning_curve",
 ]
+
+log = logging.getLogger("pearl_core.runtime")
 
 
 # --------------------------------------------------------------------------------------
@@ -362,32 +365,59 @@ class RunLogger:
 
     A fresh run (``resume_at=None``) starts new CSV files, replacing old ones in
     the same directory, and hides older TensorBoard events (``purge_step=0``).
-    A resumed run keeps the rows logged up to the checkpoint's env step and
-    drops later ones (written after that checkpoint by a run that then died),
-    so no step is logged twice; TensorBoard is purged the same way.
+    A resumed run keeps the rows logged up to the checkpoint (``resume_at``, and
+    at most ``keep[name]`` rows of a log: the episodes and evaluations the
+    checkpoint counts) and drops later ones (written after that checkpoint by a
+    run that then died), so no row is lost and none is logged twice; TensorBoard
+    is purged the same way. Rows are then appended.
+
+    Every CSV is (re)started atomically (:func:`~pearl_core.fileio.atomic_write`
+    of the header and the kept rows, then opened for appending), so a crash while
+    a run starts never loses the rows of the run it resumes. A log whose header is
+    not PEARL's refuses the resume before any file is touched; a kept log with
+    fewer rows than the checkpoint counts, or a damaged row (e.g. cut short by a
+    full disk), is reported with a logged warning.
 
     Args:
         log_dir: the run's directory (created).
         tensorboard: write TensorBoard events with ``torch.utils.tensorboard``;
             ``None`` = when the ``tensorboard`` package is installed.
         resume_at: env steps of the checkpoint a resumed run continues from.
+        keep: per log name (``"episodes"``, ``"evals"``), the number of rows the
+            checkpoint counts (its episodes, its evaluations).
+        source_dir: where the logs being continued are (default ``log_dir``): a
+            run resumed into another directory starts its logs with the rows of
+            the checkpoint's own directory.
+
+    Raises:
+        SpecError: resuming over a file that is not one of PEARL's logs.
     """
 
-    def __init__(self, log_dir: str | os.PathLike, *, tensorboard: bool | None = None, resume_at: int | None = None):
+    def __init__(self, log_dir: str | os.PathLike, *, tensorboard: bool | None = None, resume_at: int | None = None,
+                 keep: Mapping[str, int] | None = None, source_dir: str | os.PathLike | None = None):
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._files: dict[str, io.TextIOBase] = {}
         self._writers: dict[str, Any] = {}
-        for name, cols in (("episodes", _EPISODE_COLUMNS), ("evals", _EVAL_COLUMNS), ("metrics", _METRIC_COLUMNS)):
-            path = self.log_dir / f"{name}.csv"
-            kept = _rows_up_to(path, resume_at) if resume_at is not None else []
-            fh = open(path, "w", newline="", encoding="utf-8")
-            writer = csv.writer(fh)
-            writer.writerow(cols)
-            writer.writerows(kept)
-            fh.flush()
-            self._files[name], self._writers[name] = fh, writer
         self.tb = None
+        source = Path(source_dir) if source_dir is not None else self.log_dir
+        logs = (("episodes", _EPISODE_COLUMNS), ("evals", _EVAL_COLUMNS), ("metrics", _METRIC_COLUMNS))
+        # Read (and check) every log before rewriting any: a bad one changes nothing.
+        kept = {name: (_rows_up_to(source / f"{name}.csv", resume_at, cols, (keep or {}).get(name))
+                       if resume_at is not None else []) for name, cols in logs}
+        try:
+            for name, cols in logs:
+                path = self.log_dir / f"{name}.csv"
+                buf = io.StringIO()
+                w = csv.writer(buf)
+                w.writerow(cols)
+                w.writerows(kept[name])
+                atomic_write(path, buf.getvalue())
+                fh = open(path, "a", newline="", encoding="utf-8")
+                self._files[name], self._writers[name] = fh, csv.writer(fh)
+        except BaseException:
+            self.close()
+            raise
         if tensorboard is None:
             tensorboard = _tensorboard_available()
         if tensorboard:
@@ -395,6 +425,15 @@ class RunLogger:
 
             purge = 0 if resume_at is None else int(resume_at) + 1
             self.tb = SummaryWriter(log_dir=str(self.log_dir / "tensorboard"), purge_step=purge)
+
+    def flush(self, sync: bool = False) -> None:
+        """Write buffered rows to the files (``sync``: and to the disk, as before a checkpoint)."""
+        for fh in self._files.values():
+            fh.flush()
+            if sync:
+                os.fsync(fh.fileno())
+        if self.tb is not None:
+            self.tb.flush()
 
     def episode(self, env_steps: int, wall_s: float, index: int, episode_return: float, length: int) -> None:
         self._writers["episodes"].writerow((env_steps, f"{wall_s:.3f}", index, f"{episode_return:.6g}", length))
@@ -438,21 +477,46 @@ class RunLogger:
             self.tb = None
 
 
-def _rows_up_to(path: Path, env_steps: int) -> list[list[str]]:
-    """Data rows of an existing log whose ``env_steps`` column is ``<= env_steps``."""
+def _rows_up_to(path: Path, env_steps: int, columns: Sequence[str], limit: int | None = None) -> list[list[str]]:
+    """Data rows of an existing log whose ``env_steps`` column is ``<= env_steps`` (the first ``limit`` of them).
+
+    Raises:
+        SpecError: the file's header is not ``columns`` (not one of PEARL's logs).
+    """
+    name = path.name
     if not path.exists():
+        if limit:
+            log.warning("resuming at env step %d: %s is missing, so the %d row(s) the checkpoint counts are lost "
+                        "from it.", env_steps, path, limit)
         return []
     with open(path, newline="", encoding="utf-8") as fh:
         rows = list(csv.reader(fh))
-    if not rows or rows[0][:1] != ["env_steps"]:
-        return []
-    out = []
+    if not rows:
+        rows = [list(columns)]
+    if rows[0] != list(columns):
+        raise SpecError(f"cannot resume the logs: {str(path)!r} has the header {rows[0][:12]}; expected PEARL's "
+                        f"{name} columns {list(columns)}. Nothing was changed. Fix: move that file out of the run's "
+                        "directory, then resume again.")
+    out, damaged = [], 0
     for row in rows[1:]:
         try:
-            if int(row[0]) <= env_steps:
-                out.append(row)
-        except (ValueError, IndexError):
+            ok = len(row) == len(columns) and int(row[0]) >= 0
+        except ValueError:
+            ok = False
+        if not ok:
+            damaged += 1
             continue
+        if int(row[0]) <= env_steps:
+            out.append(row)
+    if damaged:
+        log.warning("resuming at env step %d: dropped %d damaged row(s) of %s (cut short, e.g. by a full disk).",
+                    env_steps, damaged, path)
+    if limit is not None:
+        if len(out) < limit:
+            log.warning("resuming at env step %d: %s holds %d row(s) up to it but the checkpoint counts %d; "
+                        "%d row(s) were lost before this run (a run killed before its logs reached the disk?).",
+                        env_steps, path, len(out), limit, limit - len(out))
+        out = out[:limit]
     return out
 
 

@@ -8,7 +8,7 @@ must log, checkpoint, evaluate or stop::
     session = RunSession(runtime, continuous=False)     # counters, stop monitor, update schedule
     evaluator = session.make_evaluator()                # None when no criterion evaluates
     ...build environments, trainer, replay (anything that can reject the config)...
-    session.open()                                      # config.json, plan.json, logs, progress
+    session.open()                                      # run lock, config.json, plan.json, logs, progress
     session.start_clock()
     while (decision := session.check()) is None:
         ...act: session.state.env_steps += n; session.record_episode(ret, length)...
@@ -17,7 +17,14 @@ must log, checkpoint, evaluate or stop::
     return session.finish(decision, save)               # final checkpoint, curve, RunResult
 
 A resumed session continues the checkpoint's counters, stop-monitor state,
-evaluation count and logs (rows up to the checkpoint's env step are kept).
+evaluation count and logs (the rows up to the checkpoint are kept, exactly once;
+the logs are flushed to the disk before every checkpoint, so a checkpoint never
+counts a row the disk does not hold).
+
+One run per ``log_dir`` (:mod:`pearl_core.runtime.runlock`): a session refuses at
+once (on construction, before the runtime builds anything) a directory another
+run holds; :meth:`RunSession.open` takes the lock before it writes anything
+there, and :meth:`RunSession.close` releases it however the run ends.
 """
 
 from __future__ import annotations
@@ -31,8 +38,8 @@ from typing import Any, Callable, Mapping
 from pearl_core.errors import SpecError
 from pearl_core.fileio import atomic_write
 from pearl_core.runtime.acting import EvalResult, Evaluator
-from pearl_core.runtime.checkpoint import CHECKPOINT_NAME, Checkpoint, check_resumable, load_checkpoint, \
-    save_checkpoint
+from pearl_core.runtime.checkpoint import CHECKPOINT_NAME, Checkpoint, check_network_shapes, check_resumable, \
+    load_checkpoint, save_checkpoint
 from pearl_core.runtime.config import RunConfig, RuntimePlan
 from pearl_core.runtime.control import (
     ProgressDisplay,
@@ -43,6 +50,8 @@ from pearl_core.runtime.control import (
     StopMonitor,
     plot_learning_curve,
 )
+from pearl_core.runtime.machine import check_machine
+from pearl_core.runtime.runlock import RunLock, check_free
 from pearl_core.runtime.step import UpdateSchedule
 
 __all__ = ["DISPLAY_EVERY_S", "RunSession", "Runtime", "int_at_least"]
@@ -89,11 +98,16 @@ class Runtime:
         if not isinstance(plan, RuntimePlan):
             raise SpecError(f"{me} needs a RuntimePlan; found {type(plan).__name__}.")
         int_at_least(me, "metrics_every", metrics_every, 1)
+        check_machine(config, plan)  # memory, cores, batch vs capacity, log_dir: before any worker or file
         self.config = config
         self.plan = plan
-        self.checkpoint = load_checkpoint(resume_from) if isinstance(resume_from, (str, os.PathLike)) else resume_from
+        from_path = isinstance(resume_from, (str, os.PathLike))
+        self.checkpoint = load_checkpoint(resume_from) if from_path else resume_from
+        #: The directory of the checkpoint file resumed from (``None``: none, or a loaded Checkpoint).
+        self.checkpoint_dir = Path(resume_from).parent if from_path else None
         if self.checkpoint is not None:
             check_resumable(config, self.checkpoint)
+            check_network_shapes(config, self.checkpoint)
         self.progress = True if progress is None else bool(progress)
         self.tensorboard = tensorboard
         self.plot = plot
@@ -152,6 +166,8 @@ class RunSession:
         else:
             self.schedule = UpdateSchedule.from_config(cfg, continuous=continuous)
         self.log_dir = Path(cfg.log_dir)
+        check_free(self.log_dir)  # refuse a directory another run holds, before anything is built
+        self.lock: RunLock | None = None
         self.logger: RunLogger | None = None
         self.display: ProgressDisplay | None = None
         self.evaluator: Evaluator | None = None
@@ -170,19 +186,44 @@ class RunSession:
         return self.evaluator
 
     def open(self) -> None:
-        """Write ``config.json`` and ``plan.json`` and open the logs and the progress display.
+        """Lock ``log_dir``, write ``config.json`` and ``plan.json``, open the logs and the progress display.
 
         Call it after everything that can reject the config, so that a run that
-        fails to start writes nothing to ``log_dir``.
+        fails to start writes nothing to ``log_dir``. If it fails itself, it
+        releases what it took (the lock, the logs) before the error propagates.
+
+        Raises:
+            SpecError: another run holds ``log_dir``, or a resumed log is not PEARL's.
         """
-        rt = self.runtime
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.log_dir / "config.json", self.config.to_json(indent=2))
-        atomic_write(self.log_dir / "plan.json", self.plan.to_json(indent=2))
-        self.logger = RunLogger(self.log_dir, tensorboard=rt.tensorboard,
-                                resume_at=self.state.env_steps if self.resumed else None)
-        self.display = ProgressDisplay(self.config.stop.max_env_steps, enabled=rt.progress,
-                                       every_s=rt.display_every_s)
+        rt, st = self.runtime, self.state
+        self.lock = RunLock.acquire(self.log_dir)  # before anything is written to the directory
+        try:
+            atomic_write(self.log_dir / "config.json", self.config.to_json(indent=2))
+            atomic_write(self.log_dir / "plan.json", self.plan.to_json(indent=2))
+            resume = self.resumed
+            self.logger = RunLogger(self.log_dir, tensorboard=rt.tensorboard,
+                                    resume_at=st.env_steps if resume else None,
+                                    keep={"episodes": st.episodes, "evals": len(st.eval_history)} if resume else None,
+                                    source_dir=self._resume_source())
+            self.display = ProgressDisplay(self.config.stop.max_env_steps, enabled=rt.progress,
+                                           every_s=rt.display_every_s)
+        except BaseException:
+            self.close()
+            raise
+
+    def _resume_source(self) -> Path | None:
+        """Where the logs this resumed run continues are, when not in ``log_dir`` (resumed into another directory).
+
+        The checkpoint's own run directory (its config's ``log_dir``), else the
+        checkpoint file's directory, whichever holds PEARL's logs.
+        """
+        ck = self.runtime.checkpoint
+        if ck is None or Path(ck.config.log_dir).resolve() == self.log_dir.resolve():
+            return None
+        for src in (Path(ck.config.log_dir), getattr(self.runtime, "checkpoint_dir", None)):
+            if src is not None and (src / "episodes.csv").is_file() and src.resolve() != self.log_dir.resolve():
+                return src
+        return None
 
     def start_clock(self) -> None:
         """Start the run clock (``wall``); what came before it is the segment's start-up time."""
@@ -265,6 +306,8 @@ class RunSession:
              extra: Mapping[str, Any] | None = None) -> Path:
         """Checkpoint ``trainer`` with the counters, monitor, config, plan and (if given) the replay contents."""
         self.state.wall_time_s = self.wall()
+        if self.logger is not None:
+            self.logger.flush(sync=True)  # every row the checkpoint counts is on the disk before it
         path = save_checkpoint(self.log_dir / CHECKPOINT_NAME, trainer=trainer, state=self.state,
                                monitor=self.monitor, config=self.config, plan=self.plan, replay=replay, extra=extra)
         self.checkpoint_path = path
@@ -293,8 +336,18 @@ class RunSession:
                                     log_dir=str(self.log_dir), checkpoint_path=str(path), startup_s=self.startup_s)
 
     def close(self) -> None:
-        """Close the display, the logs and the evaluator's environments (idempotent)."""
-        for part in (self.display, self.logger, self.evaluator):
-            if part is not None:
-                part.close()
+        """Close the display, the logs and the evaluator's environments, then release ``log_dir`` (idempotent)."""
+        parts = (self.display, self.logger, self.evaluator)
         self.display = self.logger = self.evaluator = None
+        lock, self.lock = self.lock, None
+        error: BaseException | None = None
+        for part in parts:
+            if part is not None:
+                try:
+                    part.close()
+                except BaseException as exc:  # noqa: BLE001 - the lock is released anyway; re-raised below
+                    error = error or exc
+        if lock is not None:
+            lock.release()
+        if error is not None:
+            raise error
