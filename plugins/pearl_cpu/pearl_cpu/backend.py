@@ -118,7 +118,8 @@ class CpuBackend(Backend):
             profile_worker_loop,
         )
 
-        threads = int(device.threads or device.cores or os.cpu_count() or 1)
+        # A profile measures this machine: never more threads than it has, whatever the spec says.
+        threads = min(int(device.threads or device.cores or os.cpu_count() or 1), os.cpu_count() or 1)
         bs = workload.batch_size
         avail = max(1, threads - workload.n_actors)
         actor_s = profile_actor_step(workload, iterations=min(iterations, 500))
