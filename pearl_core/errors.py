@@ -110,3 +110,72 @@ class PlacementError(SpecError):
     Raised before anything is written (by the composer, by :func:`~pearl_core.composer.api.RuntimeGen`
     and by the runtime's constructors); the message names the primitive, the device, why, and the fix.
     """
+
+
+class DataError(PearlError, ValueError):
+    """Non-finite data (NaN or inf) reached a run where it must not.
+
+    Raised for an observation, reward or action of a training environment
+    (``RunConfig.on_nonfinite == "stop"``, the default; the message names the
+    environment, the actor, the environment index and the env step) and, inside
+    the learner, for weights or trainer state that an update made non-finite (the
+    message names the update; the run then ends with :class:`LearnerError`).
+    Nothing of the bad step is stored; the run writes a final checkpoint of what
+    is sound before the error reaches the caller.
+
+    Attributes:
+        component: where it was found (``"actor 0"``, ``"the serial runtime"``, ``"learner"``).
+        env_id: the environment, if it came from one.
+        env_step: the run's env-step count at the bad transition, if known.
+        update: the learner update that produced it, if it came from the learner.
+    """
+
+    def __init__(self, message: str, *, component: str = "", env_id: str | None = None,
+                 env_step: int | None = None, update: int | None = None):
+        super().__init__(message)
+        self.component = component
+        self.env_id = env_id
+        self.env_step = env_step
+        self.update = update
+
+
+class HostError(WorkerError):
+    """A part of a run that runs in the calling process failed: the parallel runtime's
+    host loop, or the serial runtime's own loop.
+
+    Attributes:
+        component: what failed (``"host"``, ``"evaluation"``, ...).
+        traceback_text: the formatted traceback of the original exception (also its ``__cause__``).
+    """
+
+    def __init__(self, message: str, traceback_text: str = "", exitcode: int | None = None, *,
+                 component: str = "host"):
+        super().__init__(message, traceback_text, exitcode)
+        self.component = component
+
+
+class EvaluationError(HostError):
+    """A greedy evaluation failed: its environment or ``get_action`` raised, or it stopped making progress."""
+
+    def __init__(self, message: str, traceback_text: str = "", exitcode: int | None = None):
+        super().__init__(message, traceback_text, exitcode, component="evaluation")
+
+
+class StallError(WorkerError):
+    """A worker of a parallel run made no progress for ``stall_timeout_s`` seconds, or did not
+    answer the host in time (e.g. after Ctrl-C); the run ended after a checkpoint of what is sound.
+
+    Attributes:
+        role: ``"actor i"`` or ``"learner"``.
+        pid: the stalled process's id.
+        doing: what it was last doing, as far as it told the host (``"in env.step of environment 0"``).
+        stalled_s: seconds without progress when the host gave up.
+    """
+
+    def __init__(self, message: str, *, role: str = "", pid: int | None = None, doing: str = "",
+                 stalled_s: float | None = None):
+        super().__init__(message)
+        self.role = role
+        self.pid = pid
+        self.doing = doing
+        self.stalled_s = stalled_s

@@ -5,6 +5,13 @@ Leaf ``i`` of the tree holds the priority of storage slot ``i``. Priorities are
 ``P(i) = p_i / sum_j p_j`` and its importance weight is
 ``w_i = (N * P(i)) ** -beta / max_k w_k`` over the sampled batch, with ``N`` the
 number of stored transitions and ``beta`` annealed linearly to ``beta_final``.
+
+The tree's total must stay finite for sampling to work, so no priority may
+exceed :attr:`PrioritizedReplay.priority_limit` (the largest float divided by
+twice the capacity: even a tree full of such priorities sums to a finite total,
+and new transitions can still enter at the running maximum).
+:meth:`~PrioritizedReplay.update_priorities` rejects a batch holding a larger
+one before touching the tree.
 """
 
 from __future__ import annotations
@@ -117,6 +124,7 @@ class PrioritizedReplay(ReplayManager):
         self._ramp = np.empty(0)  # 0, 1, ..., B - 1 for the stratified masses (kept per batch size)
         self._steps = 0
         self._max_priority = 1.0
+        self._limit = float(np.finfo(np.float64).max) / (2.0 * storage.capacity)
         self._adopt_tree()
 
     def _adopt_tree(self) -> None:
@@ -180,6 +188,11 @@ class PrioritizedReplay(ReplayManager):
     def beta_steps(self) -> int:
         """Number of samples over which beta is annealed."""
         return self._beta_steps
+
+    @property
+    def priority_limit(self) -> float:
+        """The largest priority accepted: ``float64 max / (2 * capacity)``, so the tree's total stays finite."""
+        return self._limit
 
     @property
     def max_priority(self) -> float:
@@ -276,7 +289,8 @@ class PrioritizedReplay(ReplayManager):
             InvalidIndexError: an index outside ``[0, size)``.
             InvalidDTypeError: non-integer indices or non-real TD errors.
             InvalidValueError: not 1-D, length mismatch, a NaN/inf TD error, or
-                a priority that overflows to inf.
+                a priority above :attr:`priority_limit` (the tree's total would
+                overflow); the tree is left as it was.
         """
         if checked:  # the caller's own sampled indices and validated TD errors
             idx, td = indices, td_errors
@@ -298,5 +312,15 @@ class PrioritizedReplay(ReplayManager):
                     f"PrioritizedReplay.update_priorities: td_errors[{pos}] = {td[pos]!r} gives priority "
                     f"{prio[pos]!r} with alpha = {self._alpha}; expected a finite priority. Fix: clip TD errors."
                 )
+        top = float(prio.max())
+        if top > self._limit:  # the tree's total could overflow: sampling would break for good
+            pos = int(np.argmax(prio))
+            raise InvalidValueError(
+                f"PrioritizedReplay.update_priorities: td_errors[{pos}] = {float(td[pos])!r} gives priority {top!r} "
+                f"(alpha = {self._alpha}), above the limit {self._limit:.4g} = largest float / (2 * capacity "
+                f"{self._storage.capacity}) that keeps the tree's total finite; nothing was updated and the "
+                "replay still samples. Fix: clip TD errors (or the loss) in the trainer; a TD error this large "
+                "usually means the learner diverged."
+            )
         self._tree.update(idx, prio)
-        self._max_priority = max(self._max_priority, float(prio.max()))
+        self._max_priority = max(self._max_priority, top)

@@ -5,6 +5,14 @@
 * :class:`InsertBuffer` — stages transitions so they reach the replay in batches.
 * :class:`Evaluator` — greedy evaluation on separately seeded environments.
 
+Data sanity: the collector checks every transition (observation acted on, action,
+reward, next observation) for NaN/inf. With ``on_nonfinite="stop"`` it raises
+:class:`~pearl_core.errors.DataError` naming the environment, the actor, the
+environment's index and the env step, before anything of that step is returned;
+with ``"drop"`` the bad transitions are left out of the :class:`StepOutput` and
+counted (:attr:`Collector.dropped`), and a dropped transition is not an env step of
+the run. Evaluation rejects a non-finite reward (its return would mean nothing).
+
 Seeds: training env ``i`` is reset first with ``config.seed + i``
 (:func:`actor_env_seeds`); evaluation episode ``k`` of evaluation ``j`` with
 ``config.seed + EVAL_SEED_OFFSET + j * n + k``, so evaluation never replays a
@@ -14,19 +22,22 @@ training start state by construction.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from pearl_core.envs import make_env
-from pearl_core.errors import SpecError
+from pearl_core.errors import DataError, SpecError
 from pearl_core.replay.base import ReplayManager
 from pearl_core.replay.storage import StorageSpec, transition_rows
 from pearl_core.runtime.config import RunConfig
+from pearl_core.runtime.messages import Phase
 from pearl_core.trainer import Trainer
 
 __all__ = [
     "EVAL_SEED_OFFSET",
+    "MAX_CONSECUTIVE_DROPS",
     "Collector",
     "EpisodeStats",
     "EvalResult",
@@ -38,6 +49,43 @@ __all__ = [
 
 #: Evaluation environments are seeded from ``config.seed + EVAL_SEED_OFFSET`` upwards.
 EVAL_SEED_OFFSET = 1_000_003
+#: With ``on_nonfinite="drop"``, an environment whose transitions are all bad this many times in a
+#: row is broken, not occasionally wrong: the collector raises :class:`DataError` (a run would
+#: otherwise step it forever without collecting anything).
+MAX_CONSECUTIVE_DROPS = 1_000
+
+_FIX = ("Fix: find where the environment makes NaN/inf (e.g. wrap it to check or clip its output), or set "
+        "RunConfig(on_nonfinite='drop') to skip such transitions (each drop is counted and logged).")
+
+
+def _no_mark(phase: int, arg: int = 0) -> None:
+    pass
+
+
+_GET_ACTION, _ENV_STEP, _ENV_RESET = int(Phase.GET_ACTION), int(Phase.ENV_STEP), int(Phase.ENV_RESET)
+_F32_MAX = float(np.finfo(np.float32).max)  # rewards are stored as float32: larger ones become inf
+
+
+def _finite(x: np.ndarray) -> bool:
+    """Whether every value of ``x`` is finite (integer and bool arrays always are); fast for small arrays."""
+    kind = x.dtype.kind
+    if kind == "f" and x.size <= 64:  # a ufunc and a reduction cost microseconds; a list of a few floats less
+        return all(map(math.isfinite, x.ravel().tolist()))
+    return kind not in "fc" or bool(np.isfinite(x).all())
+
+
+def _bad_rows(x: np.ndarray) -> np.ndarray:
+    if x.dtype.kind not in "fc":
+        return np.zeros(len(x), np.bool_)
+    return ~np.isfinite(x.reshape(len(x), -1)).all(1)
+
+
+def _first_bad(row: np.ndarray) -> str:
+    a = np.asarray(row)
+    if a.ndim == 0:
+        return f" = {a.item()!r}"
+    flat = int(np.argmax(~np.isfinite(a).reshape(-1)))
+    return f"[{', '.join(map(str, np.unravel_index(flat, a.shape)))}] = {a.reshape(-1)[flat].item()!r}"
 
 
 def actor_env_seeds(config: RunConfig, n_envs: int, first: int = 0) -> list[int]:
@@ -62,6 +110,9 @@ class StepOutput:
     ``done`` is ``terminated`` only: a time-limit truncation is not a terminal
     state, so the learner still bootstraps from ``next_obs`` (the true final
     observation, not the reset one).
+
+    The arrays hold the transitions kept: one row per environment, less the
+    ``dropped`` ones (``on_nonfinite="drop"``).
     """
 
     obs: np.ndarray
@@ -70,6 +121,7 @@ class StepOutput:
     next_obs: np.ndarray
     done: np.ndarray
     episodes: tuple[EpisodeStats, ...]
+    dropped: int = 0
 
     def transition(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The transition fields in :meth:`ReplayManager.add` order."""
@@ -82,15 +134,28 @@ class Collector:
     Args:
         envs: environments with identical spaces (e.g. from :func:`make_env`).
         seeds: reset seed of each environment's first episode.
+        env_id: the environments' id, for error messages (default: the first one's spec id).
+        on_nonfinite: ``"stop"`` (raise :class:`DataError`) or ``"drop"`` (leave the
+            transition out and count it) for a transition holding a NaN/inf.
+        where: who steps them, for error messages (``"actor 0"``).
+        mark: ``mark(phase, arg)`` called before every ``get_action``, ``env.step`` and
+            ``env.reset`` (an actor's heartbeat, :class:`~pearl_core.runtime.messages.Phase`).
 
     The first :meth:`step` resets every environment with its seed; an
     environment whose episode ends is reset (unseeded: its RNG continues) and
     its :class:`EpisodeStats` reported.
+
+    Attributes:
+        dropped: transitions dropped so far; ``last_drop`` describes the latest.
     """
 
-    def __init__(self, envs: Sequence[Any], seeds: Sequence[int] | None = None):
+    def __init__(self, envs: Sequence[Any], seeds: Sequence[int] | None = None, *, env_id: str | None = None,
+                 on_nonfinite: str = "stop", where: str = "the serial runtime",
+                 mark: Callable[[int, int], None] | None = None):
         if not envs:
             raise SpecError("Collector needs at least one environment; found none.")
+        if on_nonfinite not in ("stop", "drop"):
+            raise SpecError(f"Collector: on_nonfinite = {on_nonfinite!r}; expected 'stop' or 'drop'.")
         self.envs = list(envs)
         self.seeds = list(seeds) if seeds is not None else [None] * len(self.envs)
         if len(self.seeds) != len(self.envs):
@@ -101,44 +166,130 @@ class Collector:
         self._returns = np.zeros(len(self.envs), np.float64)
         self._lengths = np.zeros(len(self.envs), np.int64)
         self.episodes_done = 0
+        spec = getattr(self.envs[0], "spec", None)
+        self.env_id = env_id or getattr(spec, "id", None) or type(self.envs[0]).__name__
+        self.on_nonfinite, self.where = on_nonfinite, where
+        self._mark = mark or _no_mark
+        self._drop = on_nonfinite == "drop"
+        self._from_reset: Sequence[int] = range(len(self.envs))  # the envs whose current obs came from env.reset
+        self._obs_ok = True  # whether the current observations are finite (checked when they arrived)
+        self._bad_run = np.zeros(len(self.envs), np.int64)  # consecutive drops per environment
+        self.dropped = 0
+        self.last_drop = ""
 
     @property
     def n_envs(self) -> int:
         return len(self.envs)
 
     def _reset_all(self) -> None:
-        first = [env.reset(seed=s)[0] for env, s in zip(self.envs, self.seeds)]
+        first = []
+        for i, (env, s) in enumerate(zip(self.envs, self.seeds)):
+            self._mark(Phase.ENV_RESET, i)
+            first.append(env.reset(seed=s)[0])
         self._obs = np.stack([np.asarray(o) for o in first])
+        self._obs_ok = _finite(self._obs)
 
     def step(self, trainer: Trainer, explore: bool = True) -> StepOutput:
-        """Act in every environment once with ``trainer.get_action(obs, explore)``."""
+        """Act in every environment once with ``trainer.get_action(obs, explore)``.
+
+        Raises:
+            DataError: a transition holds a NaN/inf (``on_nonfinite="stop"``), or, with
+                ``"drop"``, one environment's last :data:`MAX_CONSECUTIVE_DROPS` were all bad.
+        """
         if self._obs is None:
             self._reset_all()
-        obs = self._obs
+        obs, mark = self._obs, self._mark
+        base = int(getattr(trainer, "env_steps", 0) or 0)  # the run's env-step count, for messages
+        mark(_GET_ACTION, 0)
         actions = trainer.get_action(obs, explore)
         n = len(self.envs)
-        next_obs = np.empty_like(obs)
+        both = np.empty((2, *obs.shape), obs.dtype)  # next_obs and new_obs, checked in one go
+        next_obs, new_obs = both[0], both[1]
         rewards = np.empty(n, np.float32)
         dones = np.zeros(n, np.bool_)
-        new_obs = np.empty_like(obs)
         episodes = []
+        resets: list[int] = []
+        rewards_ok = True
         for i, env in enumerate(self.envs):
             a = int(actions[i]) if self._discrete else actions[i]
+            mark(_ENV_STEP, i)
             o, r, terminated, truncated, _ = env.step(a)
+            r = float(r)
             next_obs[i] = o
-            rewards[i] = r
             dones[i] = terminated
-            self._returns[i] += r
+            if -_F32_MAX <= r <= _F32_MAX:  # False for NaN; a dropped reward does not poison the return
+                rewards[i] = r
+                self._returns[i] += r
+            else:
+                with np.errstate(over="ignore"):
+                    rewards[i] = r  # inf or NaN as float32: reported below
+                rewards_ok = False
             self._lengths[i] += 1
             if terminated or truncated:
                 episodes.append(EpisodeStats(i, float(self._returns[i]), int(self._lengths[i]), bool(terminated)))
                 self._returns[i] = 0.0
                 self._lengths[i] = 0
+                mark(_ENV_RESET, i)
                 o = env.reset()[0]
+                resets.append(i)
             new_obs[i] = o
+        acts = np.asarray(actions)
+        obs_ok, obs_from_reset, self._from_reset = self._obs_ok, self._from_reset, resets
+        fresh_ok = _finite(both)
         self._obs = new_obs
+        self._obs_ok = fresh_ok or _finite(new_obs)  # the next step acts on new_obs
+        if rewards_ok and fresh_ok and obs_ok and (self._discrete or _finite(acts)):
+            if self._drop and self.dropped and self._bad_run.any():
+                self._bad_run[:] = 0
+            self.episodes_done += len(episodes)
+            return StepOutput(obs, actions, rewards, next_obs, dones, tuple(episodes))
+        keep = self._screen(obs, acts, rewards, next_obs, obs_from_reset, base)  # raises unless dropping
         self.episodes_done += len(episodes)
-        return StepOutput(obs, actions, rewards, next_obs, dones, tuple(episodes))
+        k = int(keep.sum())
+        return StepOutput(obs[keep], acts[keep], rewards[keep], next_obs[keep], dones[keep], tuple(episodes),
+                          dropped=n - k)
+
+    def _screen(self, obs, acts, rewards, next_obs, from_reset, base: int) -> np.ndarray:
+        """The rows to keep of a step holding a NaN/inf; raises :class:`DataError` unless dropping."""
+        fields = (  # in causal order: of several bad fields in one row, the first is named
+            ("observation it acted on", obs),
+            ("action (from trainer.get_action)", acts if not self._discrete else acts[:0]),
+            ("reward returned by env.step", rewards),
+            ("observation returned by env.step", next_obs),
+        )
+        bad = np.zeros(len(rewards), np.bool_)
+        first: tuple[int, str, np.ndarray] | None = None
+        for name, x in fields:
+            rows = _bad_rows(x) if len(x) else np.zeros(len(rewards), np.bool_)
+            if rows.any():
+                i = int(np.argmax(rows))
+                if first is None or i < first[0]:
+                    first = (i, name, x[i])
+                bad |= rows
+        if first is None:  # nothing bad after all
+            return ~bad
+        i, name, row = first
+        if name == "observation it acted on":
+            name += " (from env.reset)" if i in from_reset else " (from the previous env.step)"
+        verb = "was given a non-finite" if name.startswith("action") else "gave a non-finite"
+        what = (f"{self.where}: environment {self.env_id!r} (env {i} of {len(rewards)}) {verb} "
+                f"{name}{_first_bad(row)} at env step {base + i} of the run (step {int(self._lengths[i]) or 'end'} "
+                "of its episode)")
+        if not self._drop:
+            raise DataError(f"{what}; expected finite observations, rewards and actions. Nothing of this step "
+                            f"was stored. {_FIX}", component=self.where, env_id=self.env_id, env_step=base + i)
+        self._bad_run[bad] += 1
+        self._bad_run[~bad] = 0
+        self.dropped += int(bad.sum())
+        self.last_drop = what
+        worst = int(np.argmax(self._bad_run))
+        if self._bad_run[worst] >= MAX_CONSECUTIVE_DROPS:
+            raise DataError(
+                f"{self.where}: environment {self.env_id!r} (env {worst}) gave {int(self._bad_run[worst])} "
+                f"transitions in a row holding NaN/inf (latest: {what}); on_nonfinite='drop' skips occasional "
+                f"bad transitions, but this environment keeps producing them. {_FIX.split(', or set')[0]}.",
+                component=self.where, env_id=self.env_id, env_step=base + worst)
+        return ~bad
 
     def close(self) -> None:
         for env in self.envs:
@@ -167,7 +318,21 @@ class InsertBuffer:
         return self._n
 
     def push(self, replay: ReplayManager, obs, action, reward, next_obs, done) -> None:
-        """Stage ``k`` rows; whenever the buffer fills it is flushed into ``replay``."""
+        """Stage ``k`` rows; whenever the buffer fills it is flushed into ``replay``.
+
+        Raises:
+            DataError: a reward is not finite (as float32): the replay would reject the whole
+                staged batch at the next flush, so nothing of this push is staged (the rows
+                staged before stay). The :class:`Collector` never passes one on.
+        """
+        r = np.asarray(reward)
+        with np.errstate(over="ignore", invalid="ignore"):
+            r32 = r.astype(np.float32, copy=False)
+        if not _finite(r32):
+            pos = int(np.argmax(~np.isfinite(r32)))
+            raise DataError(f"InsertBuffer.push: reward[{pos}] = {r[pos].item()!r} is not finite (as float32); "
+                            "expected finite rewards. Nothing of this push was staged. Fix: check the data with "
+                            "the Collector (RunConfig.on_nonfinite) before pushing it.")
         given = (obs, action, reward, next_obs, done)
         k = len(reward)
         start = 0
@@ -233,6 +398,13 @@ class Evaluator:
         self.envs = [make(self.seed + i) for i in range(n)]
         self._discrete = hasattr(self.envs[0].action_space, "n")
         self.evaluations = 0
+        self.env_id = env_id or getattr(getattr(self.envs[0], "spec", None), "id", None) or "the evaluation env"
+        #: Environment steps taken by all evaluations, and what the running one is doing
+        #: (read by the parallel runtime's stall watchdog from another thread).
+        self.progress = 0
+        self.doing = "idle"
+        #: Set from another thread to end a running evaluation at its next step (it raises ``InterruptedError``).
+        self.cancelled = False
 
     @classmethod
     def for_config(cls, config: RunConfig, n_envs: int | None = None) -> "Evaluator":
@@ -248,6 +420,7 @@ class Evaluator:
         obs: dict[int, np.ndarray] = {}
         for i, env in enumerate(self.envs):
             if started < self.n_episodes:
+                self.doing = f"in env.reset of evaluation environment {i}"
                 obs[i] = np.asarray(env.reset(seed=base + started)[0])
                 started += 1
                 active.append(i)
@@ -256,18 +429,30 @@ class Evaluator:
         returns: list[float] = []
         lengths: list[int] = []
         while active:
+            if self.cancelled:
+                raise InterruptedError("the evaluation was cancelled (the run is closing)")
             batch = np.stack([obs[i] for i in active])
+            self.doing = "in trainer.get_action"
             actions = trainer.get_action(batch, False)
             still = []
             for j, i in enumerate(active):
                 a = int(actions[j]) if self._discrete else actions[j]
+                self.doing = f"in env.step of evaluation environment {i}"
                 o, r, terminated, truncated, _ = self.envs[i].step(a)
+                self.progress += 1
+                if not math.isfinite(r):
+                    raise DataError(
+                        f"evaluation: environment {self.env_id!r} (evaluation env {i}) gave a non-finite reward "
+                        f"{r!r} at step {lens[i] + 1} of a greedy episode; expected finite rewards (the return "
+                        f"would mean nothing). {_FIX.split(', or set')[0]}.", component="evaluation",
+                        env_id=self.env_id)
                 rets[i] += float(r)
                 lens[i] += 1
                 if terminated or truncated:
                     returns.append(rets[i])
                     lengths.append(lens[i])
                     if started < self.n_episodes:
+                        self.doing = f"in env.reset of evaluation environment {i}"
                         obs[i] = np.asarray(self.envs[i].reset(seed=base + started)[0])
                         started += 1
                         rets[i], lens[i] = 0.0, 0
@@ -276,6 +461,7 @@ class Evaluator:
                     obs[i] = np.asarray(o)
                     still.append(i)
             active = still
+        self.doing = "idle"
         return EvalResult(tuple(returns), tuple(lengths))
 
     def close(self) -> None:

@@ -31,12 +31,25 @@ Errors: an exception in the loop is sent to the host as ``ActorFailed`` and the
 process exits with code 1; the host decides whether to
 restart it. An actor exits by itself when the host's stop flag is set or the
 host process is gone (:class:`~pearl_core.runtime.procs.HostWatch`).
+
+Data sanity: the collector checks every transition for NaN/inf. With
+``on_nonfinite="stop"`` the actor first ships the good rows of its slot, then
+reports the :class:`~pearl_core.errors.DataError` (``ActorFailed.data_error``):
+the host ends the run instead of restarting it. With ``"drop"`` the bad rows are
+left out (not counted as env steps), the slot's count ``Control.dropped[i]``
+grows, and a :class:`~pearl_core.runtime.messages.Dropped` note reaches the host
+(the first drop, then at most every ``DROP_NOTE_EVERY_S``).
+
+Heartbeat: before every ``get_action``, ``env.step`` and ``env.reset`` and in every
+wait the actor marks what it does (``Control.heartbeat``); the host's stall watchdog
+ends the run when the mark stops moving (a frozen ``env.step``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import queue
 import signal
 import time
 import traceback
@@ -45,20 +58,24 @@ from typing import Any
 import numpy as np
 
 from pearl_core.envs import make_env
+from pearl_core.errors import DataError
 from pearl_core.replay.storage import copy_rows
 from pearl_core.runtime.acting import Collector, actor_env_seeds
 from pearl_core.runtime.config import RunConfig
-from pearl_core.runtime.messages import ActorFailed, ActorReady, Experience
+from pearl_core.runtime.messages import ActorFailed, ActorReady, Dropped, Experience, Phase
 from pearl_core.runtime.procs import HostWatch, quick_exit
 from pearl_core.runtime.queues import PipeQueue, put_while
 from pearl_core.runtime.shared import Control, WeightBuffer, WeightHandle
 from pearl_core.runtime.shm import BlockHandle, RingHandle, SlotRing
-from pearl_core.runtime.wiring import build_trainer
+from pearl_core.runtime.wiring import build_trainer, load_trainer_class
 
-__all__ = ["ActorSpec", "SHIP_PARTIAL_AFTER_S", "actor_seeds", "experience_fields", "run_actor"]
+__all__ = ["ActorSpec", "DROP_NOTE_EVERY_S", "SHIP_PARTIAL_AFTER_S", "actor_seeds", "experience_fields",
+           "run_actor"]
 
 #: A throttled actor ships its partly filled slot after waiting this long (seconds).
 SHIP_PARTIAL_AFTER_S = 0.02
+#: Seconds between two :class:`Dropped` notes of one actor (the count itself is exact, in shared memory).
+DROP_NOTE_EVERY_S = 2.0
 
 
 def experience_fields(spec, rows: int, n_envs: int) -> dict[str, tuple[tuple[int, ...], Any]]:
@@ -121,13 +138,15 @@ def run_actor(spec: ActorSpec) -> None:
         if exc.code in (0, None):
             quick_exit(0)
         _report(spec)
+    except DataError as exc:  # bad data from the environment: the run ends, no restart
+        _report(spec, str(exc))
     except BaseException:  # report everything, including KeyboardInterrupt from user code
         _report(spec)
 
 
-def _report(spec: ActorSpec) -> None:
+def _report(spec: ActorSpec, data_error: str = "") -> None:
     try:
-        spec.dcq.put(ActorFailed(spec.actor_id, traceback.format_exc()), timeout=5.0)
+        spec.dcq.put(ActorFailed(spec.actor_id, traceback.format_exc(), data_error), timeout=5.0)
     except Exception:
         pass
     os._exit(1)
@@ -161,8 +180,13 @@ class _Actor:
         env_seeds, trainer_seed = actor_seeds(
             spec.config, spec.actor_id, spec.incarnation, spec.n_actors, spec.n_envs, spec.env_seed_offset
         )
+        me, ctrl = spec.actor_id, self.ctrl
+        self.mark = ctrl.heartbeat(me)  # mark(phase, arg): alive, and what it is doing (the host's watchdog)
+        # The trainer's module first: a package that registers its environments on import works here too.
+        load_trainer_class(spec.config.trainer)
         envs = [make_env(spec.config.env_id, s) for s in env_seeds]
-        self.collector = Collector(envs, env_seeds)
+        self.collector = Collector(envs, env_seeds, env_id=spec.config.env_id, on_nonfinite=spec.config.on_nonfinite,
+                                   where=f"actor {me}", mark=self.mark)
         # The host checked the trainer class already; actors skip the smoke test.
         self.trainer = build_trainer(
             spec.config, envs[0].observation_space, envs[0].action_space, seed=trainer_seed, check=False
@@ -170,9 +194,27 @@ class _Actor:
         self._w = self.weights.empty_like()
         self.version = 0
         self.host = HostWatch()  # is the host still alive? (pearl_core.runtime.procs)
+        self._note_at = 0.0  # when the next Dropped note may go
 
     def stopping(self) -> bool:
         return self.ctrl.stop or self.host.gone()
+
+    def waiting(self, phase: Phase) -> bool:
+        """A wait's poll: still alive, doing ``phase``; whether to give up (the run is stopping)."""
+        self.mark(phase)
+        return self.stopping()
+
+    def dropped(self, k: int) -> None:
+        """``k`` transitions of the last step were dropped: count them, note the host now and then."""
+        me = self.spec.actor_id
+        self.ctrl.dropped[me] += k
+        now = time.monotonic()
+        if now >= self._note_at:
+            try:  # a note never blocks the actor: if the queue is full, the next one tells
+                self.spec.dcq.put_nowait(Dropped(me, int(self.ctrl.dropped[me]), self.collector.last_drop))
+                self._note_at = now + DROP_NOTE_EVERY_S
+            except queue.Full:
+                pass
 
     def pull_weights(self) -> None:
         v = self.weights.read_into(self._w, newer_than=self.version)
@@ -190,7 +232,8 @@ class _Actor:
         vec_steps = 0
         check = max(1, spec.weight_check_every)
         self.pull_weights()
-        if not put_while(spec.dcq, ActorReady(me), lambda: not self.stopping()):
+        self.mark(Phase.SENDING)
+        if not put_while(spec.dcq, ActorReady(me), lambda: not self.waiting(Phase.SENDING)):
             return
         throttled = 0
         throttled_at = 0.0
@@ -198,7 +241,7 @@ class _Actor:
         def ship() -> None:
             nonlocal fill, n_eps, slot
             seq = ring.commit()  # head moves before the message: a death in between only skips seq
-            if not put_while(spec.dcq, Experience(me, seq, fill, n_eps), lambda: not self.stopping()):
+            if not put_while(spec.dcq, Experience(me, seq, fill, n_eps), lambda: not self.waiting(Phase.SENDING)):
                 raise SystemExit(0)
             fill, n_eps, slot = 0, 0, None
 
@@ -213,35 +256,48 @@ class _Actor:
                 # with everything delivered, or the run is ending): in the steady state the budget
                 # grows every learner update, and shipping then would send a message per update
                 # holding a row or two, costing the actor, the host and the learner each a message.
-                if fill and time.monotonic() - throttled_at > SHIP_PARTIAL_AFTER_S:
+                if (fill or n_eps) and time.monotonic() - throttled_at > SHIP_PARTIAL_AFTER_S:
                     ship()
                 throttled += 1
+                self.mark(Phase.THROTTLED)
                 time.sleep(0.0005 if throttled < 50 else 0.002)  # poll fast at first, then back off
                 continue
             throttled = 0
             if vec_steps % check == 0:
                 self.pull_weights()
             trainer.env_steps = ctrl.total_steps()
-            out = collector.step(trainer, explore=True)
+            try:
+                out = collector.step(trainer, explore=True)
+            except DataError:
+                if fill or n_eps:  # the rows collected before the bad step are good: deliver them first
+                    ship()
+                raise
             vec_steps += 1
-            ctrl.actor_steps[me] += n
+            kept = len(out.reward)  # a dropped transition is not an env step of the run
+            ctrl.actor_steps[me] += kept
+            if out.dropped:
+                self.dropped(out.dropped)
 
-            # Copy the n rows into the slot(s), splitting at the slot boundary.
+            # Copy the kept rows into the slot(s), splitting at the slot boundary.
             start = 0
-            while start < n:
+            while start < kept:
                 if slot is None:
-                    if not ring.wait_writable(stop=self.stopping):
+                    if not ring.wait_writable(stop=lambda: self.waiting(Phase.SLOT_WAIT)):
                         return
                     slot = ring.slot(ring.head)
-                k = min(n - start, rows - fill)
+                k = min(kept - start, rows - fill)
                 copy_rows(slot, out, dst_start=fill, src_start=start, n=k)
                 fill += k
                 start += k
-                if fill == rows and start < n:
+                if fill == rows and start < kept:
                     ship()
+            if out.episodes and slot is None:  # every row of this step was dropped; episodes still count
+                if not ring.wait_writable(stop=lambda: self.waiting(Phase.SLOT_WAIT)):
+                    return
+                slot = ring.slot(ring.head)
             for ep in out.episodes:  # at most n per step; the slot has rows + n records
                 slot["ep_return"][n_eps] = ep.episode_return
                 slot["ep_length"][n_eps] = ep.length
                 n_eps += 1
-            if fill == rows:
+            if fill == rows or n_eps > rows:  # full, or (rows dropped) no room for another step's episodes
                 ship()

@@ -106,6 +106,9 @@ class RunResult:
             trainer, environments and logs; for the parallel runtime, starting its
             processes), this segment only. ``startup_s + solved_at_wall_s`` is the time to
             solved as a stopwatch started at ``run()`` sees it (for a run not resumed).
+        dropped_nonfinite: transitions left out because the environment gave a NaN/inf
+            observation, action or reward (``RunConfig.on_nonfinite="drop"``; 0 with "stop"),
+            over resumed segments too.
     """
 
     env_steps: int
@@ -126,6 +129,7 @@ class RunResult:
     log_dir: str
     checkpoint_path: str | None
     startup_s: float = 0.0
+    dropped_nonfinite: int = 0
 
     @property
     def solved(self) -> bool:

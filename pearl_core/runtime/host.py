@@ -23,22 +23,28 @@ and actors may step only a small slack ahead of what the learner has consumed.
 Greedy evaluations run in a host thread on a snapshot of the published weights
 while training goes on; a result counts at the env steps of its snapshot, and a
 budget stop waits for a running one.
+
+Failures (:mod:`pearl_core.runtime.hostfaults`): whatever fails — a worker, an
+environment's data, an evaluation, a stalled worker (the :class:`~pearl_core.runtime.watchdog.Watchdog`
+looks at every pump), or this loop itself (:class:`~pearl_core.errors.HostError`) —
+ends the run the same way: a checkpoint of what is sound, every child stopped, the
+error raised with the component named.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import copy
 import logging
 import math
 import queue
 import time
+import traceback
 from multiprocessing.connection import wait as mp_wait
 from pathlib import Path
 from typing import Any
 
 from pearl_core.envs import env_spaces
-from pearl_core.errors import ActorError, LearnerError, WorkerError
+from pearl_core.errors import EvaluationError, HostError, WorkerError
 from pearl_core.placement import learner_route, make_queue
 from pearl_core.replay.storage import StorageSpec
 from pearl_core.runtime.actors import ActorSpec, experience_fields, run_actor
@@ -46,56 +52,51 @@ from pearl_core.runtime.checkpoint import dump_blob, load_blob
 from pearl_core.runtime.config import Setting
 from pearl_core.runtime.control import RunResult, StopDecision
 from pearl_core.runtime.learner import LearnerSpec
+from pearl_core.runtime.hostfaults import JOIN_TIMEOUT_S, STARTUP_TIMEOUT_S, HostFaults, HostStop
 from pearl_core.runtime.messages import (
     ActorFailed,
     ActorReady,
+    Dropped,
     Experience,
     LearnerFailed,
     LearnerReady,
     StateReply,
     StateRequest,
-    Stop,
 )
 from pearl_core.runtime.procs import worker_context
 from pearl_core.runtime.queues import PipeQueue
 from pearl_core.runtime.roles import Colocated, ThroughHost
+from pearl_core.runtime.sanity import DropLog
 from pearl_core.runtime.session import RunSession
 from pearl_core.runtime.shared import Control, WeightBuffer
 from pearl_core.runtime.shm import ShmArena, SlotRing
-from pearl_core.runtime.wiring import build_trainer
+from pearl_core.runtime.watchdog import EvalJob, Watchdog
+from pearl_core.runtime.wiring import build_trainer, load_trainer_class
 
 __all__ = ["JOIN_TIMEOUT_S", "STARTUP_TIMEOUT_S", "Host", "HostStop"]
 
 log = logging.getLogger("pearl_core.runtime.parallel")
 
-#: Seconds to wait for a child to exit on its own before terminating it.
-JOIN_TIMEOUT_S = 5.0
-#: Seconds the workers may take to import, build their environments and trainer, and report ready.
-STARTUP_TIMEOUT_S = 300.0
-
-#: The tail of the error for a worker that died before PEARL's code ran in it.
-_STARTUP_FIX = ("Its traceback is on stderr. Fix for the common start-up failure: run the code that starts a run "
-                "under `if __name__ == \"__main__\":`, since workers re-import your script.")
+_WHAT = {StateRequest: "a state request"}
 
 
-class HostStop(Exception):
-    """A worker failure ends the host loop (carries the error to raise and, if sent, the trainer's state)."""
-
-    def __init__(self, error: WorkerError, trainer_blob: bytes | None = None):
-        super().__init__(str(error))
-        self.error = error
-        self.trainer_blob = trainer_blob
-
-
-class Host:
+class Host(HostFaults):
     """One segment of a parallel run: shared memory, processes and the host loop."""
 
     def __init__(self, rt):
         cfg, plan, ck = rt.config, rt.plan, rt.checkpoint
         self.rt, self.cfg, self.plan = rt, cfg, plan
-        self.session = session = RunSession(rt, continuous=True, title=f"(parallel, setting {int(plan.setting)})")
+        # Before anything is built or written: a script without a file cannot start workers.
         self.ctx = worker_context(early=True)  # the fork server loads torch while we build the trainer
+        self.session = session = RunSession(rt, continuous=True, title=f"(parallel, setting {int(plan.setting)})")
         self.interrupted: str | None = None
+        self.interrupted_at: float | None = None  # time.monotonic() of the first SIGINT / SIGTERM
+        self.failing = False  # a failure is being handled: no restarts, no second failure
+        self.frozen: set[int] = set()  # pids of workers known frozen (terminated at once by close)
+        self.watchdog: Watchdog | None = None  # started once every worker is ready
+        self.doing = "starting the workers"  # what the host loop is doing, for a HostError
+        self.drops = DropLog(base=int(ck.extra.get("dropped_nonfinite", 0)) if ck is not None else 0)
+        rt.dropped_nonfinite = self.drops.base
         self.actor_procs: list[Any] = []
         self.learner_proc = None
         self.arena: ShmArena | None = None
@@ -104,10 +105,12 @@ class Host:
         self.outbox: PipeQueue | None = None
         self.dcqs: list[PipeQueue | None] = [None] * plan.n_actors
         self.eval_trainer = None  # the host's evaluation copy of the policy (see start_eval)
-        self.eval_job = None  # the running evaluation (a Future), if any
-        self.eval_pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="pearl-eval")
+        self.eval_job: EvalJob | None = None  # the running evaluation, if any
+        self.eval_seen: tuple[int, float | None] = (0, None)  # its progress and when that last moved
+        self.eval_frozen = False
         st = session.state
         # Everything that can reject the config happens before anything is written to log_dir.
+        load_trainer_class(cfg.trainer)  # first: a package that registers its environments on import
         spaces = env_spaces(cfg.env_id)
         # Checked here, before any worker starts: a broken trainer, or a learner placement no backend
         # can run, fails fast with a clear message. The host's copy (evaluation, checks) is on the CPU.
@@ -193,6 +196,7 @@ class Host:
                     "trainer can be built in a fresh process (importable trainer class, no blocking I/O)."))
         log.info("parallel runtime: %d actor(s) and the learner started in %.1f s", self.plan.n_actors,
                  time.perf_counter() - t)
+        self.watchdog = Watchdog(self.ctrl, self.rt.stall_timeout_s, STARTUP_TIMEOUT_S)
         self.session.start_clock()
         self.set_budgets()
 
@@ -211,6 +215,8 @@ class Host:
         dcq.close_sender()  # EOF on our side once the actor is gone
         self.dcqs[a] = dcq
         self.actor_procs[a] = proc
+        if self.watchdog is not None:
+            self.watchdog.restarted(a)
 
     # -- counters and budgets -------------------------------------------------------------
     def current_updates(self) -> int:
@@ -263,6 +269,7 @@ class Host:
                 self.drain_ldq()
                 self.learner_exited()
         self.role.after_pump()
+        self.watch()
 
     def drain_dcq(self, a: int) -> None:
         q = self.dcqs[a]
@@ -274,8 +281,10 @@ class Host:
                     self.on_experience(msg)
                 elif kind is ActorReady:
                     self.actor_ready[a] = True
+                elif kind is Dropped:
+                    self.drops.update(f"actor {a}", msg.total, msg.detail)
                 elif kind is ActorFailed:
-                    self.last_error[a] = msg.traceback
+                    self.on_actor_failed(a, msg)
         except (EOFError, OSError):
             pass  # the actor is gone; its sentinel reports it
 
@@ -287,8 +296,10 @@ class Host:
         if not self.accepting:  # the run is ending: counters and replay are frozen
             take = 0
         st.env_steps += take
-        # Episodes first (their returns are in the slot), then the slot goes back / onward.
-        if msg.episodes and take == n and take:
+        # Episodes first (their returns are in the slot), then the slot goes back / onward. A slot of
+        # episodes only (every row dropped for non-finite values) counts while the run takes steps.
+        room = self.accepting and (self.max_env is None or st.env_steps < self.max_env)
+        if msg.episodes and take == n and (take or room):
             s = self.rings[a].slot(msg.seq)
             for r, length in zip(s["ep_return"][:msg.episodes].tolist(), s["ep_length"][:msg.episodes].tolist()):
                 session.record_episode(r, length)
@@ -311,61 +322,32 @@ class Host:
         elif kind is LearnerReady:
             self.learner_ready = True
         elif kind is LearnerFailed:
-            raise HostStop(LearnerError(
-                f"the learner failed (setting {int(self.plan.setting)}); its traceback:\n{msg.traceback}",
-                msg.traceback, self.learner_proc.exitcode if self.learner_proc is not None else None), msg.blob)
+            raise self.learner_failed(msg)
 
-    # -- faults --------------------------------------------------------------------------
-    def actor_exited(self, a: int) -> None:
-        proc = self.actor_procs[a]
-        proc.join(1.0)
-        self.drain_dcq(a)  # keep every batch it finished before dying
-        code = proc.exitcode
-        tb = self.last_error[a]
-        self.dcqs[a].close()
-        self.dcqs[a] = None
-        self.actor_procs[a] = None
-        what = f"actor {a} (pid {proc.pid}) exited with code {code}" + ("" if tb else " without a traceback")
-        self.rt.faults.append((self.session.wall(), f"actor {a}", what + (f"\n{tb}" if tb else "")))
-        if not tb and not self.actor_ready[a]:
-            # It never started: a restart would fail the same way.
-            raise HostStop(ActorError(
-                f"{what} before it was ready: it failed while starting, before PEARL's code ran, or was "
-                f"killed. {_STARTUP_FIX}", tb, code))
-        if self.restarts[a] >= self.rt.max_restarts:
-            raise HostStop(ActorError(
-                f"{what}; it failed {self.restarts[a] + 1} times, more than max_restarts={self.rt.max_restarts}. "
-                f"Last traceback:\n{tb or '(none: the process was killed)'}Fix: make the environment and "
-                "get_action robust, or raise max_restarts.", tb, code))
-        self.restarts[a] += 1
-        log.warning("%s; restarting it (restart %d of %d).%s", what, self.restarts[a], self.rt.max_restarts,
-                    f"\n{tb}" if tb else "")
-        # Steps it took but never delivered are forgotten, so budgets count delivered rows only.
-        self.ctrl.actor_steps[a] = self.received[a]
-        self.last_error[a] = ""
-        self._start_actor(a)
-
-    def learner_exited(self) -> None:
-        proc = self.learner_proc
-        proc.join(1.0)
-        raise HostStop(LearnerError(
-            f"the learner process (pid {proc.pid}) exited with code {proc.exitcode} without reporting an error: "
-            "killed by a signal or out of memory, or it failed while starting, before PEARL's code ran. "
-            f"{_STARTUP_FIX}", "", proc.exitcode))
+    def dropped_total(self) -> int:
+        """Transitions dropped for non-finite values over the whole run (earlier segments included)."""
+        if self.ctrl is None:
+            return self.drops.total
+        return self.drops.base + int(self.ctrl.dropped.sum())
 
     # -- state requests, evaluation, checkpoints -------------------------------------------
-    def request_state(self, with_replay: bool, timeout: float = 120.0) -> dict:
-        """Ask the learner for its trainer state (and, setting 2, replay contents); pump until it answers."""
+    def request_state(self, with_replay: bool, deadline: float | None = None) -> dict:
+        """Ask the learner for its trainer state (and, setting 2, replay contents); pump until it answers.
+
+        Raises:
+            HostStop: with a :class:`StallError` when no answer came by ``deadline`` (default:
+                :meth:`reply_deadline`; sooner after Ctrl-C).
+        """
         self.state_reply = None
-        deadline = time.monotonic() + timeout
+        deadline = self.reply_deadline() if deadline is None else deadline
         # No actor rows are taken until the answer arrives, so the env-step count saved with it
         # matches the replay contents the worker snapshots.
         self.hold_actors = True
         try:
             self.send_to_learner(StateRequest(with_replay), deadline)
             while self.state_reply is None:
-                if time.monotonic() > deadline:
-                    raise LearnerError(f"the learner did not answer a state request within {timeout:.0f} s.")
+                if time.monotonic() > self.capped(deadline):
+                    raise self.no_answer("a state request")
                 self.pump(0.05)
                 self.role.feed()
         finally:
@@ -380,8 +362,8 @@ class Host:
                 self.inbox.put_nowait(msg)
                 return
             except queue.Full:
-                if time.monotonic() > deadline:
-                    raise LearnerError(f"the learner's queue stayed full; could not send {type(msg).__name__}.") \
+                if time.monotonic() > self.capped(deadline):
+                    raise self.no_answer(f"{_WHAT.get(type(msg), type(msg).__name__)} (its queue stayed full)") \
                         from None
                 self.pump(0.01)
 
@@ -410,26 +392,47 @@ class Host:
             res = evaluator.evaluate(trainer)
             return steps, res, time.perf_counter() - t
 
-        self.eval_job = self.eval_pool.submit(job)
+        self.eval_job = EvalJob(job, steps)
+        self.eval_seen = (evaluator.progress, time.monotonic())
         self.session.monitor.record_started_eval(steps)
 
     def collect_eval(self, wait: bool = False) -> None:
-        """Record a finished evaluation (or, with ``wait``, the running one once it ends)."""
+        """Record a finished evaluation (or, with ``wait``, the running one once it ends: bounded by the
+        stall watchdog, and given up after Ctrl-C).
+
+        Raises:
+            HostStop: with an :class:`EvaluationError` when it failed or stalled.
+        """
         job = self.eval_job
-        if job is None or not (wait or job.done()):
+        if job is None:
+            return
+        while wait and not job.wait(0.1):
+            self.watch_eval()
+            if self.interrupted is not None:
+                return
+        if not job.done():
             return
         self.eval_job = None
-        steps, res, took = job.result()  # an evaluation error propagates here, in the host
+        try:
+            steps, res, took = job.result()
+        except Exception as exc:  # noqa: BLE001 - environments and get_action raise anything
+            ev = self.session.evaluator
+            raise HostStop(EvaluationError(
+                f"the greedy evaluation of the policy at env step {job.steps} failed "
+                f"{ev.doing if ev is not None else ''} of {self.cfg.env_id!r}: {type(exc).__name__}: {exc}. The "
+                "run was stopped; the checkpoint holds the learner's state. Fix: make the environment work for "
+                "the evaluation seeds (its traceback is in traceback_text), or drop the eval_return criterion.",
+                job.traceback)) from exc
         self.session.record_eval(steps, res, took)
 
-    def save(self, trainer_state: dict | None = None) -> Path:
+    def save(self, trainer_state: dict | None = None, deadline: float | None = None) -> Path:
         """Checkpoint: the learner's trainer state, counters, monitor and (if asked) the replay."""
         want_replay = self.cfg.save_replay
         role, st = self.role, self.session.state
         replay = None
         updates = self.current_updates()
         if trainer_state is None:
-            got = self.request_state(with_replay=want_replay and role.learner_holds_replay())
+            got = self.request_state(with_replay=want_replay and role.learner_holds_replay(), deadline=deadline)
             trainer_state = got["trainer"]
             replay = got.get("replay")
             updates = got["updates"]  # the learner's own count at the snapshot
@@ -437,8 +440,10 @@ class Host:
             replay = role.replay_contents()
         self.trainer.load_state_dict(trainer_state)
         st.updates = updates
+        dropped = self.rt.dropped_nonfinite = self.dropped_total()
         return self.session.save(self.trainer, replay, extra={
-            "runtime": "parallel", "setting": int(self.plan.setting), "actor_restarts": list(self.restarts)})
+            "runtime": "parallel", "setting": int(self.plan.setting), "actor_restarts": list(self.restarts),
+            "dropped_nonfinite": dropped})
 
     # -- the loop ------------------------------------------------------------------------
     def settled(self, decision: StopDecision) -> bool:
@@ -448,28 +453,46 @@ class Host:
         return self.current_updates() >= self.owed(self.session.state.env_steps) and not self.role.in_flight()
 
     def loop(self) -> RunResult:
+        started = False
         try:
             self.start()
+            started = True
             decision = self._loop()
+            self.doing = "ending the run (final checkpoint, logs)"
             return self.session.finish(decision, self._final_save)
         except HostStop as stop:
-            self._fail(stop)
+            self.fail(stop)
             raise stop.error from None
+        except Exception as exc:
+            if not started:  # e.g. a process that cannot be started: nothing ran, nothing to save
+                raise
+            err = HostError(
+                f"the host of the parallel run (setting {int(self.plan.setting)}) failed while {self.doing}: "
+                f"{type(exc).__name__}: {exc}. The run was stopped after a checkpoint of what is sound. Fix: "
+                "see where in the traceback (traceback_text, and this error's cause).", traceback.format_exc())
+            self.rt.faults.append((self.session.wall(), "host", str(err)))
+            self.fail(HostStop(err))
+            raise err from exc
 
     def _loop(self) -> StopDecision:
         session, role, st = self.session, self.role, self.session.state
         while True:
+            self.doing = "handling the workers' messages"
             self.pump(role.pump_timeout())
             self.set_budgets()
+            self.doing = "feeding the learner (sampling batches from the replay)"
             role.feed()
+            self.doing = "collecting or starting an evaluation"
             self.collect_eval()
             if self.eval_job is None and session.monitor.eval_due(st.env_steps):
                 self.start_eval()
             st.updates = self.current_updates()
+            self.doing = "logging, checkpointing and showing progress"
             session.tick(self.save)
             if self.interrupted is not None:
                 return StopDecision("interrupted", f"received {self.interrupted}; stopped cleanly", False)
             st.updates = self.current_updates()
+            self.doing = "checking the stop criteria"
             decision = session.check()
             if decision is not None and not decision.solved and self.eval_job is not None:
                 # A budget stop waits for the running evaluation: it may have solved the task.
@@ -478,83 +501,17 @@ class Host:
             if decision is not None and self.settled(decision):
                 return decision
 
-    def _quiesce(self) -> None:
-        """Stop producing work: actors idle, the worker stops training, in-flight batches finish."""
+    def _quiesce(self, deadline: float | None = None) -> None:
+        """Stop producing work: actors idle, the worker stops training, in-flight batches finish
+        (waiting until ``deadline`` at most, default :meth:`reply_deadline`)."""
         self.ctrl.env_budget = 0
         self.accepting = False
         self.role.quiesce()
-        deadline = time.monotonic() + 60.0
-        while self.role.busy() and time.monotonic() < deadline:
+        deadline = self.reply_deadline() if deadline is None else deadline
+        while self.role.busy() and time.monotonic() < self.capped(deadline):
             self.pump(0.05)
 
     def _final_save(self) -> Path:
-        self._quiesce()
-        return self.save()
-
-    def _fail(self, stop: HostStop) -> None:
-        """Write what can be saved before the error propagates (nothing if the run never progressed,
-        so a failed start cannot overwrite the checkpoint it was resuming from)."""
-        log.error("%s", stop.error)
-        self.session.state.updates = self.current_updates()
-        if not self.session.progressed():
-            return
-        try:
-            self.ctrl.env_budget = 0
-            if stop.trainer_blob is not None:
-                self.save(load_blob(stop.trainer_blob)["trainer"])
-            elif not isinstance(stop.error, LearnerError) and self.learner_proc is not None \
-                    and self.learner_proc.is_alive():
-                self._quiesce()
-                self.save()  # the learner's own state (and the worker's replay if asked)
-            else:
-                # The learner died without a word: keep the weights the actors last received.
-                self.sync_host_trainer()
-                self.save(self.trainer.state_dict())
-        except Exception as exc:  # noqa: BLE001 - the original error matters more
-            log.error("could not write a checkpoint after the failure: %s", exc)
-
-    # -- shutdown ------------------------------------------------------------------------
-    def close(self) -> None:
-        """Stop every child (politely, then by force) and unlink every segment. Idempotent."""
-        try:
-            if self.arena is not None and self.ctrl is not None:
-                self.ctrl.request_stop()
-            # pid is None for a process whose start() failed (e.g. a script without the
-            # ``if __name__ == "__main__":`` guard): there is nothing to join, and joining would
-            # hide the original error behind an AssertionError.
-            procs = [p for p in [self.learner_proc, *self.actor_procs] if p is not None and p.pid is not None]
-            if self.learner_proc is not None and self.learner_proc.is_alive():
-                try:
-                    self.inbox.put_nowait(Stop())
-                except (queue.Full, OSError, ValueError):
-                    pass
-            deadline = time.monotonic() + JOIN_TIMEOUT_S
-            for p in procs:
-                p.join(max(0.0, deadline - time.monotonic()))
-            for p in procs:
-                if p.is_alive():
-                    p.terminate()
-                    p.join(2.0)
-                if p.is_alive():
-                    p.kill()
-                    p.join(2.0)
-            for p in procs:
-                try:
-                    p.close()
-                except ValueError:
-                    pass
-            self.learner_proc = None
-            self.actor_procs = []
-            for q in [self.inbox, self.outbox, *self.dcqs]:
-                if q is not None:
-                    q.close()
-        finally:
-            try:
-                if self.eval_job is not None:
-                    self.eval_job.cancel()
-                self.eval_pool.shutdown(wait=True)  # an evaluation in progress ends before its envs close
-                self.session.close()
-            finally:
-                if self.arena is not None:
-                    self.arena.close()
-                    self.arena = None
+        deadline = self.reply_deadline()
+        self._quiesce(deadline)
+        return self.save(deadline=deadline)

@@ -24,7 +24,14 @@ In both, every ``config.weight_sync_every`` updates the learner publishes its
 weights to the :class:`~pearl_core.runtime.shared.WeightBuffer` the actors read.
 Messages are those of :mod:`pearl_core.runtime.messages`; a learner that raises
 sends :class:`~pearl_core.runtime.messages.LearnerFailed` with its traceback and,
-if it could still be saved, its trainer state.
+if it could still be saved and holds no NaN/inf, its trainer state.
+
+Sanity: the weights are checked for NaN/inf at every publication and the trainer
+state at every state request (:mod:`pearl_core.runtime.sanity`), so an update that
+diverged is never published to actors nor checkpointed: the learner fails with a
+:class:`~pearl_core.errors.DataError` naming the update, and the host checkpoints
+the weights last published. Heartbeat: the learner marks what it does
+(``Control.heartbeat``, slot ``n_actors``) for the host's stall watchdog.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from pearl_core.runtime.messages import (
     Forward,
     LearnerFailed,
     LearnerReady,
+    Phase,
     Progress,
     StateReply,
     StateRequest,
@@ -52,10 +60,11 @@ from pearl_core.runtime.messages import (
 )
 from pearl_core.runtime.procs import HostWatch, quick_exit
 from pearl_core.runtime.queues import PipeQueue, put_while
+from pearl_core.runtime.sanity import check_state, nonfinite_in
 from pearl_core.runtime.shared import Control, WeightBuffer, WeightHandle
 from pearl_core.runtime.shm import BlockHandle, RingHandle, SlotRing
 from pearl_core.runtime.step import LearnerStep
-from pearl_core.runtime.wiring import build_replay, build_trainer, replay_state
+from pearl_core.runtime.wiring import build_replay, build_trainer, load_trainer_class, replay_state
 
 __all__ = ["METRICS_EVERY", "LearnerSpec", "run_colocated", "run_learner"]
 
@@ -101,8 +110,10 @@ class _Worker:
         torch.set_num_threads(spec.plan.learner_threads)
         self.spec = spec
         self.host = HostWatch()  # is the host still alive? (pearl_core.runtime.procs)
-        self.ctrl = Control.attach(spec.control)
+        self.ctrl = ctrl = Control.attach(spec.control)
+        self.mark = ctrl.heartbeat(ctrl.learner_slot)  # mark(phase, arg) for the host's stall watchdog
         self.weights = WeightBuffer.attach(spec.weights)
+        load_trainer_class(spec.config.trainer)  # first: a package that registers its environments on import
         self.spaces = env_spaces(spec.config.env_id)
         # Same seed as the host's copy: identical initial networks. The host ran the checks.
         # On the plan's learner device, through the backend that owns it (pearl_core.placement).
@@ -121,27 +132,46 @@ class _Worker:
 
     def send(self, msg) -> None:
         """Put on the LDQ; give up (and exit) if the host is gone or stopping."""
-        if not put_while(self.spec.outbox, msg, lambda: not (self.gone() or self.ctrl.stop)):
+        if not put_while(self.spec.outbox, msg, lambda: not (self.waiting() or self.ctrl.stop)):
             raise SystemExit(0)
 
+    def waiting(self) -> bool:
+        """A wait's poll: still alive (heartbeat); whether the host is gone."""
+        self.mark(Phase.SENDING)
+        return self.gone()
+
     def updated(self) -> None:
-        """One more update done (``step.updates``): tell the host, publish the weights when due."""
+        """One more update done (``step.updates``): tell the host, publish the weights when due.
+
+        Raises:
+            DataError: the weights to publish hold a NaN/inf (nothing is published).
+        """
         done = self.step.updates
         self.ctrl.updates = done
         if done % self.sync_every == 0:
-            self.weights.publish(self.trainer.get_weights())
+            self.mark(Phase.PUBLISHING, done)
+            self.weights.publish(self.step.checked_weights())
 
     def state_blob(self, with_replay: bool = False) -> bytes:
-        replay = replay_state(self.replay) if with_replay and self.replay is not None else None
-        return dump_blob({"trainer": self.trainer.state_dict(), "replay": replay, "updates": self.step.updates})
+        """The trainer state (checked finite), the update count and, if asked, the replay contents.
 
-    def fail(self) -> None:
+        Raises:
+            DataError: the trainer state holds a NaN/inf (nothing is sent).
+        """
+        self.mark(Phase.STATE)
+        state = check_state(self.trainer.state_dict(), update=self.step.updates)
+        replay = replay_state(self.replay) if with_replay and self.replay is not None else None
+        return dump_blob({"trainer": state, "replay": replay, "updates": self.step.updates})
+
+    def fail(self, exc: BaseException) -> None:
         tb = traceback.format_exc()
-        try:
-            blob = self.state_blob()
+        try:  # the state goes with the report only if it is sound: never a NaN into a checkpoint
+            state = self.trainer.state_dict()
+            blob = None if nonfinite_in(state) is not None else dump_blob(
+                {"trainer": state, "replay": None, "updates": self.step.updates})
         except Exception:
             blob = None
-        put_while(self.spec.outbox, LearnerFailed(tb, blob), lambda: not self.gone())
+        put_while(self.spec.outbox, LearnerFailed(tb, blob, f"{type(exc).__name__}: {exc}"), lambda: not self.gone())
 
 
 def _guard(cls, spec: LearnerSpec) -> None:
@@ -151,6 +181,7 @@ def _guard(cls, spec: LearnerSpec) -> None:
     worker = None
     try:
         worker = cls(spec)
+        worker.mark(Phase.WAITING)
         worker.send(LearnerReady())
         worker.loop()
         quick_exit(0)
@@ -160,12 +191,13 @@ def _guard(cls, spec: LearnerSpec) -> None:
         quick_exit(0)
     except EOFError:  # the host closed its end: it is gone
         quick_exit(0)
-    except BaseException:
+    except BaseException as exc:
         try:
-            if worker is not None:
-                worker.fail()
+            if worker is not None and hasattr(worker, "step"):
+                worker.fail(exc)
             else:
-                spec.outbox.put(LearnerFailed(traceback.format_exc(), None), timeout=10.0)
+                spec.outbox.put(LearnerFailed(traceback.format_exc(), None, f"{type(exc).__name__}: {exc}"),
+                                timeout=10.0)
         except Exception:
             pass
         os._exit(1)
@@ -185,7 +217,9 @@ class _Learner(_Worker):
 
     def loop(self) -> None:
         inbox, step, every, n = self.spec.inbox, self.step, self.spec.metrics_every, self.ring.n_slots
+        mark = self.mark
         while True:
+            mark(Phase.WAITING)
             try:
                 msg = inbox.get(timeout=0.5)
             except queue.Empty:
@@ -196,6 +230,7 @@ class _Learner(_Worker):
             if kind is Train:
                 seq = msg.seq
                 slot = self.slots[seq % n]
+                mark(Phase.UPDATE, step.updates + 1)
                 slot["td"][:] = step.train(self.batches[seq % n], slot["weights"])
                 self.updated()
                 metrics = dict(step.last.metrics) if step.updates % every == 0 else None
@@ -225,6 +260,7 @@ class _Colocated(_Worker):
     def handle(self, msg) -> bool:
         kind = type(msg)
         if kind is Forward:
+            self.mark(Phase.INSERTING)
             ring = self.rings[msg.actor]
             self.replay.add(*transition_rows(ring.slot(msg.seq), msg.rows))
             ring.release(msg.seq)
@@ -236,9 +272,10 @@ class _Colocated(_Worker):
 
     def loop(self) -> None:
         inbox, ctrl, replay, step = self.spec.inbox, self.ctrl, self.replay, self.step
-        every = self.spec.metrics_every
+        every, mark = self.spec.metrics_every, self.mark
         idle_checks = 0
         while True:
+            mark(Phase.WAITING)
             can_train = step.updates < ctrl.update_budget and replay.size >= 1
             # Drain the host's messages; wait for one only when there is nothing to train.
             timeout = 0.0 if can_train else 0.01
@@ -254,6 +291,7 @@ class _Colocated(_Worker):
                 if idle_checks % 50 == 0 and (self.gone() or ctrl.stop):
                     return
                 continue
+            mark(Phase.UPDATE, step.updates + 1)
             step.step()
             self.updated()
             if step.updates % every == 0:

@@ -8,7 +8,7 @@ names the slot. Every queue is bounded (:class:`~pearl_core.runtime.queues.PipeQ
 queue     direction                 messages
 ========  ========================  =============================================
 DCQ       actor -> host             :class:`ActorReady`, :class:`Experience`,
-                                    :class:`ActorFailed`
+                                    :class:`Dropped`, :class:`ActorFailed`
 LAQ       host -> learner           :class:`Train` (setting 1), :class:`Forward`
                                     (setting 2: an actor's slot to insert),
                                     :class:`StateRequest`, :class:`Stop`
@@ -20,19 +20,26 @@ RRQ       host <-> replay manager   in process, a direct call
 ========  ========================  =============================================
 
 Receivers dispatch on the message's type (``type(msg)``), never on a position.
+
+Besides messages, every worker tells the host what it is doing through two
+shared word (:class:`~pearl_core.runtime.shared.Heartbeat`): a heartbeat
+counter and a :class:`Phase`; the host's stall watchdog reads it.
 """
 
 from __future__ import annotations
 
+import enum
 from typing import Any, Mapping, NamedTuple
 
 __all__ = [
     "ActorFailed",
     "ActorReady",
+    "Dropped",
     "Experience",
     "Forward",
     "LearnerFailed",
     "LearnerReady",
+    "Phase",
     "Progress",
     "StateReply",
     "StateRequest",
@@ -40,6 +47,42 @@ __all__ = [
     "Train",
     "Trained",
 ]
+
+
+class Phase(enum.IntEnum):
+    """What a worker is doing, as it tells the host (with an argument, e.g. an environment index).
+
+    :meth:`describe` turns a phase and its argument into the words of a stall report.
+    """
+
+    STARTING = 0
+    THROTTLED = 1  # waiting for its env budget
+    GET_ACTION = 2
+    ENV_STEP = 3  # arg: the environment's index
+    ENV_RESET = 4  # arg: the environment's index
+    SLOT_WAIT = 5  # waiting for a free experience slot
+    SENDING = 6  # waiting for room in its queue to the host
+    WAITING = 7  # waiting for the host's messages
+    UPDATE = 8  # arg: the update's number
+    INSERTING = 9
+    STATE = 10  # answering a state request
+    PUBLISHING = 11  # arg: the update's number
+
+    def describe(self, arg: int = 0) -> str:
+        return {
+            Phase.STARTING: "starting",
+            Phase.THROTTLED: "waiting for its env budget",
+            Phase.GET_ACTION: "in trainer.get_action",
+            Phase.ENV_STEP: f"in env.step of environment {arg}",
+            Phase.ENV_RESET: f"in env.reset of environment {arg}",
+            Phase.SLOT_WAIT: "waiting for a free experience slot",
+            Phase.SENDING: "waiting for room in its queue to the host",
+            Phase.WAITING: "waiting for the host's messages",
+            Phase.UPDATE: f"in trainer.update_policy (update {arg})",
+            Phase.INSERTING: "inserting experience into the replay",
+            Phase.STATE: "answering a state request (trainer.state_dict)",
+            Phase.PUBLISHING: f"publishing the weights of update {arg} (trainer.get_weights)",
+        }[self]
 
 
 # ------------------------------------------------------------------ DCQ: actor -> host
@@ -58,11 +101,30 @@ class Experience(NamedTuple):
     episodes: int
 
 
+class Dropped(NamedTuple):
+    """The actor dropped transitions with non-finite values (``on_nonfinite="drop"``).
+
+    ``total`` is the actor slot's count so far (also in the shared control words);
+    ``detail`` describes the latest drop. Sent for the first drop, then at most
+    every few seconds, never blocking the actor.
+    """
+
+    actor: int
+    total: int
+    detail: str
+
+
 class ActorFailed(NamedTuple):
-    """The actor's loop raised; it exits with code 1 after sending this."""
+    """The actor's loop raised; it exits with code 1 after sending this.
+
+    ``data_error``: the message of a :class:`~pearl_core.errors.DataError` (non-finite
+    data from the environment with ``on_nonfinite="stop"``), which ends the run
+    instead of restarting the actor; ``""`` for any other failure.
+    """
 
     actor: int
     traceback: str
+    data_error: str = ""
 
 
 # ------------------------------------------------------------------ LAQ: host -> learner
@@ -123,10 +185,12 @@ class StateReply(NamedTuple):
 
 
 class LearnerFailed(NamedTuple):
-    """The learner raised. ``blob``: its trainer state if it could still be saved, else ``None``."""
+    """The learner raised. ``blob``: its trainer state if it could still be saved and is finite,
+    else ``None``; ``error``: ``"ExceptionType: message"`` of what it raised."""
 
     traceback: str
     blob: bytes | None
+    error: str = ""
 
 
 Message = Any  # any of the above

@@ -28,30 +28,56 @@ protocol), :mod:`~pearl_core.runtime.shm` / :mod:`~pearl_core.runtime.shared` /
 progress and checkpoints are the serial runtime's, so both runtimes produce the
 same :class:`~pearl_core.runtime.control.RunResult`.
 
-Faults: an actor that raises or dies is restarted (``max_restarts`` times per
-actor slot) and logged; past that the run fails with :class:`ActorError`. A
-learner that raises or dies ends the run with :class:`LearnerError` (carrying
-the worker's traceback) after a checkpoint. SIGINT / SIGTERM end the run
-cleanly with a final checkpoint (``stop_reason`` ``"interrupted"``); a second
-SIGINT aborts at once. Every child process is stopped and every shared-memory
-segment unlinked before :meth:`ParallelRuntime.run` returns or raises.
+Faults (:mod:`~pearl_core.runtime.hostfaults`): an actor that raises or dies is
+restarted (``max_restarts`` times per actor slot) and logged; past that the run
+fails with :class:`ActorError`. A learner that raises or dies ends the run with
+:class:`LearnerError` (carrying the worker's traceback). Non-finite data from an
+environment ends the run with :class:`DataError` (``RunConfig.on_nonfinite="stop"``)
+or is dropped, counted and logged (``"drop"``); an update whose weights are
+non-finite is never published nor checkpointed. A worker or an evaluation without
+progress for ``stall_timeout_s`` ends the run with :class:`StallError`; a failing
+evaluation with :class:`EvaluationError`; an error in the host loop itself with
+:class:`HostError`. Every one of them comes after a checkpoint of what is sound
+(the learner's state, or the weights last published when the learner cannot
+answer). SIGINT / SIGTERM end the run cleanly with a final checkpoint
+(``stop_reason`` ``"interrupted"``) within seconds even when a worker is frozen
+(then a :class:`StallError` follows the checkpoint); a second SIGINT aborts at
+once. Every child process is stopped and every shared-memory segment unlinked
+before :meth:`ParallelRuntime.run` returns or raises.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
+import math
 import os
 import signal
 import threading
+import time
 from typing import Any
 
-from pearl_core.errors import ActorError, LearnerError, SpecError, WorkerError
+from pearl_core.errors import (
+    ActorError,
+    DataError,
+    EvaluationError,
+    HostError,
+    LearnerError,
+    SpecError,
+    StallError,
+    WorkerError,
+)
 from pearl_core.runtime.checkpoint import Checkpoint
 from pearl_core.runtime.config import RunConfig, RuntimePlan
 from pearl_core.runtime.control import RunResult
 from pearl_core.runtime.host import Host
 from pearl_core.runtime.session import Runtime, int_at_least
 
-__all__ = ["ActorError", "LearnerError", "ParallelRuntime", "WorkerError"]
+__all__ = ["DEFAULT_STALL_TIMEOUT_S", "ActorError", "DataError", "EvaluationError", "HostError", "LearnerError",
+           "ParallelRuntime", "StallError", "WorkerError"]
+
+#: Seconds without progress of a worker after which a run ends with :class:`StallError`.
+DEFAULT_STALL_TIMEOUT_S = 120.0
 
 
 class ParallelRuntime(Runtime):
@@ -70,23 +96,35 @@ class ParallelRuntime(Runtime):
             consumed (``None``: two DCQ batches per actor); never less than
             ``1 / replay_ratio`` plus one step of every environment, so the
             learner's next update is always reachable.
+        stall_timeout_s: seconds a worker (actor or learner) or an evaluation may go
+            without progress (a call into the environment or the trainer that does
+            not return) before the run ends with :class:`StallError`; also how long
+            the host waits for the learner's answer to a state request. ``None``
+            disables the watchdog (state requests then wait up to 120 s). Raise it
+            for updates, or ``save_replay`` checkpoints, that take longer.
 
     Attributes:
         faults: after (or during) a run, one ``(wall_s, who, what)`` entry per
-            detected worker failure.
+            detected failure (worker, stall, bad data, host).
+        dropped_nonfinite: after (or during) a run, the transitions dropped for
+            non-finite values (``on_nonfinite="drop"``) over the whole run, resumed
+            segments included; also in the checkpoint's ``extra["dropped_nonfinite"]``
+            and logged (logger ``pearl_core.runtime.data``).
 
     Raises:
         SpecError: bad config/plan/arguments, an unknown environment, a trainer
             path that does not resolve, or a checkpoint that does not fit.
         TrainerError: the trainer breaks the contract (checked in this process
             before any worker starts).
+        SpecError: (from :meth:`run`) the main script has no file (``python - < script.py``):
+            workers could not start.
     """
 
     def __init__(self, config: RunConfig, plan: RuntimePlan | None = None, *,
                  resume_from: str | os.PathLike | Checkpoint | None = None, progress: bool | None = None,
                  tensorboard: bool | None = None, plot: bool = True, metrics_every: int = 1_000,
                  display_every_s: float = 10.0, max_restarts: int = 3, weight_check_every: int = 1,
-                 actor_slack: int | None = None):
+                 actor_slack: int | None = None, stall_timeout_s: float | None = DEFAULT_STALL_TIMEOUT_S):
         super().__init__(config, plan, resume_from=resume_from, progress=progress, tensorboard=tensorboard,
                          plot=plot, metrics_every=metrics_every, display_every_s=display_every_s)
         int_at_least("ParallelRuntime", "max_restarts", max_restarts, 0)
@@ -94,10 +132,16 @@ class ParallelRuntime(Runtime):
         if actor_slack is not None and (isinstance(actor_slack, bool) or not isinstance(actor_slack, int)
                                         or actor_slack < 1):
             raise SpecError(f"ParallelRuntime: actor_slack = {actor_slack!r}; expected None or an int >= 1.")
+        if stall_timeout_s is not None and (isinstance(stall_timeout_s, bool) or not isinstance(
+                stall_timeout_s, (int, float)) or not (math.isfinite(stall_timeout_s) and stall_timeout_s > 0)):
+            raise SpecError(f"ParallelRuntime: stall_timeout_s = {stall_timeout_s!r}; expected None (no watchdog) "
+                            f"or seconds > 0 (default {DEFAULT_STALL_TIMEOUT_S:g}).")
         self.max_restarts = max_restarts
         self.weight_check_every = weight_check_every
         self.actor_slack = actor_slack
+        self.stall_timeout_s = None if stall_timeout_s is None else float(stall_timeout_s)
         self.faults: list[tuple[float, str, str]] = []
+        self.dropped_nonfinite = 0
         self._host: Host | None = None
 
     def pids(self) -> dict[str, list[int]]:
@@ -112,19 +156,31 @@ class ParallelRuntime(Runtime):
     def run(self) -> RunResult:
         """Train until a stop criterion fires (or an interrupt); write logs, checkpoint and curve.
 
+        Every error below comes after a checkpoint of what is sound (when the run progressed).
+
         Raises:
             ActorError: an actor slot failed more than ``max_restarts`` times.
-            LearnerError: the learner failed (a checkpoint was written first).
+            LearnerError: the learner failed (raised, died, or its update made the weights non-finite).
+            DataError: an environment gave a NaN/inf observation or reward (``on_nonfinite="stop"``).
+            StallError: a worker made no progress for ``stall_timeout_s``, or did not answer in time.
+            EvaluationError: a greedy evaluation failed or stalled.
+            HostError: the host loop itself failed.
+            SpecError: the main script has no file (run it from a file, not stdin).
         """
         import torch
 
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # the host steps evaluation envs only; the cores belong to the workers
-        host = Host(self)
+        try:
+            host = Host(self)
+        except BaseException:
+            torch.set_num_threads(threads)
+            raise
         self._host = host
         handlers = _install_signal_handlers(host)
         try:
-            return host.loop()
+            result = host.loop()
+            return dataclasses.replace(result, dropped_nonfinite=int(self.dropped_nonfinite))
         finally:
             try:
                 host.close()
@@ -141,6 +197,8 @@ def _install_signal_handlers(host: Host) -> dict[int, Any]:
     def on_signal(signum, frame):
         if host.interrupted is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # second Ctrl-C: abort now (the finally clauses still clean up)
+        if host.interrupted_at is None:
+            host.interrupted_at = time.monotonic()  # from now on every wait of the host is cut short
         host.interrupted = signal.Signals(signum).name
 
     old = {}

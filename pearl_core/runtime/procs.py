@@ -18,6 +18,11 @@ Liveness: a worker watches the host through multiprocessing's parent sentinel
 not do: a fork-server worker's parent is the server, which lives on while any of
 its workers does.
 
+Under both methods a worker first re-imports the main script from its file (that is
+why runs start under ``if __name__ == "__main__":``). A script read from stdin
+(``python - < script.py``) has no file, so no worker could start:
+:func:`check_main_module` refuses such a run before any process starts.
+
 ``PEARL_START_METHOD=spawn`` (or ``forkserver``) chooses explicitly. Spawn is the
 default where there is no fork server (Windows). The fork server keeps the
 environment it started with: set environment variables that workers must see
@@ -33,7 +38,7 @@ import time
 
 from pearl_core.errors import SpecError
 
-__all__ = ["START_METHOD_ENV", "HostWatch", "quick_exit", "start_method", "worker_context"]
+__all__ = ["START_METHOD_ENV", "HostWatch", "check_main_module", "quick_exit", "start_method", "worker_context"]
 
 #: Environment variable that overrides the start method (``forkserver`` or ``spawn``).
 START_METHOD_ENV = "PEARL_START_METHOD"
@@ -56,13 +61,42 @@ def start_method() -> str:
     return "forkserver" if "forkserver" in available else "spawn"
 
 
+def check_main_module() -> None:
+    """Refuse to start workers when the main module names a file that does not exist.
+
+    ``spawn`` and ``forkserver`` workers re-import the main module from its file; a
+    script run from stdin (``python - < script.py``, ``__file__ == "<stdin>"``) has none,
+    and every worker would die before PEARL's code runs. An interactive session or
+    ``python -c`` has no ``__file__`` at all and is fine (nothing is re-imported).
+
+    Raises:
+        SpecError: the main module's file does not exist (the message says how to run it).
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or getattr(main, "__spec__", None) is not None or path is None:
+        return  # run as a module (python -m), interactive, or python -c: nothing to re-import by path
+    if not os.path.isfile(path):
+        how = "a script read from stdin (`python - < script.py`)" if path == "<stdin>" else "a script without a file"
+        raise SpecError(
+            f"the parallel runtime cannot start its workers: the main module's file is {path!r}, which does not "
+            f"exist ({how}). Each worker process starts by re-importing the main script from its file, so none "
+            "could start. Nothing was started. Fix: save the script to a file and run `python script.py` (with "
+            "the code that starts the run under `if __name__ == \"__main__\":`), or use the SerialRuntime."
+        )
+
+
 def worker_context(early: bool = False):
     """The multiprocessing context workers start from.
 
     Args:
         early: start the fork server now (if that is the method and it is not running), so
             its imports overlap the caller's own set-up.
+
+    Raises:
+        SpecError: a bad ``$PEARL_START_METHOD``, or a main script without a file (:func:`check_main_module`).
     """
+    check_main_module()
     method = start_method()
     ctx = mp.get_context(method)
     if method == "forkserver":

@@ -138,6 +138,7 @@ class ThroughHost(HostRole):
     def deliver(self, actor: int, seq: int, rows: int) -> None:
         ring = self.host.rings[actor]
         if rows:
+            self.host.doing = "inserting an actor's rows into the replay (replay manager)"
             self.rrq.insert(ring.slot(seq), rows)
         ring.release(seq)
 
@@ -147,6 +148,7 @@ class ThroughHost(HostRole):
         want, indices = self.inflight.popleft()
         if want != msg.seq:
             raise PearlError(f"LDQ out of order: got batch {msg.seq}, expected {want}.")
+        self.host.doing = f"applying the priorities of trained batch {msg.seq} (replay manager)"
         self.rrq.update(indices, self.slots[msg.seq % self.cap]["td"])
         self.host.session.record_metrics(msg.metrics, self.host.learn_s0 + msg.learner_s)
         return True

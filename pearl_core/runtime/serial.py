@@ -13,6 +13,17 @@ acting (:mod:`pearl_core.runtime.acting`), the trainer and replay constructors
         learner.step()                              # sample -> update_policy -> per-sample priorities
     evaluate / log / checkpoint when due; stop when a criterion fires
 
+Failures end the run the way a parallel run's worker failures do: a checkpoint of
+what is sound first (the trainer's state if it holds no NaN/inf, else a fresh copy
+with the last weights checked finite), then the error naming the component —
+:class:`~pearl_core.errors.ActorError` (an environment or ``get_action`` raised),
+:class:`~pearl_core.errors.DataError` (non-finite data from the environment with
+``on_nonfinite="stop"``), :class:`~pearl_core.errors.LearnerError` (an update
+raised or made the weights non-finite), :class:`~pearl_core.errors.EvaluationError`,
+or :class:`~pearl_core.errors.HostError` (anything else in the loop). With
+``on_nonfinite="drop"`` bad transitions are counted (``dropped_nonfinite``),
+logged and not stored.
+
 Usage::
 
     result = SerialRuntime(RunConfig(env_id="CartPole-v1", trainer="pearl_core.algorithms:DQN",
@@ -22,16 +33,24 @@ Usage::
 
 from __future__ import annotations
 
+import dataclasses
+
+import logging
 import time
+import traceback
 from pathlib import Path
 
 from pearl_core.envs import make_env
+from pearl_core.errors import ActorError, DataError, EvaluationError, HostError, LearnerError, WorkerError
 from pearl_core.replay.storage import StorageSpec
 from pearl_core.runtime.acting import Collector, InsertBuffer, actor_env_seeds
 from pearl_core.runtime.control import RunResult
+from pearl_core.runtime.sanity import DropLog, check_state, nonfinite_in
 from pearl_core.runtime.session import Runtime, RunSession
 from pearl_core.runtime.step import LearnerStep
-from pearl_core.runtime.wiring import build_replay, build_trainer, replay_state
+from pearl_core.runtime.wiring import build_replay, build_trainer, load_trainer_class, replay_state
+
+log = logging.getLogger("pearl_core.runtime.serial")
 
 __all__ = ["RunResult", "SerialRuntime"]
 
@@ -44,21 +63,34 @@ class SerialRuntime(Runtime):
     threads during the run), ``n_actors * envs_per_actor`` environments stepped
     together, and ``insert_batch``.
 
+    Attributes:
+        dropped_nonfinite: after (or during) a run, the transitions dropped for
+            non-finite values (``on_nonfinite="drop"``), resumed segments included;
+            also in the checkpoint's ``extra["dropped_nonfinite"]`` and logged
+            (logger ``pearl_core.runtime.data``).
+
     Raises:
         SpecError: bad config/plan types, an unknown environment, a trainer path
             that does not resolve, or a checkpoint that does not fit.
         TrainerError: the trainer breaks the contract.
     """
 
+    dropped_nonfinite = 0
+
     def run(self) -> RunResult:
-        """Train until a stop criterion fires; write logs, the final checkpoint and the curve."""
+        """Train until a stop criterion fires; write logs, the final checkpoint and the curve.
+
+        Raises (after a checkpoint of what is sound, when the run progressed):
+            ActorError, DataError, LearnerError, EvaluationError, HostError: see the module.
+        """
         import torch
 
         threads = torch.get_num_threads()
         torch.set_num_threads(self.plan.learner_threads)
         run = _Run(self)
         try:
-            return run.loop()
+            result = run.loop()
+            return dataclasses.replace(result, dropped_nonfinite=int(self.dropped_nonfinite))
         finally:
             run.close()
             torch.set_num_threads(threads)
@@ -77,9 +109,11 @@ class _Run:
         envs: list = []
         self.collector = None
         try:  # everything that can reject the config, before anything is written to log_dir
+            load_trainer_class(cfg.trainer)  # first: a package that registers its environments on import
             envs += [make_env(cfg.env_id, s) for s in seeds]
-            self.collector = Collector(envs, seeds)
+            self.collector = Collector(envs, seeds, env_id=cfg.env_id, on_nonfinite=cfg.on_nonfinite)
             env = envs[0]
+            self.spaces = (env.observation_space, env.action_space)
             self.trainer = build_trainer(cfg, env.observation_space, env.action_space, plan=plan)
             spec = StorageSpec.from_spaces(env.observation_space, env.action_space)
             self.replay = build_replay(cfg, plan, spec, state=ck.replay if ck is not None else None)
@@ -93,6 +127,12 @@ class _Run:
             raise
         self.learner = LearnerStep(self.trainer, self.replay, cfg.batch_size, updates=st.updates)
         self.inserts = InsertBuffer(spec, plan.insert_batch)
+        self.rt, self.ck = rt, ck
+        self.good_weights = None  # the latest weights checked finite (after a burst of updates) ...
+        self.good_at = st.updates  # ... and the update they are from
+        self.drops = DropLog(base=int(ck.extra.get("dropped_nonfinite", 0)) if ck is not None else 0)
+        rt.dropped_nonfinite = self.drops.base
+        self.part = "host"  # what the loop is doing: "actor", "learner", "evaluation", "host"
         session.open()
         session.start_clock()
 
@@ -101,10 +141,13 @@ class _Run:
         st = self.session.state
         self.trainer.env_steps = st.env_steps
         out = self.collector.step(self.trainer, explore=True)
-        st.env_steps += self.collector.n_envs
+        st.env_steps += len(out.reward)  # a dropped transition is not an env step of the run
         self.inserts.push(self.replay, *out.transition())
         for ep in out.episodes:
             self.session.record_episode(ep.episode_return, ep.length)
+        if out.dropped:
+            self.drops.update("the serial runtime", self.collector.dropped, self.collector.last_drop)
+            self.rt.dropped_nonfinite = self.drops.total
 
     def train(self) -> None:
         """Run the learner updates the schedule owes (a burst), each followed by its priority update."""
@@ -120,6 +163,8 @@ class _Run:
             learner.step()
         st.learner_time_s += time.perf_counter() - t
         st.updates = learner.updates
+        self.good_weights = learner.checked_weights()  # raises DataError naming the update if it diverged
+        self.good_at = learner.updates
         self.session.record_metrics(learner.last.metrics)
 
     def evaluate(self) -> None:
@@ -127,21 +172,84 @@ class _Run:
         res = self.evaluator.evaluate(self.trainer)
         self.session.record_eval(self.session.state.env_steps, res, time.perf_counter() - t)
 
-    def save(self) -> Path:
+    def save(self, trainer=None) -> Path:
+        """Checkpoint ``trainer`` (default: the run's, checked finite first) with the replay if asked."""
         self.inserts.flush(self.replay)
-        return self.session.save(self.trainer, replay_state(self.replay) if self.cfg.save_replay else None)
+        if trainer is None:
+            check_state(self.trainer.state_dict(), update=self.learner.updates, owner="learner (serial runtime)")
+            trainer = self.trainer
+        self.rt.dropped_nonfinite = self.drops.total
+        return self.session.save(trainer, replay_state(self.replay) if self.cfg.save_replay else None,
+                                 extra={"runtime": "serial", "dropped_nonfinite": self.drops.total})
 
     def loop(self) -> RunResult:
         session, st = self.session, self.session.state
-        decision = session.check()
-        while decision is None:
-            self.act()
-            self.train()
-            if session.monitor.eval_due(st.env_steps):
-                self.evaluate()
-            session.tick(self.save)
+        try:
             decision = session.check()
-        return session.finish(decision, self.save)
+            while decision is None:
+                self.part = "actor"
+                self.act()
+                self.part = "learner"
+                self.train()
+                if session.monitor.eval_due(st.env_steps):
+                    self.part = "evaluation"
+                    self.evaluate()
+                self.part = "host"
+                session.tick(self.save)
+                decision = session.check()
+            return session.finish(decision, self.save)
+        except Exception as exc:
+            err = self._error(exc)
+            self._fail(err)
+            if err is exc:
+                raise
+            raise err from exc
+        finally:
+            self.drops.summary(self.drops.base + self.collector.dropped)
+            self.rt.dropped_nonfinite = self.drops.base + self.collector.dropped
+
+    def _error(self, exc: Exception) -> Exception:
+        """The error the run ends with: ``exc`` itself if it already names the component, else a wrapper."""
+        learner = isinstance(exc, DataError) and exc.update is not None  # weights or state of an update
+        if isinstance(exc, WorkerError) or (isinstance(exc, DataError) and self.part == "actor" and not learner):
+            return exc
+        tb, what = traceback.format_exc(), f"{type(exc).__name__}: {exc}"
+        st, env = self.session.state, self.cfg.env_id
+        if self.part == "learner" or learner:
+            return LearnerError(f"the learner failed (serial runtime) after update {self.learner.updates}: {what}. "
+                                "Fix: see the traceback (traceback_text).", tb)
+        if self.part == "actor":
+            return ActorError(f"the serial runtime's actor failed at env step {st.env_steps} (stepping {env!r} with "
+                              f"trainer.get_action): {what}. The serial runtime does not restart actors. Fix: make "
+                              "the environment and get_action robust (the traceback is in traceback_text).", tb)
+        if self.part == "evaluation":
+            return EvaluationError(f"the greedy evaluation at env step {st.env_steps} failed "
+                                   f"{self.evaluator.doing} of {env!r}: {what}. Fix: make the environment work for "
+                                   "the evaluation seeds, or drop the eval_return criterion.", tb)
+        return HostError(f"the serial runtime failed while logging, checkpointing or ending the run: {what}.", tb)
+
+    def _fail(self, err: Exception) -> None:
+        """Checkpoint what is sound before ``err`` propagates (nothing if the segment made no progress)."""
+        log.error("%s", err)
+        st = self.session.state
+        st.updates = self.learner.updates
+        if not self.session.progressed():
+            return
+        try:
+            if nonfinite_in(self.trainer.state_dict()) is None:
+                self.save(self.trainer)
+                return
+            # The update diverged: a fresh copy with the last weights checked finite (or the initial ones).
+            fresh = build_trainer(self.cfg, *self.spaces, check=False)
+            if self.ck is not None:
+                fresh.load_state_dict(self.ck.trainer_state)
+            if self.good_weights is not None:
+                fresh.set_weights(self.good_weights)
+            log.warning("the trainer state holds NaN/inf: the checkpoint holds the last weights checked finite "
+                        "(after update %d) instead.", self.good_at)
+            self.save(fresh)
+        except Exception as exc:  # noqa: BLE001 - the original error matters more
+            log.error("could not write a checkpoint after the failure: %s", exc)
 
     def close(self) -> None:
         self.session.close()

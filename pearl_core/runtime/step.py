@@ -9,7 +9,9 @@
   samples into the learner's batch slot and applies the priorities, and the
   learner process trains: the same three methods, split across the LAQ/LDQ.
   TD errors are validated once, in :meth:`LearnerStep.train`; the update
-  counter is :attr:`LearnerStep.updates`.
+  counter is :attr:`LearnerStep.updates`; :meth:`LearnerStep.checked_weights`
+  is the weights as they may be published (finite, or a
+  :class:`~pearl_core.errors.DataError` naming the update).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 
 from pearl_core.replay.base import ReplayManager, SampledBatch, check_td_errors
 from pearl_core.runtime.config import RunConfig
+from pearl_core.runtime.sanity import check_weights
 from pearl_core.trainer import Trainer, UpdateResult
 
 __all__ = ["LearnerStep", "UpdateSchedule", "learner_updates_due"]
@@ -139,7 +142,7 @@ class LearnerStep:
         result = self.trainer.update_policy(batch, weights)
         self.learner_s += time.perf_counter() - t
         self.last = result
-        td = check_td_errors(result.td_errors, self.batch_size, "Trainer.update_policy")
+        td = check_td_errors(result.td_errors, self.batch_size, f"Trainer.update_policy (update {self.updates + 1})")
         if self.replay is None:  # the training half alone: its update is done here
             self.updates += 1
         return td
@@ -149,6 +152,14 @@ class LearnerStep:
         if self._keeps:  # uniform replay keeps no priorities: nothing to store
             self.replay.update_priorities(indices, td, checked=True)
         self.updates += 1
+
+    def checked_weights(self) -> Mapping[str, np.ndarray]:
+        """``trainer.get_weights()`` if every value is finite: what may be published or kept as good.
+
+        Raises:
+            DataError: a NaN/inf (names the weight and :attr:`updates`); nothing should be published.
+        """
+        return check_weights(self.trainer.get_weights(), update=self.updates)
 
     def step(self) -> UpdateResult:
         """The whole update in this process: sample, train, apply."""

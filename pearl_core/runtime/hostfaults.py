@@ -1,0 +1,305 @@
+"""How the parallel runtime's host ends a run that failed: every failure ends like a worker failure.
+
+A failure anywhere — an actor past its restarts, bad data from an environment, the
+learner raising or dying, a worker that stalls, an evaluation that fails, an error
+in the host loop itself — becomes a :class:`HostStop` carrying a
+:class:`~pearl_core.errors.PearlError` that names the component. The host then
+(:meth:`HostFaults.fail`):
+
+1. stops the actors (env budget 0) and restarts nothing more;
+2. checkpoints what is sound: the learner's own state when it can still answer
+   (bounded waits), else the state the learner sent with its failure if it is
+   finite, else the host's copy of the trainer with the weights last published to
+   the actors (checked finite before every publication);
+3. raises the error; :meth:`HostFaults.close` then stops every child with bounded
+   waits (politely, then SIGTERM, then SIGKILL; a worker known frozen at once).
+
+No wait of the host on a worker is unbounded: state requests and quiescing give up
+after the stall timeout, or :data:`INTERRUPT_WAIT_S` once Ctrl-C / SIGTERM arrived.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+
+from pearl_core.errors import ActorError, DataError, EvaluationError, LearnerError, PearlError, StallError
+from pearl_core.runtime.checkpoint import load_blob
+from pearl_core.runtime.messages import Stop
+
+__all__ = ["INTERRUPT_WAIT_S", "JOIN_TIMEOUT_S", "REPLY_TIMEOUT_S", "STARTUP_TIMEOUT_S", "HostFaults", "HostStop"]
+
+log = logging.getLogger("pearl_core.runtime.parallel")
+
+#: Seconds to wait for a child to exit on its own before terminating it.
+JOIN_TIMEOUT_S = 5.0
+#: Seconds the workers may take to import, build their environments and trainer, and report ready.
+STARTUP_TIMEOUT_S = 300.0
+#: Seconds the host waits for the learner's answer when no stall timeout is set.
+REPLY_TIMEOUT_S = 120.0
+#: After Ctrl-C / SIGTERM: seconds the host waits for in-flight work and the learner's state, in all.
+INTERRUPT_WAIT_S = 10.0
+#: Seconds ``close`` waits for a running evaluation after asking it to stop.
+EVAL_CLOSE_WAIT_S = 10.0
+
+#: The tail of the error for a worker that died before PEARL's code ran in it.
+_STARTUP_FIX = ("Its traceback is on stderr. Fix for the common start-up failure: run the code that starts a run "
+                "under `if __name__ == \"__main__\":`, since workers re-import your script.")
+_STALL_FIX = ("Fix: find what blocks there (an environment or trainer call that never returns: I/O, a lock, a "
+              "remote service, a deadlock), or raise ParallelRuntime(stall_timeout_s=...) if it is only slow.")
+
+
+class HostStop(Exception):
+    """A failure ends the host loop (carries the error to raise and, if sent, the trainer's state).
+
+    ``learner_answers``: whether the learner can still be asked for its state (``False``
+    when it is frozen or gone).
+    """
+
+    def __init__(self, error: PearlError, trainer_blob: bytes | None = None, *, learner_answers: bool = True):
+        super().__init__(str(error))
+        self.error = error
+        self.trainer_blob = trainer_blob
+        self.learner_answers = learner_answers
+
+
+class HostFaults:
+    """The failure half of :class:`~pearl_core.runtime.host.Host` (a base class; it uses the host's parts)."""
+
+    # -- bounded waits -------------------------------------------------------------------
+    def reply_deadline(self) -> float:
+        """When the host stops waiting for the learner: the stall timeout from now, or sooner after Ctrl-C."""
+        patience = self.rt.stall_timeout_s or REPLY_TIMEOUT_S
+        deadline = time.monotonic() + patience
+        return self.capped(deadline)
+
+    def capped(self, deadline: float) -> float:
+        """``deadline``, or the end of the interrupt's grace period if that comes first (at once for a
+        learner that has not beaten for that long already)."""
+        if self.interrupted_at is not None:
+            deadline = min(deadline, self.interrupted_at + INTERRUPT_WAIT_S)
+            if self.watchdog is not None and self.watchdog.idle_s(self.ctrl.learner_slot) > INTERRUPT_WAIT_S:
+                deadline = min(deadline, time.monotonic())
+        return deadline
+
+    def learner_doing(self) -> tuple[str, float]:
+        """What the learner last said it was doing, and for how many seconds it has not beaten."""
+        wd, slot = self.watchdog, self.ctrl.learner_slot
+        if wd is None:
+            return "(not known)", 0.0
+        return wd.doing(slot), wd.idle_s(slot)
+
+    def no_answer(self, what: str) -> HostStop:
+        """The learner did not answer ``what`` in time: a :class:`StallError` (the learner cannot be asked again)."""
+        proc = self.learner_proc
+        pid = proc.pid if proc is not None else None
+        doing, idle = self.learner_doing()
+        after = f" after {self.interrupted}" if self.interrupted else ""
+        if pid is not None:
+            self.frozen.add(pid)
+        return HostStop(StallError(
+            f"the learner (pid {pid}) did not answer {what}{after} in time; it was last {doing} ({idle:.0f} s "
+            "without progress). The checkpoint holds the weights last published to the actors instead of the "
+            f"learner's state. {_STALL_FIX}", role="learner", pid=pid, doing=doing, stalled_s=idle),
+            learner_answers=False)
+
+    # -- the watchdog --------------------------------------------------------------------
+    def watch(self) -> None:
+        """Look at the heartbeats (rate-limited); raise :class:`HostStop` for a stalled worker or evaluation."""
+        wd = self.watchdog
+        if wd is None or self.failing:
+            return
+        live = [a for a, p in enumerate(self.actor_procs) if p is not None]
+        if self.learner_proc is not None:
+            live.append(self.ctrl.learner_slot)
+        hit = wd.look(live)
+        if hit is not None:
+            raise self.stalled(*hit)
+        self.watch_eval()
+
+    def stalled(self, worker: int, idle: float, started: bool) -> HostStop:
+        learner = worker == self.ctrl.learner_slot
+        role = "learner" if learner else f"actor {worker}"
+        proc = self.learner_proc if learner else self.actor_procs[worker]
+        pid = proc.pid if proc is not None else None
+        doing = self.watchdog.doing(worker)
+        self.frozen.add(pid)
+        if started:
+            env = "" if learner or "env." not in doing else f" ({self.cfg.env_id!r})"
+            what = (f"the {role} (pid {pid}) made no progress for {idle:.0f} s (stall_timeout_s="
+                    f"{self.rt.stall_timeout_s:g}); it was last {doing}{env}")
+        else:
+            what = f"the {role} (pid {pid}) did not finish starting within {idle:.0f} s after a restart"
+        saved = ("the checkpoint holds the weights last published to the actors" if learner
+                 else "the checkpoint holds the learner's state")
+        self.rt.faults.append((self.session.wall(), role, what))
+        return HostStop(StallError(f"{what}. The run was stopped; {saved}. {_STALL_FIX}", role=role, pid=pid,
+                                   doing=doing, stalled_s=idle), learner_answers=not learner)
+
+    def watch_eval(self) -> None:
+        """A running evaluation that takes no env step for ``stall_timeout_s`` ends the run."""
+        job, ev, limit = self.eval_job, self.session.evaluator, self.rt.stall_timeout_s
+        if job is None or ev is None or limit is None or job.done():
+            return
+        now = time.monotonic()
+        seen, since = self.eval_seen
+        if ev.progress != seen or since is None:
+            self.eval_seen = (ev.progress, now)
+        elif now - since > limit:
+            self.eval_frozen = True
+            raise HostStop(EvaluationError(
+                f"the greedy evaluation of the policy at env step {job.steps} (a host thread) made no progress for "
+                f"{now - since:.0f} s (stall_timeout_s={limit:g}); it was last {ev.doing} of {ev.env_id!r}. The run "
+                f"was stopped; the checkpoint holds the learner's state. {_STALL_FIX}"))
+
+    # -- actors and the learner ------------------------------------------------------------
+    def on_actor_failed(self, a: int, msg) -> None:
+        """An actor reported a failure: kept for its exit, or (bad data) the end of the run."""
+        self.last_error[a] = msg.traceback
+        if msg.data_error and not self.failing:
+            self.rt.faults.append((self.session.wall(), f"actor {a}", msg.data_error))
+            raise HostStop(DataError(msg.data_error, component=f"actor {a}", env_id=self.cfg.env_id))
+
+    def actor_exited(self, a: int) -> None:
+        proc = self.actor_procs[a]
+        proc.join(1.0)
+        self.drain_dcq(a)  # keep every batch it finished before dying
+        code = proc.exitcode
+        tb = self.last_error[a]
+        self.dcqs[a].close()
+        self.dcqs[a] = None
+        self.actor_procs[a] = None
+        what = f"actor {a} (pid {proc.pid}) exited with code {code}" + ("" if tb else " without a traceback")
+        self.rt.faults.append((self.session.wall(), f"actor {a}", what + (f"\n{tb}" if tb else "")))
+        if self.failing or not self.accepting:
+            return  # the run is ending: nothing is restarted
+        if not tb and not self.actor_ready[a]:
+            # It never started: a restart would fail the same way.
+            raise HostStop(ActorError(
+                f"{what} before it was ready: it failed while starting, before PEARL's code ran, or was "
+                f"killed. {_STARTUP_FIX}", tb, code))
+        if self.restarts[a] >= self.rt.max_restarts:
+            raise HostStop(ActorError(
+                f"{what}; it failed {self.restarts[a] + 1} times, more than max_restarts={self.rt.max_restarts}. "
+                f"Last traceback:\n{tb or '(none: the process was killed)'}Fix: make the environment and "
+                "get_action robust, or raise max_restarts.", tb, code))
+        self.restarts[a] += 1
+        log.warning("%s; restarting it (restart %d of %d).%s", what, self.restarts[a], self.rt.max_restarts,
+                    f"\n{tb}" if tb else "")
+        # Steps it took but never delivered are forgotten, so budgets count delivered rows only.
+        self.ctrl.actor_steps[a] = self.received[a]
+        self.last_error[a] = ""
+        self._start_actor(a)
+
+    def learner_failed(self, msg) -> HostStop:
+        code = self.learner_proc.exitcode if self.learner_proc is not None else None
+        head = f": {msg.error}" if msg.error else ""
+        kept = "" if msg.blob is not None else (
+            " Its state was not usable (it holds NaN/inf, or could not be saved): the checkpoint holds the "
+            "weights last published to the actors.")
+        return HostStop(LearnerError(
+            f"the learner failed (setting {int(self.plan.setting)}){head}.{kept} Its traceback:\n{msg.traceback}",
+            msg.traceback, code), msg.blob, learner_answers=False)
+
+    def learner_exited(self) -> None:
+        proc = self.learner_proc
+        proc.join(1.0)
+        raise HostStop(LearnerError(
+            f"the learner process (pid {proc.pid}) exited with code {proc.exitcode} without reporting an error: "
+            "killed by a signal or out of memory, or it failed while starting, before PEARL's code ran. "
+            f"{_STARTUP_FIX}", "", proc.exitcode), learner_answers=False)
+
+    # -- the end of a failed run ------------------------------------------------------------
+    def fail(self, stop: HostStop) -> None:
+        """Write what can be saved before the error propagates (nothing if the run never progressed,
+        so a failed start cannot overwrite the checkpoint it was resuming from)."""
+        log.error("%s", stop.error)
+        self.failing = True
+        self.session.state.updates = self.current_updates()
+        if not self.session.progressed():
+            return
+        try:
+            self.ctrl.env_budget = 0
+            state = load_blob(stop.trainer_blob)["trainer"] if stop.trainer_blob is not None else None
+            alive = self.learner_proc is not None and self.learner_proc.is_alive()
+            if state is None and stop.learner_answers and alive:
+                try:
+                    deadline = self.reply_deadline()
+                    self._quiesce(deadline)
+                    self.save(deadline=deadline)  # the learner's own state (and the worker's replay if asked)
+                    return
+                except (HostStop, PearlError) as exc:
+                    if isinstance(exc, HostStop) and exc.trainer_blob is not None:  # it failed, state attached
+                        state = load_blob(exc.trainer_blob)["trainer"]
+                    else:
+                        log.warning("after the failure the learner could not send its state (%s); the checkpoint "
+                                    "holds the weights last published to the actors instead.",
+                                    exc.error if isinstance(exc, HostStop) else exc)
+            if state is None:
+                # The learner cannot answer: keep the weights the actors last received (checked finite).
+                self.sync_host_trainer()
+                state = self.trainer.state_dict()
+            self.save(state)
+        except Exception as exc:  # noqa: BLE001 - the original error matters more
+            log.error("could not write a checkpoint after the failure: %s", exc)
+
+    # -- shutdown ------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop every child (politely, then by force) and unlink every segment. Idempotent, bounded."""
+        try:
+            if self.arena is not None and self.ctrl is not None:
+                self.ctrl.request_stop()
+            # pid is None for a process whose start() failed (e.g. a script without the
+            # ``if __name__ == "__main__":`` guard): there is nothing to join, and joining would
+            # hide the original error behind an AssertionError.
+            procs = [p for p in [self.learner_proc, *self.actor_procs] if p is not None and p.pid is not None]
+            if self.learner_proc is not None and self.learner_proc.is_alive():
+                try:
+                    self.inbox.put_nowait(Stop())
+                except (queue.Full, OSError, ValueError):
+                    pass
+            for p in procs:
+                if p.pid in self.frozen and p.is_alive():
+                    p.terminate()  # frozen: waiting for it to stop by itself would be in vain
+            deadline = time.monotonic() + JOIN_TIMEOUT_S
+            for p in procs:
+                p.join(max(0.0, deadline - time.monotonic()))
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+                    p.join(2.0)
+                if p.is_alive():
+                    p.kill()
+                    p.join(2.0)
+            for p in procs:
+                try:
+                    p.close()
+                except ValueError:
+                    pass
+            self.learner_proc = None
+            self.actor_procs = []
+            for q in [self.inbox, self.outbox, *self.dcqs]:
+                if q is not None:
+                    q.close()
+        finally:
+            try:
+                self._close_eval()
+                self.session.close()
+            finally:
+                self.rt.dropped_nonfinite = total = self.dropped_total()
+                self.drops.summary(total)
+                if self.arena is not None:
+                    self.arena.close()
+                    self.arena = None
+
+    def _close_eval(self) -> None:
+        job, ev = self.eval_job, self.session.evaluator
+        if job is None or ev is None:
+            return
+        ev.cancelled = True  # it stops at its next step
+        if not job.wait(0.0 if self.eval_frozen else EVAL_CLOSE_WAIT_S):
+            log.warning("the evaluation thread is still running (frozen in %s); its environments are left open.",
+                        ev.doing)
+            self.session.evaluator = None  # not closed under a thread that is still in them
+        self.eval_job = None
