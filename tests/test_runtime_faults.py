@@ -7,6 +7,7 @@ assertion depends on how fast anything happens.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -215,3 +216,28 @@ def test_a_script_without_the_main_guard_fails_with_the_fix(tmp_path):
     assert ("LearnerError" in proc.stderr or "ActorError" in proc.stderr), proc.stderr[-2000:]
     assert 'under `if __name__ == "__main__":`' in proc.stderr
     assert "can only join a started process" not in proc.stderr  # the cleanup no longer hides the cause
+
+
+# --------------------------------------------------------------------------- found by the soak
+
+
+@pytest.mark.parametrize("setting", [1, 2])
+@pytest.mark.parametrize("steps", [401, 405])
+def test_a_budget_the_vector_steps_do_not_divide_is_reached(tmp_path, setting, steps):
+    """Two envs per actor and an odd budget: actors used to wait for room for two rows that never came."""
+    cfg = config(tmp_path, "test_runtime_support:LinearQ", steps=steps)
+    plan = RuntimePlan(setting=setting, n_actors=2, envs_per_actor=2, insert_batch=8, queue_size=4)
+    res = runtime(cfg, plan, stall_timeout_s=60).run()
+    assert res.stop_reason == "max_env_steps" and res.env_steps == steps
+
+
+def test_a_killed_colocated_worker_keeps_the_checkpoint_that_has_the_replay(tmp_path):
+    """Setting 2 with save_replay: the replay dies with the worker, so the last checkpoint (which has it) stays."""
+    from pearl_core.runtime.checkpoint import load_checkpoint
+
+    cfg = dataclasses.replace(config(tmp_path, "test_runtime_support:KillLearner", steps=4_000, kill_at=60),
+                              save_replay=True, checkpoint_every=100, learning_starts=300)
+    with pytest.raises(LearnerError, match="last checkpoint .* is kept as it was"):
+        runtime(cfg, RuntimePlan(setting=2, n_actors=1, insert_batch=8, queue_size=4)).run()
+    ck = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
+    assert ck.replay is not None and ck.replay["size"] == ck.state.env_steps > 0

@@ -6,7 +6,7 @@ step with the serial runtime's :class:`~pearl_core.runtime.acting.Collector`
 (one batched ``get_action`` per step) and its own trainer copy::
 
     loop until the host says stop (or the host process is gone):
-        wait while sum(actor_steps) + n_envs > env_budget     # replay-ratio throttle
+        wait while sum(actor_steps) >= env_budget             # replay-ratio throttle
         every weight_check_every steps: pull newer weights from the WeightBuffer
         trainer.env_steps = sum(actor_steps)                   # global exploration schedule
         out = collector.step(trainer, explore=True)            # every env steps once
@@ -248,8 +248,11 @@ class _Actor:
         while True:
             if self.stopping():
                 return
-            # Throttle: the host keeps env_budget a little ahead of what the learner can use.
-            if ctrl.total_steps() + n > ctrl.env_budget:
+            # Throttle: the host keeps env_budget a little ahead of what the learner can use. A vector step
+            # is taken while any of the budget is left (it may pass the budget by up to n - 1 rows, which
+            # the host does not take past max_env_steps): "total + n <= budget" could leave a run one row
+            # short of its budget for ever, a vector step after an episode's reset adding fewer than n rows.
+            if ctrl.total_steps() >= ctrl.env_budget:
                 if throttled == 0:
                     throttled_at = time.monotonic()
                 # A partly filled slot is shipped only after a real wait (the learner has caught up

@@ -23,9 +23,10 @@ from __future__ import annotations
 import logging
 import queue
 import time
+from pathlib import Path
 
 from pearl_core.errors import ActorError, DataError, EvaluationError, LearnerError, PearlError, StallError
-from pearl_core.runtime.checkpoint import load_blob
+from pearl_core.runtime.checkpoint import CHECKPOINT_NAME, load_blob
 from pearl_core.runtime.messages import Stop
 
 __all__ = ["INTERRUPT_WAIT_S", "JOIN_TIMEOUT_S", "REPLY_TIMEOUT_S", "STARTUP_TIMEOUT_S", "HostFaults", "HostStop"]
@@ -236,6 +237,11 @@ class HostFaults:
                         log.warning("after the failure the learner could not send its state (%s); the checkpoint "
                                     "holds the weights last published to the actors instead.",
                                     exc.error if isinstance(exc, HostStop) else exc)
+            if self.cfg.save_replay and self.role.learner_holds_replay():
+                # Setting 2: the replay lived in the worker and went with it. A checkpoint without it would
+                # replace the last one that has it (counters ahead of the stored rows for good): keep that.
+                self._keep_last_checkpoint(stop)
+                return
             if state is None:
                 # The learner cannot answer: keep the weights the actors last received (checked finite).
                 self.sync_host_trainer()
@@ -243,6 +249,22 @@ class HostFaults:
             self.save(state)
         except Exception as exc:  # noqa: BLE001 - the original error matters more
             log.error("could not write a checkpoint after the failure: %s", exc)
+
+    def _keep_last_checkpoint(self, stop: HostStop) -> None:
+        """Say on the error what survives when the co-located worker's replay is gone: the last checkpoint."""
+        ck = Path(self.cfg.log_dir) / CHECKPOINT_NAME
+        if ck.exists():
+            note = (f" The co-located worker held the replay (save_replay=True) and could not send it, so the "
+                    f"last checkpoint ({ck}) is kept as it was: it holds the replay and the counters it was "
+                    "saved with; the experiences collected after it are lost. Fix: resume from it "
+                    "(ParallelRuntime(config, plan, resume_from=...)).")
+        else:
+            note = (" The co-located worker held the replay (save_replay=True) and could not send it, and no "
+                    "checkpoint was written yet: nothing of this run can be resumed. Fix: set checkpoint_every "
+                    "to keep what a run has collected.")
+        log.error("%s", note.strip())
+        err = stop.error
+        err.args = ((str(err.args[0]) if err.args else str(err)) + note,) + tuple(err.args[1:])
 
     # -- shutdown ------------------------------------------------------------------------
     def close(self) -> None:
