@@ -231,13 +231,24 @@ def test_a_budget_the_vector_steps_do_not_divide_is_reached(tmp_path, setting, s
     assert res.stop_reason == "max_env_steps" and res.env_steps == steps
 
 
-def test_a_killed_colocated_worker_keeps_the_checkpoint_that_has_the_replay(tmp_path):
-    """Setting 2 with save_replay: the replay dies with the worker, so the last checkpoint (which has it) stays."""
+@pytest.mark.parametrize("checkpoint_every", [100, None])
+def test_a_killed_colocated_worker_loses_no_experience(tmp_path, checkpoint_every):
+    """Setting 2 with save_replay: the replay dies with the worker; the host rebuilds it from the last
+    checkpoint (or none) and its journal of every row forwarded since, so every counted row is saved."""
     from pearl_core.runtime.checkpoint import load_checkpoint
 
     cfg = dataclasses.replace(config(tmp_path, "test_runtime_support:KillLearner", steps=4_000, kill_at=60),
-                              save_replay=True, checkpoint_every=100, learning_starts=300)
-    with pytest.raises(LearnerError, match="last checkpoint .* is kept as it was"):
+                              save_replay=True, checkpoint_every=checkpoint_every, learning_starts=300)
+    with pytest.raises(LearnerError, match="exited with code -9"):
         runtime(cfg, RuntimePlan(setting=2, n_actors=1, insert_batch=8, queue_size=4)).run()
     ck = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
-    assert ck.replay is not None and ck.replay["size"] == ck.state.env_steps > 0
+    assert ck.replay is not None and ck.replay["size"] == ck.state.env_steps > 300  # past the last periodic one
+    assert ck.state.env_steps % 100 != 0 or checkpoint_every is None
+    # and the run resumes from it, with the rows it had
+    cfg2 = dataclasses.replace(cfg, trainer_kwargs={"kill_at": 10**9},
+                               stop=StopCriteria(max_env_steps=ck.state.env_steps + 200))
+    res = runtime(cfg2, RuntimePlan(setting=2, n_actors=1, insert_batch=8, queue_size=4),
+                  resume_from=tmp_path / "run" / "checkpoint.pt").run()
+    ck2 = load_checkpoint(res.checkpoint_path)
+    assert ck2.replay["size"] == ck2.state.env_steps == ck.state.env_steps + 200
+    assert (ck2.replay["obs"][:ck.replay["size"]] == ck.replay["obs"]).all()

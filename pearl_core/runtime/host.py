@@ -41,7 +41,7 @@ import time
 import traceback
 from multiprocessing.connection import wait as mp_wait
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from pearl_core.envs import env_spaces
 from pearl_core.errors import EvaluationError, HostError, WorkerError
@@ -303,7 +303,11 @@ class Host(HostFaults):
             s = self.rings[a].slot(msg.seq)
             for r, length in zip(s["ep_return"][:msg.episodes].tolist(), s["ep_length"][:msg.episodes].tolist()):
                 session.record_episode(r, length)
-        self.role.deliver(a, msg.seq, take)
+        try:
+            self.role.deliver(a, msg.seq, take)
+        except BaseException:
+            st.env_steps -= take  # not stored (nor forwarded): not counted, so a checkpoint stays consistent
+            raise
 
     def drain_ldq(self) -> None:
         q = self.outbox
@@ -344,6 +348,13 @@ class Host(HostFaults):
         # matches the replay contents the worker snapshots.
         self.hold_actors = True
         try:
+            while getattr(self.role, "pending", None):
+                # Setting 2: forwards of rows already counted go first, or the snapshot would miss them.
+                if time.monotonic() > self.capped(deadline):
+                    raise self.no_answer("a state request")
+                self.role.after_pump()
+                if self.role.pending:
+                    self.pump(0.01)
             self.send_to_learner(StateRequest(with_replay), deadline)
             while self.state_reply is None:
                 if time.monotonic() > self.capped(deadline):
@@ -425,25 +436,35 @@ class Host(HostFaults):
                 job.traceback)) from exc
         self.session.record_eval(steps, res, took)
 
-    def save(self, trainer_state: dict | None = None, deadline: float | None = None) -> Path:
-        """Checkpoint: the learner's trainer state, counters, monitor and (if asked) the replay."""
-        want_replay = self.cfg.save_replay
+    def save(self, trainer_state: dict | None = None, deadline: float | None = None, *,
+             replay: Mapping[str, Any] | None = None) -> Path:
+        """Checkpoint: the learner's trainer state, counters, monitor and (if asked) the replay.
+
+        ``replay``: contents to save instead of asking for them (a failed setting-2 run's rebuilt replay).
+        """
+        given = replay is not None
+        want_replay = self.cfg.save_replay and not given
         role, st = self.role, self.session.state
-        replay = None
         updates = self.current_updates()
+        mark = None
         if trainer_state is None:
-            got = self.request_state(with_replay=want_replay and role.learner_holds_replay(), deadline=deadline)
+            with_replay = want_replay and role.learner_holds_replay()
+            got = self.request_state(with_replay=with_replay, deadline=deadline)
             trainer_state = got["trainer"]
             replay = got.get("replay")
             updates = got["updates"]  # the learner's own count at the snapshot
+            mark = role.journal_mark() if with_replay and replay is not None else None
         if want_replay and not role.learner_holds_replay():
             replay = role.replay_contents()
         self.trainer.load_state_dict(trainer_state)
         st.updates = updates
         dropped = self.rt.dropped_nonfinite = self.dropped_total()
-        return self.session.save(self.trainer, replay, extra={
+        path = self.session.save(self.trainer, replay, extra={
             "runtime": "parallel", "setting": int(self.plan.setting), "actor_restarts": list(self.restarts),
             "dropped_nonfinite": dropped})
+        if mark is not None:
+            role.checkpointed(mark)  # the worker's replay is on disk up to there: the journal can forget it
+        return path
 
     # -- the loop ------------------------------------------------------------------------
     def settled(self, decision: StopDecision) -> bool:

@@ -237,18 +237,57 @@ class HostFaults:
                         log.warning("after the failure the learner could not send its state (%s); the checkpoint "
                                     "holds the weights last published to the actors instead.",
                                     exc.error if isinstance(exc, HostStop) else exc)
+            replay = None
             if self.cfg.save_replay and self.role.learner_holds_replay():
-                # Setting 2: the replay lived in the worker and went with it. A checkpoint without it would
-                # replace the last one that has it (counters ahead of the stored rows for good): keep that.
-                self._keep_last_checkpoint(stop)
-                return
+                # Setting 2: the replay lived in the worker and went with it. Rebuild it from the last
+                # checkpoint and the host's journal of every row forwarded since; if that cannot account
+                # for every counted row, keep the last checkpoint as it is (never counters ahead of rows).
+                replay = self._replay_from_journal()
+                if replay is None:
+                    self._keep_last_checkpoint(stop)
+                    return
             if state is None:
                 # The learner cannot answer: keep the weights the actors last received (checked finite).
                 self.sync_host_trainer()
                 state = self.trainer.state_dict()
-            self.save(state)
+            self.save(state, replay=replay)
         except Exception as exc:  # noqa: BLE001 - the original error matters more
             log.error("could not write a checkpoint after the failure: %s", exc)
+
+    def _replay_from_journal(self):
+        """The replay contents the dead setting-2 worker held: the last checkpoint's replay (empty for a
+        run that has none yet) plus every row the host forwarded since, inserted as the worker inserted
+        them; ``None`` when they do not add up to the env steps counted (nothing is made up)."""
+        from pearl_core.runtime.checkpoint import load_checkpoint
+        from pearl_core.runtime.config import RuntimePlan
+        from pearl_core.runtime.wiring import build_replay, replay_state
+
+        ck_path = Path(self.cfg.log_dir) / CHECKPOINT_NAME
+        base_state, base_steps = None, 0
+        if ck_path.exists():
+            prev = load_checkpoint(ck_path)
+            if prev.replay is None:
+                return None
+            base_state, base_steps = prev.replay, prev.state.env_steps
+        elif self.rt.checkpoint is not None:  # resumed, and no checkpoint written here yet
+            if self.rt.checkpoint.replay is None:
+                return None
+            base_state, base_steps = self.rt.checkpoint.replay, self.rt.checkpoint.state.env_steps
+        else:
+            base_steps = 0
+        rows = self.role.journal_rows()
+        n = 0 if rows is None else int(rows[0].shape[0])
+        if base_steps + n != self.session.state.env_steps:
+            log.error("the setting-2 journal holds %d rows after the last checkpoint (env step %s); the run counted "
+                      "%d env steps: it cannot rebuild the replay", n, base_steps, self.session.state.env_steps)
+            return None
+        replay = build_replay(self.cfg, RuntimePlan(), self.spec, state=base_state)
+        if n:
+            replay.add(*rows)
+        log.warning("the co-located worker died with the replay: rebuilt from the last checkpoint and the host's "
+                    "journal of the %d rows forwarded since (priorities of rows it had updated since are those "
+                    "of that checkpoint; new rows enter at the running maximum)", n)
+        return replay_state(replay)
 
     def _keep_last_checkpoint(self, stop: HostStop) -> None:
         """Say on the error what survives when the co-located worker's replay is gone: the last checkpoint."""

@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from pearl_core.errors import PearlError
+from pearl_core.replay.storage import transition_rows
 from pearl_core.runtime.checkpoint import dump_blob
 from pearl_core.runtime.learner import run_colocated, run_learner
 from pearl_core.runtime.messages import Forward, Progress, Train, Trained
@@ -98,6 +99,16 @@ class HostRole:
 
     def pump_timeout(self) -> float:
         return 0.02
+
+    # The setting-2 journal (see Colocated.build); the host's own replay needs none.
+    def journal_mark(self) -> int:
+        return 0
+
+    def checkpointed(self, mark: int) -> None:
+        """A checkpoint with the replay was written, covering the forwards up to ``mark``."""
+
+    def journal_rows(self) -> tuple[np.ndarray, ...] | None:
+        return None
 
     def learner_holds_replay(self) -> bool:
         """Whether the replay's contents come from the learner's state reply."""
@@ -180,8 +191,32 @@ class Colocated(HostRole):
 
     def build(self, checkpoint) -> dict[str, Any]:
         self.pending: collections.deque = collections.deque()  # forwards not yet sent
+        # With save_replay the host keeps a copy of every row it forwards since the last checkpoint that
+        # holds the worker's replay (a write-ahead journal): if the worker dies with the replay, that
+        # checkpoint plus the journal is everything the run counted (Host.fail, pearl_core.runtime.hostfaults).
+        self.journal: list[tuple[np.ndarray, ...]] | None = [] if self.host.cfg.save_replay else None
+        self.sent = 0  # forwards put on the LAQ
+        self.journal_base = 0  # forwards before journal[0] (already in a checkpoint)
         blob = dump_blob(checkpoint.replay) if checkpoint is not None and checkpoint.replay is not None else None
         return {"replay_state": blob}
+
+    def journal_mark(self) -> int:
+        """Forwards the worker has been sent so far (a state request sent now covers them)."""
+        return self.sent
+
+    def checkpointed(self, mark: int) -> None:
+        """A checkpoint holds the worker's replay up to forward ``mark``: drop those journal entries."""
+        if self.journal is not None and mark > self.journal_base:
+            del self.journal[:mark - self.journal_base]
+            self.journal_base = mark
+
+    def journal_rows(self) -> tuple[np.ndarray, ...] | None:
+        """Every row forwarded since the last checkpoint with the worker's replay, per field (None: no journal)."""
+        if self.journal is None:
+            return None
+        if not self.journal:
+            return None
+        return tuple(np.concatenate(parts) for parts in zip(*self.journal))
 
     def updates(self) -> int:
         return self.host.ctrl.updates
@@ -193,6 +228,8 @@ class Colocated(HostRole):
         return not self.pending  # backpressure: read actors only once forwards flowed
 
     def deliver(self, actor: int, seq: int, rows: int) -> None:
+        if self.journal is not None and rows:
+            self.journal.append(tuple(np.array(r) for r in transition_rows(self.host.rings[actor].slot(seq), rows)))
         self.pending.append(Forward(actor, seq, rows))
         self.after_pump()
 
@@ -209,7 +246,8 @@ class Colocated(HostRole):
                 inbox.put_nowait(pending[0])
             except queue.Full:
                 return
-            pending.popleft()
+            if pending.popleft().rows:
+                self.sent += 1
 
     def set_update_budget(self, owed: int) -> None:
         self.host.ctrl.update_budget = owed
