@@ -254,9 +254,13 @@ class Host(HostFaults):
             for a, q in enumerate(self.dcqs):
                 if q is not None:
                     waitables[q.reader] = ("dcq", a)
-        for a, p in enumerate(self.actor_procs):
-            if p is not None:
-                waitables[p.sentinel] = ("actor_exit", a)
+        # An actor's exit is handled once no snapshot is pending: handling it drains (and counts) the rows it
+        # finished, which must not happen between a state request and its reply (the count saved with the
+        # snapshot would include rows the snapshot does not hold).
+        if not self.hold_actors:
+            for a, p in enumerate(self.actor_procs):
+                if p is not None:
+                    waitables[p.sentinel] = ("actor_exit", a)
         for obj in mp_wait(list(waitables), timeout):
             kind, a = waitables[obj]
             if kind == "ldq":

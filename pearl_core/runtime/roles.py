@@ -246,6 +246,8 @@ class Colocated(HostRole):
                 inbox.put_nowait(pending[0])
             except queue.Full:
                 return
+            except OSError:  # the worker is gone (broken pipe): its exit is reported by the host's pump
+                return
             if pending.popleft().rows:
                 self.sent += 1
 
