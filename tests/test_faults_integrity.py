@@ -676,3 +676,22 @@ def test_plan_outputs_are_all_or_nothing_and_keep_an_existing_png(tmp_path):
     assert ok.exit_code == 0, ok.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (tmp_path / "new.json").exists()
     assert not [p for p in os.listdir(tmp_path) if ".tmp" in p]
+
+
+def test_a_serial_run_refused_by_the_lock_restores_torch_threads(tmp_path):
+    import torch
+
+    from pearl_core.runtime.runlock import RunLock
+
+    cfg = RunConfig(env_id="CartPole-v1", trainer="pearl_core.algorithms:DQN", learning_starts=10,
+                    stop=StopCriteria(max_env_steps=50), log_dir=str(tmp_path / "run"))
+    before = torch.get_num_threads()
+    (tmp_path / "run").mkdir()
+    held = RunLock.acquire(tmp_path / "run")
+    try:
+        rt = SerialRuntime(cfg, RuntimePlan(learner_threads=max(1, before + 1)), progress=False, tensorboard=False)
+        with pytest.raises(SpecError, match="run.lock|another run|owned"):
+            rt.run()
+    finally:
+        held.release()
+    assert torch.get_num_threads() == before

@@ -87,12 +87,14 @@ class SerialRuntime(Runtime):
 
         threads = torch.get_num_threads()
         torch.set_num_threads(self.plan.learner_threads)
-        run = _Run(self)
-        try:
+        run = None
+        try:  # a run refused while it is built (e.g. another run owns the log directory) restores the threads too
+            run = _Run(self)
             result = run.loop()
             return dataclasses.replace(result, dropped_nonfinite=int(self.dropped_nonfinite))
         finally:
-            run.close()
+            if run is not None:
+                run.close()
             torch.set_num_threads(threads)
 
 
@@ -133,7 +135,13 @@ class _Run:
         self.drops = DropLog(base=int(ck.extra.get("dropped_nonfinite", 0)) if ck is not None else 0)
         rt.dropped_nonfinite = self.drops.base
         self.part = "host"  # what the loop is doing: "actor", "learner", "evaluation", "host"
-        session.open()
+        try:
+            session.open()
+        except BaseException:  # e.g. the log directory's lock is held: close what was built
+            for e in envs:
+                e.close()
+            session.close()
+            raise
         session.start_clock()
 
     def act(self) -> None:
