@@ -352,12 +352,12 @@ class Host(HostFaults):
         # matches the replay contents the worker snapshots.
         self.hold_actors = True
         try:
-            while getattr(self.role, "pending", None):
+            while self.role.unsent():
                 # Setting 2: forwards of rows already counted go first, or the snapshot would miss them.
                 if time.monotonic() > self.capped(deadline):
                     raise self.no_answer("a state request")
                 self.role.after_pump()
-                if self.role.pending:
+                if self.role.unsent():
                     self.pump(0.01)
             self.send_to_learner(StateRequest(with_replay), deadline)
             while self.state_reply is None:

@@ -110,6 +110,10 @@ class HostRole:
     def journal_rows(self) -> tuple[np.ndarray, ...] | None:
         return None
 
+    def unsent(self) -> bool:
+        """Rows the host counted but has not yet sent to the learner side (setting 2's pending forwards)."""
+        return False
+
     def learner_holds_replay(self) -> bool:
         """Whether the replay's contents come from the learner's state reply."""
         return False
@@ -211,12 +215,11 @@ class Colocated(HostRole):
             self.journal_base = mark
 
     def journal_rows(self) -> tuple[np.ndarray, ...] | None:
-        """Every row forwarded since the last checkpoint with the worker's replay, per field (None: no journal)."""
-        if self.journal is None:
-            return None
-        if not self.journal:
-            return None
-        return tuple(np.concatenate(parts) for parts in zip(*self.journal))
+        """Every row forwarded since the last checkpoint with the worker's replay, per field (None: none)."""
+        return tuple(np.concatenate(parts) for parts in zip(*self.journal)) if self.journal else None
+
+    def unsent(self) -> bool:
+        return bool(self.pending)
 
     def updates(self) -> int:
         return self.host.ctrl.updates
@@ -244,9 +247,7 @@ class Colocated(HostRole):
         while pending:
             try:
                 inbox.put_nowait(pending[0])
-            except queue.Full:
-                return
-            except OSError:  # the worker is gone (broken pipe): its exit is reported by the host's pump
+            except (queue.Full, OSError):  # full; or the worker is gone (its exit is reported by the pump)
                 return
             if pending.popleft().rows:
                 self.sent += 1
