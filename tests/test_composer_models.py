@@ -123,7 +123,10 @@ def test_gpu_model_by_hand():
     assert row.rm_update.latency_s == pytest.approx((1 + L) * 4e-6 + L * 5e-7 + 2 * 64 * L * S / 1e12)
     assert row.rm_insert.latency_s == pytest.approx(4e-6 + 5e-7 + (1 + L) * 4e-6 + L * 5e-7 + 2 * 4 * L * S / 1e12)
     flops, nbytes = 64 * (2 * 8 + 4 * 8), 4 * 10 + 7 * 40 + 3 * 4 * 64 * 2
-    assert row.learner.latency_s == pytest.approx(64 * 4e-6 + max(flops / (0.5 * 10e12), nbytes / 1e12))
+    # eager: the first launch, then the larger of the CPU's dispatch (64 ops x 5 us) and the GPU's side
+    # (36 kernels x (gap 0.6 us + one memory latency), then the work at eta(64) = 0.5 * 64 / (64 + 256))
+    assert row.learner.latency_s == pytest.approx(4e-6 + max(64 * 5e-6, 36 * (0.6e-6 + 5e-7) + max(
+        flops / (0.5 * 64 / (64 + 256) * 10e12), nbytes / 1e12)))
     assert row.co_learner == row.learner and row.rm_sample.power_w == 300
 
 

@@ -20,6 +20,9 @@
 #   4. replay   sum tree at capacity 2^20, batches 32..4096, device arrays in/out, vs the CPU backend.
 #   5. learner  MLP 256-256 step, batch 64..4096: stream search, CUDA graph, DQN on GPU/CPU, setting 2.
 #   6. e2e      short DQN CartPole-v1 run, learner and sum tree on the GPU (serial runtime).
+#   7. model    predicted (analytic gpu_row learner model, eager and CUDA graph) vs measured DQN learner
+#               step, batch 32/128/512, MLP 64-64 and 256-256 (scripts/gpu_learner_model.py); the table also
+#               goes to plugins/pearl_cuda/results/gpu_learner_model.md.
 # Results: benchmarks/results/cuda_gpu_check.md (and a copy plus the logs under $OUT when set).
 # The whole check stops itself before 9 minutes (PEARL_GPU_CHECK_BUDGET_S, default 540 s; a step that
 # would start with under 15 s left is skipped and marked SKIPPED).
@@ -157,6 +160,7 @@ run_step composed 200 "$PY" plugins/pearl_cuda/scripts/composed_plan_check.py --
 run_step replay 80 "$PY" "$BENCH" replay --out "$RESULTS" --calls 200 --reps 5
 run_step learner 75 "$PY" "$BENCH" learner --out "$RESULTS" --iters 50
 run_step e2e 100 "$PY" "$BENCH" e2e --out "$RESULTS" --max-env-steps 30000
+run_step model 90 "$PY" plugins/pearl_cuda/scripts/gpu_learner_model.py --out "$RESULTS" --updates 200 --warmup 30
 
 {
   echo
@@ -182,6 +186,7 @@ run_step e2e 100 "$PY" "$BENCH" e2e --out "$RESULTS" --max-env-steps 30000
 
 if [[ -n "${OUT:-}" && -d "${OUT:-}" ]]; then
   cp "$RESULTS" "$OUT/" && cp "$LOGDIR"/*.log "$OUT/" 2>/dev/null || true
+  cp plugins/pearl_cuda/results/gpu_learner_model.md "$OUT/" 2>/dev/null || true
   for f in "$LOGDIR"/composed/run_*.log; do [[ -f "$f" ]] && cp "$f" "$OUT/composed_$(basename "$f")"; done || true
 fi
 log "done: $RESULTS"
