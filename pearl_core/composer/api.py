@@ -297,7 +297,8 @@ class Composer:
         return workload_for_env(self._env_id or "", self._learner["batch_size"], trainer=self._trainer,
                                 trainer_kwargs=self._trainer_kwargs, replay=self._replay.kind,
                                 capacity=self._replay.capacity, fanout=self._replay.fanout,
-                                n_actors=self._n_actors, insert_batch=insert_batch)
+                                n_actors=self._n_actors, insert_batch=insert_batch,
+                                envs_per_actor=self._envs_per_actor)
 
     def run(self, profile: bool = True, *, save: "str | os.PathLike[str] | None" = None,
             place: "Mapping[str, str] | None" = None, runnable: bool = False) -> Composition:

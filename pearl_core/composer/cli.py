@@ -10,12 +10,13 @@ or the :class:`~pearl_core.composer.composition.Composition` that holds one.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
 import tempfile
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import TYPE_CHECKING, NoReturn, Optional, Sequence
 
 import typer
 from rich.console import Console
@@ -29,11 +30,21 @@ from pearl_core.composer.detect import detect_hardware
 from pearl_core.composer.plan import PlacementPlan, make_plan, setting_label
 from pearl_core.composer.spec import HardwareSpec
 from pearl_core.composer.workload import Workload, workload_for_env
-from pearl_core.errors import PearlError
+from pearl_core.errors import InvalidValueError, PearlError
 from pearl_core.fileio import atomic_write, atomic_write_all
 
-__all__ = ["fail", "grid_values", "parse_trainer_kwargs", "plan_command", "render_plan", "save_grid_png",
-           "write_plan_outputs"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["MAX_PNG_PANELS", "PLAN_ONLY_OPTIONS", "batch_plans", "fail", "grid_figure", "grid_values",
+           "grids_png_bytes", "parse_png_batches", "parse_trainer_kwargs", "plan_command", "render_plan",
+           "save_grid_png", "write_plan_outputs"]
+
+#: ``pearl plan`` parameters that ``pearl compose`` and ``pearl validate`` do not take
+#: (:func:`pearl_core.composer.compose_cli.with_plan_options` leaves them out).
+PLAN_ONLY_OPTIONS = ("png_batches",)
+#: The most panels ``--png-batches`` draws side by side (more would be too wide to read).
+MAX_PNG_PANELS = 8
 
 _CELL_HEADERS = {"rm_sample": "sample", "rm_update": "update", "rm_insert": "insert", "learner": "learner",
                  "co_rm_sample": "co sample", "co_rm_update": "co update", "co_rm_insert": "co insert",
@@ -77,7 +88,7 @@ def render_plan(plan: "PlacementPlan | Composition", console: Console) -> None:
                   + ", ".join(f"{d['name']} ({d['kind']})" for d in plan.spec["device"])
                   + f"; host {plan.spec['host']}")
     console.print(f"[bold]Workload[/bold] {escape(w.env_id or '?')}: BS {w.batch_size}, BS_i {w.insert_batch}, "
-                  f"{w.n_actors} actor(s), experience {w.experience_bytes} B, {w.replay} replay "
+                  f"{w.n_actors} actor(s) x {w.envs_per_actor} env(s), experience {w.experience_bytes} B, {w.replay} replay "
                   f"(capacity {w.capacity}, fanout {w.fanout}, {w.tree_levels} levels), "
                   f"{len(w.layers)} layers, {w.train_flops / 1e6:,.2f} MFLOP per step")
     console.print(f"[bold]Metric[/bold] {dec.metric}; cells "
@@ -193,14 +204,7 @@ def _candidate_cells(c: Candidate) -> list[str]:
             f"{c.traffic_bytes:,}"]
 
 
-def save_grid_png(plan: PlacementPlan, path: str | Path, value: str | None = None) -> Path:
-    """Draw the RM x learner grid as a heatmap (matplotlib, Agg backend) and write it to ``path``.
-
-    ``value`` defaults to the plan's metric: ``"throughput"`` (samples/s) or
-    ``"score"`` for power efficiency (samples/J).
-    """
-    if value is None:
-        value = "throughput" if plan.metric == "throughput" else "score"
+def _pyplot():
     try:
         import matplotlib
 
@@ -208,10 +212,29 @@ def save_grid_png(plan: PlacementPlan, path: str | Path, value: str | None = Non
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise PearlError(f"--png needs matplotlib ({exc}). Fix: pip install matplotlib.") from exc
+    return matplotlib, plt
+
+
+def _default_value(plan: PlacementPlan) -> str:
+    return "throughput" if plan.metric == "throughput" else "score"
+
+
+def _value_label(plan: PlacementPlan, value: str) -> tuple[str, str]:
+    """``(what, unit)`` of a grid value: ``("throughput", "samples/s")``, ``("power efficiency", "samples/J")``."""
+    if value == "score":
+        value = "throughput" if plan.metric == "throughput" else "power_efficiency"
+    return {"throughput": ("throughput", "samples/s"), "power_efficiency": ("power efficiency", "samples/J"),
+            "iteration_s": ("iteration time", "s per iteration"), "power_w": ("power", "W")
+            }.get(value, (value, value))
+
+
+def _draw_grid(matplotlib, fig: "Figure", ax, plan: PlacementPlan, value: str, title: str) -> None:
+    """One RM x learner heatmap on ``ax``, with its own colour bar; the choice and infeasible pairs marked."""
     names, grid = grid_values(plan, value)
     data = [[math.nan if v is None else v for v in row] for row in grid]
-    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(names), 1.2 + 1.1 * len(names)))
-    im = ax.imshow(data, cmap="viridis")
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="0.85")  # infeasible: light grey
+    im = ax.imshow(data, cmap=cmap)
+    ax.set_label("grid")  # tells the panels from the colour bars in fig.axes
     ax.set_xticks(range(len(names)), labels=names)
     ax.set_yticks(range(len(names)), labels=names)
     ax.set_xlabel("learner device")
@@ -220,21 +243,86 @@ def save_grid_png(plan: PlacementPlan, path: str | Path, value: str | None = Non
     top = max(finite) if finite else 0.0
     for i, row in enumerate(data):
         for j, v in enumerate(row):
+            if math.isnan(v):
+                ax.text(j, i, "infeasible", ha="center", va="center", fontsize=8, color="black")
+                continue
             chosen = (names[i], names[j]) == (plan.rm_device, plan.learner_device)
-            text = "n/a" if math.isnan(v) else f"{v:,.4g}" + ("\n(choice)" if chosen else "")
-            ax.text(j, i, text, ha="center", va="center", fontsize=8,
-                    color="black" if not math.isnan(v) and v > 0.6 * top else "white")
-    label = {"throughput": "samples/s", "score": "samples/s" if plan.metric == "throughput" else "samples/J",
-             "iteration_s": "s per iteration", "power_w": "W"}.get(value, value)
-    fig.colorbar(im, ax=ax, label=label)
-    w = plan.workload
-    ax.set_title(f"{w.get('env_id') or ''} BS={w['batch_size']}: predicted {label}", fontsize=9)
-    fig.tight_layout()
-    out = Path(path)
+            ax.text(j, i, f"{v:,.4g}" + ("\n(choice)" if chosen else ""), ha="center", va="center", fontsize=8,
+                    color="black" if v > 0.6 * top else "white")
+    fig.colorbar(im, ax=ax, label=_value_label(plan, value)[1])
+    ax.set_title(title, fontsize=9)
+
+
+def grid_figure(plans: "PlacementPlan | Sequence[PlacementPlan]", value: str | None = None) -> "Figure":
+    """The matplotlib figure of one RM x learner grid per plan, side by side (the paper's Figure 10 layout).
+
+    Rows are the RM device, columns the learner device; each cell is the
+    predicted ``value`` (default: the plan's metric, samples/s for
+    ``throughput``, samples/J for ``power_efficiency``), the chosen pair is
+    marked ``(choice)`` and infeasible pairs are light grey, labelled
+    ``infeasible``. One plan gives exactly the single grid of ``pearl plan
+    --png``; several (``--png-batches``: the same workload at several batch
+    sizes) give one panel each, titled with the batch size and the metric.
+
+    Each panel has its **own colour scale** (and colour bar), not one shared
+    scale: throughput grows roughly with the batch size (by an order of
+    magnitude from BS 32 to 512 on the example server), so a shared scale
+    would paint the small-batch panels one flat colour and hide what
+    Figure 10 is read for, the direction in which the colour changes within
+    one grid (along the RM axis when replay dominates at small batches, along
+    the learner axis when the learner does at large ones). Every cell prints
+    its value, so panels stay comparable by number.
+
+    The caller closes the figure (``matplotlib.pyplot.close(fig)``).
+    """
+    matplotlib, plt = _pyplot()
+    plans = [plans] if isinstance(plans, PlacementPlan) else list(plans)
+    if not plans:
+        raise InvalidValueError("grid_figure got no plan; expected one or more PlacementPlans.")
+    value = value or _default_value(plans[0])
+    k = len(plans[0].spec["device"])
+    width, height = 1.6 + 1.3 * k, 1.2 + 1.1 * k  # one panel
+    single = len(plans) == 1  # the single grid, as pearl plan --png has always drawn it
+    fig, axes = plt.subplots(1, len(plans), figsize=(width * len(plans), height + (0 if single else 0.4)),
+                             squeeze=False)
+    try:
+        for ax, plan in zip(axes[0], plans):
+            what, unit = _value_label(plan, value)
+            w = plan.workload
+            title = (f"{w.get('env_id') or ''} BS={w['batch_size']}: predicted {unit}" if single else
+                     f"BS={w['batch_size']}: {what} ({unit})")
+            _draw_grid(matplotlib, fig, ax, plan, value, title)
+        if not single:
+            first = plans[0]
+            fig.suptitle(f"{first.workload.get('env_id') or ''} on {first.spec.get('name') or 'this machine'}: "
+                         f"predicted {_value_label(first, value)[0]} by batch size (each panel its own colour "
+                         "scale)", fontsize=10)
+        fig.tight_layout()
+    except BaseException:
+        plt.close(fig)
+        raise
+    return fig
+
+
+def _png(fig: "Figure") -> bytes:
+    _, plt = _pyplot()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    plt.close(fig)
-    atomic_write(out, buf.getvalue())  # never a half-written image over an existing one
+    try:
+        fig.savefig(buf, format="png", dpi=120)
+    finally:
+        plt.close(fig)
+    return buf.getvalue()
+
+
+def save_grid_png(plan: PlacementPlan, path: str | Path, value: str | None = None) -> Path:
+    """Draw the RM x learner grid as a heatmap (matplotlib, Agg backend) and write it to ``path``.
+
+    ``value`` defaults to the plan's metric: ``"throughput"`` (samples/s) or
+    ``"score"`` for power efficiency (samples/J). See :func:`grid_figure`.
+    """
+    out = Path(path)
+    data = _png(grid_figure([plan], value))
+    atomic_write(out, data)  # never a half-written image over an existing one
     return out
 
 
@@ -242,6 +330,68 @@ def grid_png_bytes(plan: PlacementPlan, value: str | None = None) -> bytes:
     """The bytes :func:`save_grid_png` would write (drawn in a scratch directory)."""
     with tempfile.TemporaryDirectory() as tmp:
         return save_grid_png(plan, Path(tmp) / "grid.png", value).read_bytes()
+
+
+def grids_png_bytes(plans: Sequence[PlacementPlan], value: str | None = None) -> bytes:
+    """The PNG of :func:`grid_figure` for ``plans`` (one panel per plan, side by side), in memory."""
+    return _png(grid_figure(plans, value))
+
+
+def parse_png_batches(text: Optional[str]) -> tuple[int, ...] | None:
+    """The ``--png-batches`` list, ``"32,128,512"`` -> ``(32, 128, 512)`` (``None`` when not given).
+
+    Raises:
+        InvalidValueError: an empty list or item, an item that is not an int
+            or is below 1, a batch size given twice, more than
+            :data:`MAX_PNG_PANELS` of them.
+    """
+    if text is None:
+        return None
+    what = f"--png-batches = {text!r}"
+    expected = f"expected 1 to {MAX_PNG_PANELS} distinct comma-separated ints >= 1"
+    fix = "Fix: e.g. --png-batches 32,128,512."
+    items = [s.strip() for s in text.split(",")]
+    if not any(items):
+        raise InvalidValueError(f"{what} lists no batch size; {expected}. {fix} Without the option --png draws "
+                                "the one grid of --batch-size.")
+    out: list[int] = []
+    for n, item in enumerate(items, 1):
+        if not item:
+            raise InvalidValueError(f"{what}: item {n} is empty; {expected}. {fix}")
+        try:
+            bs = int(item)
+        except ValueError:
+            raise InvalidValueError(f"{what}: item {n} = {item!r} is not an int; {expected}. {fix}") from None
+        if bs < 1:
+            raise InvalidValueError(f"{what}: item {n} = {bs} is below 1; {expected}, a batch size is at least "
+                                    f"one experience. {fix}")
+        if bs in out:
+            raise InvalidValueError(f"{what}: batch size {bs} is given twice; {expected}. Fix: give each batch "
+                                    "size once.")
+        out.append(bs)
+    if len(out) > MAX_PNG_PANELS:
+        raise InvalidValueError(f"{what} lists {len(out)} batch sizes; {expected} (one panel each, at most "
+                                f"{MAX_PNG_PANELS} side by side). Fix: keep {MAX_PNG_PANELS} or fewer, e.g. "
+                                "--png-batches 32,128,512.")
+    return tuple(out)
+
+
+def batch_plans(spec: HardwareSpec, workload: Workload, metric: str, batches: Sequence[int]) -> list[PlacementPlan]:
+    """:func:`~pearl_core.composer.plan.make_plan` of ``workload`` with each batch size in ``batches``.
+
+    Everything but the batch size stays as given, so each plan is the one
+    ``pearl plan -b N`` makes for ``N`` with the same other options.
+
+    Raises:
+        PearlError: a batch size the workload or the planner refuses (the message names it).
+    """
+    plans = []
+    for bs in batches:
+        try:
+            plans.append(make_plan(spec, dataclasses.replace(workload, batch_size=bs), metric))
+        except PearlError as exc:
+            raise PearlError(f"--png-batches: batch size {bs}: {exc}") from exc
+    return plans
 
 
 def plan_command(
@@ -260,14 +410,26 @@ def plan_command(
     capacity: int = typer.Option(100_000, "--capacity", help="Replay capacity."),
     fanout: int = typer.Option(16, "--fanout", help="Sum-tree fanout."),
     n_actors: int = typer.Option(1, "--actors", help="Actor processes (on the host)."),
+    envs_per_actor: int = typer.Option(1, "--envs-per-actor", help="Environments each actor steps together "
+                                       "(one batched policy forward); the runtime plan records it."),
     insert_batch: Optional[int] = typer.Option(None, "--insert-batch", help="Experiences inserted per learner "
                                                "iteration BS_i (default: the number of actors)."),
     png: Optional[Path] = typer.Option(None, "--png", help="Also draw the RM x learner grid as a PNG heatmap."),
+    png_batches: Optional[str] = typer.Option(None, "--png-batches", help="With --png: draw one grid per batch "
+                                              "size, side by side (the paper's Figure 10), e.g. 32,128,512: 1 to "
+                                              f"{MAX_PNG_PANELS} distinct ints >= 1, each panel the same workload "
+                                              "planned with that batch, on its own colour scale. The printed plan "
+                                              "and --json stay those of --batch-size. Without it --png draws the "
+                                              "one grid of --batch-size."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the plan as JSON."),
 ) -> None:
     """Plan where the replay manager, learner and Data Storage run: matrix, RM x learner grid, choice."""
     console = Console(width=max(132, Console().width))
     try:
+        batches = parse_png_batches(png_batches)  # before anything slow
+        if batches is not None and png is None:
+            raise InvalidValueError(f"--png-batches {png_batches} says which grids --png draws, but no --png was "
+                                    "given. Fix: add --png grid.png, or leave --png-batches out.")
         spec = HardwareSpec.load(hardware) if hardware is not None else detect_hardware()
         kwargs = parse_trainer_kwargs(trainer_kwargs)
         trainer_cls = None
@@ -277,12 +439,20 @@ def plan_command(
             trainer_cls = load_trainer_class(trainer)
         wl = workload_for_env(env_id, batch_size, trainer=trainer_cls, trainer_kwargs=kwargs, hidden_sizes=hidden,
                               replay=replay, capacity=capacity, fanout=fanout, n_actors=n_actors,
-                              insert_batch=insert_batch)
+                              insert_batch=insert_batch, envs_per_actor=envs_per_actor)
         plan = make_plan(spec, wl, metric)
+        png_plans = None if batches is None else batch_plans(spec, wl, metric, batches)
     except PearlError as exc:
         fail(console, exc)
     render_plan(plan, console)
-    write_plan_outputs(plan, console, png, json_out)
+    if png_plans is not None:
+        value = _default_value(plan)
+        what, unit = _value_label(plan, value)
+        console.print(f"[bold]--png panels[/bold] ({what}, {unit}):")
+        for p in png_plans:
+            console.print(f"  BS={p.workload['batch_size']}: RM on {escape(p.rm_device)}, learner on "
+                          f"{escape(p.learner_device)}, {getattr(p.chosen, value):,.4g} {unit}")
+    write_plan_outputs(plan, console, png, json_out, png_plans=png_plans)
 
 
 def fail(console: Console, exc: BaseException | str) -> NoReturn:
@@ -305,8 +475,12 @@ def parse_trainer_kwargs(text: Optional[str]) -> Optional[dict]:
 
 
 def write_plan_outputs(plan: "PlacementPlan | Composition", console: Console, png: Optional[Path],
-                       json_out: Optional[Path]) -> list[Path]:
+                       json_out: Optional[Path], *, png_plans: Optional[Sequence[PlacementPlan]] = None
+                       ) -> list[Path]:
     """Write ``--png`` and ``--json`` (the placement plan's) when given; returns the paths written.
+
+    ``png_plans`` (``--png-batches``): the PNG draws these plans' grids side by
+    side (:func:`grid_figure`) instead of ``plan``'s one grid.
 
     All or nothing (:func:`pearl_core.fileio.atomic_write_all`): both
     destinations are checked first, both files are written under temporary
@@ -318,8 +492,8 @@ def write_plan_outputs(plan: "PlacementPlan | Composition", console: Console, pn
     labels: list[str] = []
     try:
         if png is not None:
-            items.append((Path(png), grid_png_bytes(plan)))
-            labels.append("grid")
+            items.append((Path(png), grid_png_bytes(plan) if png_plans is None else grids_png_bytes(png_plans)))
+            labels.append("grid" if png_plans is None else f"{len(png_plans)}-panel grid")
         if json_out is not None:
             items.append((Path(json_out), plan.to_json()))
             labels.append("plan")

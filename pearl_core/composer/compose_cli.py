@@ -28,7 +28,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from pearl_core.composer.api import Composer
-from pearl_core.composer.cli import fail, parse_trainer_kwargs, plan_command, render_plan, save_grid_png
+from pearl_core.composer.cli import (PLAN_ONLY_OPTIONS, fail, parse_trainer_kwargs, plan_command, render_plan,
+                                     save_grid_png)
 from pearl_core.composer.composition import Composition
 from pearl_core.composer.workload import hidden_layers
 from pearl_core.errors import ComposerError, PearlError
@@ -132,7 +133,7 @@ def composer_from_options(o: dict[str, Any]) -> Composer:
     Shared by ``pearl compose`` and ``pearl validate``; raises :class:`PearlError` on bad options.
     """
     composer = Composer(o["hardware"], o["metric"], emulated=bool(o.get("emulated", False)))
-    composer.set_actors(o["env_id"], o["n_actors"], insert_batch=o["insert_batch"])
+    composer.set_actors(o["env_id"], o["n_actors"], envs_per_actor=o["envs_per_actor"], insert_batch=o["insert_batch"])
     kwargs = parse_trainer_kwargs(o["trainer_kwargs"]) or {}
     from pearl_core.algorithms.defaults import default_trainer, hidden_kwargs  # torch loads only when used
 
@@ -152,14 +153,14 @@ def composer_from_options(o: dict[str, Any]) -> Composer:
 
 def with_plan_options(extra: tuple[tuple[str, Any, Any], ...], *, drop: tuple[str, ...] = ()
                       ) -> tuple[inspect.Signature, dict[str, Any]]:
-    """``pearl plan``'s parameters (less ``drop``) followed by ``extra`` ones, with resolved annotations.
+    """``pearl plan``'s parameters (less ``drop`` and the plan-only ``--png-batches``) followed by ``extra`` ones.
 
     Typer reads both the signature and the annotations; assign them to a
     ``def command(**options)`` so the command takes every plan option.
     """
     hints = typing.get_type_hints(plan_command)
     params = [p.replace(annotation=hints[p.name]) for p in inspect.signature(plan_command).parameters.values()
-              if p.name not in drop]
+              if p.name not in drop and p.name not in PLAN_ONLY_OPTIONS]
     params += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=ann)
                for name, ann, default in extra]
     annotations = {p.name: p.annotation for p in params}

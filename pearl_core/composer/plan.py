@@ -159,8 +159,8 @@ class PlacementPlan:
 
         ``rm_backend`` is the backend of the RM device's kind, ``learner_device``
         and ``storage_device`` are device strings, ``setting`` is :attr:`setting`, thread
-        counts come from the matrix rows (CPU devices), ``n_actors`` from the
-        workload. Keyword arguments override any field.
+        counts come from the matrix rows (CPU devices), ``n_actors`` and
+        ``envs_per_actor`` from the workload. Keyword arguments override any field.
         """
         from pearl_core.runtime.config import RuntimePlan
 
@@ -173,6 +173,7 @@ class PlacementPlan:
             "storage_device": self.device_string(self.ds_device),
             "setting": self.setting,
             "n_actors": int(self.workload["n_actors"]),
+            "envs_per_actor": int(self.workload.get("envs_per_actor", 1)),
             "backends": {k: v for k, v in sorted(self.backends.items()) if k in used},
             "device_config": self.device_config(),
         }

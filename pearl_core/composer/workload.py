@@ -75,6 +75,8 @@ class Workload:
         n_actors: actor processes (they run on the host CPU).
         insert_batch: ``BS_i``, experiences inserted per learner iteration
             (the paper's ``N_actor``); default ``n_actors``.
+        envs_per_actor: environments each actor steps together (one batched
+            policy forward per vector step); the runtime plan records it.
         layers: the learner's layers (:func:`learner_layers`).
         env_id: environment id, for reports.
         reward_bytes, done_bytes: stored sizes of a reward (float32) and a done flag (bool).
@@ -95,6 +97,7 @@ class Workload:
     n_actors: int = 1
     insert_batch: int | None = None
     layers: tuple[LearnerLayer, ...] = ()
+    envs_per_actor: int = 1
     env_id: str = ""
     reward_bytes: int = 4
     done_bytes: int = 1
@@ -122,6 +125,7 @@ class Workload:
         if self.insert_batch is None:
             object.__setattr__(self, "insert_batch", self.n_actors)
         _pos_int(o, "insert_batch", self.insert_batch)
+        _pos_int(o, "envs_per_actor", self.envs_per_actor)
         for name in ("reward_bytes", "done_bytes", "index_bytes", "priority_bytes", "weight_bytes"):
             _pos_int(o, name, getattr(self, name), 0)
         layers = tuple(LearnerLayer(**ly) if isinstance(ly, Mapping) else ly for ly in self.layers)
@@ -244,6 +248,7 @@ def workload_for_env(
     fanout: int = 16,
     n_actors: int = 1,
     insert_batch: int | None = None,
+    envs_per_actor: int = 1,
 ) -> Workload:
     """Build a :class:`Workload` for a gymnasium environment and a trainer class.
 
@@ -282,7 +287,7 @@ def workload_for_env(
         raise SpecError(f"trainer {cls.__name__} declares no nn.Linear/nn.Conv2d layers; the cost models need them.")
     return Workload(batch_size=batch_size, obs_bytes=obs_bytes, action_bytes=action_bytes, replay=replay,
                     capacity=capacity, fanout=fanout, n_actors=n_actors, insert_batch=insert_batch,
-                    layers=layers, env_id=env_id, trainer=trainer_path(cls), trainer_kwargs=_json_kwargs(kwargs))
+                    envs_per_actor=envs_per_actor, layers=layers, env_id=env_id, trainer=trainer_path(cls), trainer_kwargs=_json_kwargs(kwargs))
 
 
 def trainer_path(cls: type) -> str:

@@ -14,7 +14,7 @@
 #   metric        'throughput'
 #   script        '/home/me/train.py'
 #
-# Plan sha256 3933fd6d11917f862fd09d4e352732196b5290e381b35f7bfda6712b3ddb75ef
+# Plan sha256 b4ecf0c8681648007e98610dd1a9719e770148bd0979de7bea7bce8dac873d6b
 #   RM on 'cpu0', learner on 'cpu0', Data Storage on 'cpu0', setting 2 (co-located)
 #   predicted 1,025.0 us per iteration, 62,439 samples/s, 65.0 W; 1 feasible candidate(s)
 #   backends ('cpu',)
@@ -52,7 +52,7 @@ except Exception as exc:  # noqa: BLE001 - reported by main(), not as a tracebac
     USER_SCRIPT_ERROR = script_load_error(USER_SCRIPT, exc)
 
 PEARL_VERSION = '0.1.0'
-PLAN_HASH = '3933fd6d11917f862fd09d4e352732196b5290e381b35f7bfda6712b3ddb75ef'
+PLAN_HASH = 'b4ecf0c8681648007e98610dd1a9719e770148bd0979de7bea7bce8dac873d6b'
 
 # Backends that drive the chosen devices; get_backend imports each plugin and checks it can run here.
 BACKENDS = ('cpu',)
@@ -391,6 +391,7 @@ PLAN_JSON = (
     '  "capacity": 100000,\n'
     '  "done_bytes": 1,\n'
     '  "env_id": "CartPole-v1",\n'
+    '  "envs_per_actor": 1,\n'
     '  "fanout": 16,\n'
     '  "index_bytes": 8,\n'
     '  "insert_batch": 2,\n'
