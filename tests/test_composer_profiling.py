@@ -146,6 +146,9 @@ def test_pick_variant_by_metric_and_traffic_tie_break():
     assert pick_variant((a, b), "throughput") == 1  # a tie, broken by the lower traffic
     assert pick_variant((a, b, c), "throughput") == 2
     assert pick_variant((a, b, c), "power_efficiency") == 1  # c is faster but burns twice the power
+    near = Variant(1, 1, 1, 0.98e-3, 1020.0, 12.0, 500, "learner")  # 2% ahead: within TIE, a tie
+    far = Variant(1, 1, 1, 0.95e-3, 1052.0, 12.0, 500, "learner")  # 5% ahead: a measured lead
+    assert pick_variant((near, b), "throughput") == 1 and pick_variant((far, b), "throughput") == 0
 
 
 def test_plan_carries_the_tuning_and_the_runtime_plan_follows_it(workload):

@@ -42,13 +42,16 @@ their own tree factory and device.
 from __future__ import annotations
 
 import contextlib
+import csv
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
@@ -75,19 +78,23 @@ __all__ = [
     "CACHE_FORMAT",
     "backend_settings",
     "cache_dir",
+    "measured_iteration_s",
     "median_time",
+    "metrics_every_for",
     "present_device",
     "profile_actor_step",
     "profile_learner",
     "profile_message_hop",
     "profile_replay_ops",
+    "profile_runtime",
     "profile_worker_loop",
     "profiler_for",
     "run_config_for",
 ]
 
-#: Version of the cache entries' layout and of what they measure; bump to invalidate old entries.
-CACHE_FORMAT = 1
+#: Version of the cache entries' layout and of what they measure; bump to invalidate old entries
+#: (2: the CPU rows carry calibration runs of the host variants).
+CACHE_FORMAT = 2
 
 
 def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
@@ -441,32 +448,38 @@ def profile_worker_loop(wl: Workload, plan_kwargs: dict[str, Any] | None = None,
 
 
 def profile_actor_step(wl: Workload, *, iterations: int = 500, seed: int = 0) -> float:
-    """Median seconds for an actor to produce one experience: one policy action plus one env step.
+    """Median seconds for an actor to produce one experience: its policy's action plus one env step.
 
-    The trainer acts as late in a run (``env_steps`` past any exploration
-    schedule), so the policy network is evaluated at (nearly) every step.
+    An actor steps ``wl.envs_per_actor`` environments together, as the runtime's
+    actors do (:mod:`pearl_core.runtime.acting`): one batched policy forward for
+    all of them, then each one's ``step``; the time of such a vector step is
+    divided by the number of environments. The trainer acts as late in a run
+    (``env_steps`` past any exploration schedule), so the policy network is
+    evaluated at (nearly) every step.
     """
     from pearl_core.runtime.wiring import build_trainer
 
-    env = make_env(wl.env_id, seed=seed)
+    k = int(wl.envs_per_actor)
+    envs = [make_env(wl.env_id, seed=seed + i) for i in range(k)]
     config = run_config_for(wl, seed=seed)
     try:
-        trainer = build_trainer(config, env.observation_space, env.action_space, check=False)
+        trainer = build_trainer(config, envs[0].observation_space, envs[0].action_space, check=False)
         # past any exploration schedule, as for most of a run: the policy network acts (a fresh
         # trainer's epsilon of 1 would skip it and flatter the actor)
         trainer.env_steps = 1 << 40
-        obs, _ = env.reset(seed=seed)
-        state = {"obs": obs}
+        obs = [e.reset(seed=seed + i)[0] for i, e in enumerate(envs)]
 
         def step() -> None:
-            action = trainer.get_action(np.asarray(state["obs"])[None], explore=True)[0]
-            nxt, _, term, trunc, _ = env.step(action)
-            state["obs"] = env.reset()[0] if (term or trunc) else nxt
+            actions = trainer.get_action(np.stack([np.asarray(o) for o in obs]), explore=True)
+            for i, env in enumerate(envs):
+                nxt, _, term, trunc, _ = env.step(actions[i])
+                obs[i] = env.reset()[0] if (term or trunc) else nxt
 
         with _torch_threads(1):
-            return median_time(step, iterations, warmup=20)
+            return median_time(step, max(1, iterations // k), warmup=max(2, 20 // k)) / k
     finally:
-        env.close()
+        for env in envs:
+            env.close()
 
 
 def _echo(inbox: Any, outbox: Any) -> None:
@@ -508,3 +521,59 @@ def profile_message_hop(iterations: int = 300) -> float:
             proc.kill()
             proc.join()
     return rtt / 2
+
+
+def measured_iteration_s(metrics_csv: Path) -> tuple[float, int]:
+    """``(seconds per update, updates)`` over the steady part of a run's ``metrics.csv``.
+
+    Uses the rows after the first one with updates > 0 (learning has started and
+    the first row's partial interval is skipped) up to the last row.
+    """
+    with open(metrics_csv, newline="", encoding="utf-8") as fh:
+        rows = [(float(r["wall_s"]), int(float(r["updates"]))) for r in csv.DictReader(fh)]
+    started = [r for r in rows if r[1] > 0]
+    if len(started) < 3:
+        return math.nan, 0
+    (w0, u0), (w1, u1) = started[1], started[-1]
+    du = u1 - u0
+    return ((w1 - w0) / du if du > 0 else math.nan), du
+
+
+def metrics_every_for(insert_batch: int) -> int:
+    """Env steps between ``metrics.csv`` rows of a measuring run: a row every 20 updates (at ``BS_i`` env steps
+    per update), so a slow workload still gives enough rows in a few seconds and a fast one does not spend
+    its time writing them."""
+    return max(1, 20 * int(insert_batch))
+
+
+def profile_runtime(wl: Workload, *, setting: int, learner_threads: int = 1, window_s: float = 3.0,
+                    learning_starts: int | None = None, seed: int = 0) -> float:
+    """Seconds per learner update of a short run of the runtime itself, RM and learner on the host CPU.
+
+    The host's cells as the runtime uses them: a real
+    :class:`~pearl_core.runtime.parallel.ParallelRuntime` with the workload's
+    trainer, replay, ``n_actors`` actors stepping ``envs_per_actor`` environments
+    each, protocol ``setting`` and ``learner_threads`` torch threads, at the
+    workload's replay ratio (one update per ``BS_i`` env steps), for ``window_s``
+    seconds after ``learning_starts`` env steps (default 1000, as `pearl validate`, or a batch if larger). What it
+    includes that the isolated cells do not: the messages and wake-ups between
+    processes, the host's relaying, the actors' rows and the weight publication,
+    and the processes sharing the machine's cores. The time is the steady slope of
+    the run's ``metrics.csv`` (:func:`measured_iteration_s`); nothing of the run is
+    kept (it writes into a temporary folder that is removed).
+
+    Returns ``nan`` when the run made too few updates to measure.
+    """
+    from pearl_core.runtime.config import RuntimePlan, StopCriteria
+    from pearl_core.runtime.parallel import ParallelRuntime
+
+    bsi = int(wl.insert_batch or wl.n_actors)
+    starts = learning_starts if learning_starts is not None else max(1_000, wl.batch_size)
+    config = dataclasses.replace(run_config_for(wl, seed=seed), replay_ratio=1.0 / bsi, learning_starts=starts,
+                                 stop=StopCriteria(max_wall_time_s=float(window_s), eval_every=10**9))
+    plan = RuntimePlan(setting=setting, learner_threads=learner_threads, rm_threads=learner_threads if setting == 2
+                       else 1, n_actors=wl.n_actors, envs_per_actor=wl.envs_per_actor)
+    with tempfile.TemporaryDirectory(prefix="pearl-calibrate-") as tmp:
+        config = dataclasses.replace(config, log_dir=str(Path(tmp) / "run"))
+        ParallelRuntime(config, plan, progress=False, tensorboard=False, plot=False, metrics_every=metrics_every_for(bsi)).run()
+        return measured_iteration_s(Path(config.log_dir) / "metrics.csv")[0]

@@ -24,12 +24,25 @@ actor's time per experience, ``C`` = host threads)::
                                    co-located cells when the row has them for t threads)
                   T2 = max(W_w, A / n_actors, (W_w + (t - 1) * L(t) + h + A) / C)
 
+**Calibration runs.** The isolated cells leave out what the runtime adds per
+update: the messages and the wake-ups between processes, the host relaying
+rows and batches, the actors' rows, weight publication, and three or more
+processes sharing a small machine's cores. On a 2-core VM that is most of an
+update at small models (the model above predicted 0.19 ms where setting 1
+measured 0.79 ms for DQN 64-64 at batch 32). So when the row has a
+calibration run of a variant (``run_s_setting_<s>_threads_<t>``: the CPU
+backend runs each variant as the runtime does for a few seconds,
+:func:`~pearl_core.composer.profiling.profile_runtime`), its measured seconds
+per update are the prediction (``bound = "run"``) and the model's figure is
+kept as :attr:`Variant.model_s`. ``pearl validate --sweep`` reports both.
+
 The first terms of each ``max`` are the processes' own critical paths (setting
 1 pipelines: sampling ``t + 1`` overlaps training ``t``); the last is the whole
 machine's CPU demand spread over its ``C`` hardware threads, which is what
 binds on a small machine. Power per variant interpolates the device's idle and
-active power by the threads kept busy. Ties are broken by the lower traffic
-(setting 2 moves no batch between processes), then by fewer threads. Learner
+active power by the threads kept busy. Scores within 3% of the best are ties
+(:data:`TIE`), broken by the lower traffic (setting 2 moves no batch between
+processes), then by fewer threads. Learner
 threads range over ``1 .. C - n_actors`` (the actors keep their cores, the
 paper's rule; oversubscribing cores stalls torch's OpenMP threads, see
 :func:`host_variants`).
@@ -37,9 +50,11 @@ paper's rule; oversubscribing cores stalls torch's OpenMP threads, see
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from pearl_core.composer.calibrate import variant_key
 from pearl_core.composer.matrix import DeviceRow
 from pearl_core.composer.spec import DeviceSpec
 from pearl_core.composer.workload import Workload
@@ -60,7 +75,9 @@ class Variant:
         power_w: predicted host power.
         traffic_bytes: bytes moved between processes per iteration.
         bound: which term of the model binds (``"learner"``, ``"host"``, ``"worker"``,
-            ``"actors"``, ``"cpu"``).
+            ``"actors"``, ``"cpu"``), or ``"run"`` when ``predicted_s`` is a calibration run's.
+        model_s: what the isolated cells' model above predicts (``predicted_s`` unless a
+            calibration run replaced it).
     """
 
     setting: Setting
@@ -71,6 +88,7 @@ class Variant:
     power_w: float
     traffic_bytes: int
     bound: str
+    model_s: float = math.nan
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "setting", Setting(self.setting))
@@ -81,11 +99,15 @@ class Variant:
     def to_dict(self) -> dict[str, Any]:
         return {"setting": self.setting, "learner_threads": self.learner_threads, "rm_threads": self.rm_threads,
                 "predicted_s": self.predicted_s, "throughput": self.throughput, "power_w": self.power_w,
-                "traffic_bytes": self.traffic_bytes, "bound": self.bound}
+                "traffic_bytes": self.traffic_bytes, "bound": self.bound,
+                "model_s": self.model_s if math.isfinite(self.model_s) else None}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Variant":
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        values = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        if values.get("model_s") is None:
+            values.pop("model_s", None)
+        return cls(**values)
 
 
 def _learner_s(cfg: Mapping[str, Any], t: int) -> float | None:
@@ -137,14 +159,29 @@ def host_variants(device: DeviceSpec, row: DeviceRow, wl: Workload) -> tuple[Var
         for setting, terms, busy, traffic in ((Setting.THROUGH_HOST, terms1, t + 1 + na, batch_bytes),
                                               (Setting.COLOCATED, terms2, t + na, 0)):
             bound = max(terms, key=terms.__getitem__)
-            T = terms[bound]
+            model = T = terms[bound]
+            run = cfg.get(variant_key(setting, t))
+            if isinstance(run, (int, float)) and math.isfinite(run) and run > 0:
+                T, bound = float(run), "run"  # the variant as the runtime ran it (see the module docstring)
             power = device.idle_power_w + (device.active_power_w - device.idle_power_w) * min(1.0, busy / threads)
             rm_threads = rm_t if setting == Setting.THROUGH_HOST else t
-            out.append(Variant(setting, t, rm_threads, T, bs / T, power, traffic, bound))
+            out.append(Variant(setting, t, rm_threads, T, bs / T, power, traffic, bound, model))
     return tuple(out)
 
 
+#: Variants whose scores are within this fraction of the best one's are tied: calibration runs of one
+#: variant vary by about that much, so a smaller lead is not a measured difference.
+TIE = 0.03
+
+
 def pick_variant(variants: tuple[Variant, ...], metric: str) -> int:
-    """Index of the best variant by ``metric``; ties: lower traffic, then fewer learner threads."""
-    return min(range(len(variants)), key=lambda i: (-round(variants[i].score(metric), 9),
-                                                     variants[i].traffic_bytes, variants[i].learner_threads))
+    """Index of the best variant by ``metric``.
+
+    Variants scoring within :data:`TIE` (3%) of the best are tied; the tie goes to the
+    lower traffic (setting 2 moves no batch between processes: the paper's rule for equal
+    throughput), then to fewer learner threads, then to the higher score.
+    """
+    best = max(v.score(metric) for v in variants)
+    tied = [i for i, v in enumerate(variants) if v.score(metric) >= best * (1 - TIE)]
+    return min(tied, key=lambda i: (variants[i].traffic_bytes, variants[i].learner_threads,
+                                    -variants[i].score(metric)))

@@ -30,7 +30,6 @@ Typical use::
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 import statistics
@@ -48,7 +47,7 @@ from pearl_core.composer.algorithm import Candidate, place_storage
 from pearl_core.composer.cli import fail, render_plan
 from pearl_core.composer.compose_cli import composer_from_options, with_plan_options
 from pearl_core.composer.plan import PlacementPlan
-from pearl_core.composer.profiling import present_device, run_config_for
+from pearl_core.composer.profiling import measured_iteration_s, metrics_every_for, present_device, run_config_for
 from pearl_core.errors import PearlError, SpecError
 from pearl_core.runtime.config import Setting
 
@@ -76,6 +75,9 @@ class ValidationRow:
         chosen: this is the composer's choice.
         rm_device, learner_device: the assignment (spec device names; ``""`` when not recorded).
         rank: the assignment's place in Algorithm 1's ranking (1 = best; 0 when not recorded).
+        model_s: a host variant's prediction from the isolated cells alone
+            (:attr:`~pearl_core.composer.tuning.Variant.model_s`; ``predicted_s``
+            is a calibration run's when the profile has one); ``nan`` otherwise.
     """
 
     label: str
@@ -89,13 +91,23 @@ class ValidationRow:
     rm_device: str = ""
     learner_device: str = ""
     rank: int = 0
+    model_s: float = math.nan
 
     @property
     def error(self) -> float:
         """``(predicted - measured) / measured`` (signed; ``nan`` when unmeasured)."""
-        if not math.isfinite(self.measured_s) or self.measured_s <= 0:
-            return math.nan
-        return (self.predicted_s - self.measured_s) / self.measured_s
+        return _relative(self.predicted_s, self.measured_s)
+
+    @property
+    def model_error(self) -> float:
+        """``(model_s - measured) / measured`` (signed; ``nan`` when either is missing)."""
+        return _relative(self.model_s, self.measured_s)
+
+
+def _relative(predicted: float, measured: float) -> float:
+    if not math.isfinite(measured) or measured <= 0 or not math.isfinite(predicted):
+        return math.nan
+    return (predicted - measured) / measured
 
 
 @dataclass(frozen=True)
@@ -157,22 +169,6 @@ class ValidationReport:
         return not self.inversions
 
 
-def measured_iteration_s(metrics_csv: Path) -> tuple[float, int]:
-    """``(seconds per update, updates)`` over the steady part of a run's ``metrics.csv``.
-
-    Uses the rows after the first one with updates > 0 (learning has started and
-    the first row's partial interval is skipped) up to the last row.
-    """
-    with open(metrics_csv, newline="", encoding="utf-8") as fh:
-        rows = [(float(r["wall_s"]), int(float(r["updates"]))) for r in csv.DictReader(fh)]
-    started = [r for r in rows if r[1] > 0]
-    if len(started) < 3:
-        return math.nan, 0
-    (w0, u0), (w1, u1) = started[1], started[-1]
-    du = u1 - u0
-    return ((w1 - w0) / du if du > 0 else math.nan), du
-
-
 def validate_plan(plan: PlacementPlan, *, window_s: float = 15.0, learning_starts: int = 1_000, seed: int = 0,
                   repeats: int = 1, top: int = 2, registry: "PluginRegistry | None" = None,
                   progress: Callable[[str], None] | None = None) -> ValidationReport:
@@ -213,7 +209,7 @@ def validate_plan(plan: PlacementPlan, *, window_s: float = 15.0, learning_start
                 config = dataclasses.replace(base, log_dir=str(Path(tmp) / "run"))
                 try:
                     ParallelRuntime(config, rp, progress=False, tensorboard=False, plot=False,
-                                    metrics_every=250).run()
+                                    metrics_every=metrics_every_for(bsi)).run()
                 except PearlError as exc:
                     raise PearlError(f"validate: the run of {row.label} failed: {exc}") from exc
                 results[i].append(measured_iteration_s(Path(config.log_dir) / "metrics.csv"))
@@ -238,16 +234,17 @@ def validation_candidates(plan: PlacementPlan, *, top: int = 2, registry: "Plugi
     rank = {(c.rm_device, c.learner_device): i + 1 for i, c in enumerate(ranking)}
     mine = (plan.rm_device, plan.learner_device)
 
-    def row(label: str, rp: "RuntimePlan", predicted: float, chosen: bool, pair: tuple[str, str]) -> ValidationRow:
+    def row(label: str, rp: "RuntimePlan", predicted: float, chosen: bool, pair: tuple[str, str],
+            model: float = math.nan) -> ValidationRow:
         return ValidationRow(label, rp.setting, rp.learner_threads, rp.rm_threads, float(predicted), math.nan, 0,
-                             chosen, pair[0], pair[1], rank.get(pair, 0))
+                             chosen, pair[0], pair[1], rank.get(pair, 0), float(model))
 
     out: list[tuple[ValidationRow, RuntimePlan]] = []
     if plan.variants:
         for v in plan.variants:
             rp = plan.runtime_plan(setting=v.setting, learner_threads=v.learner_threads, rm_threads=v.rm_threads)
             out.append((row(f"setting {v.setting}, learner {v.learner_threads} thread(s)", rp, v.predicted_s,
-                            v == plan.variant, mine), rp))
+                            v == plan.variant, mine, v.model_s), rp))
     else:
         rp = plan.runtime_plan()
         out.append((row(_label(*mine), rp, plan.predicted_iteration_s, True, mine), rp))
@@ -343,6 +340,12 @@ def validate_command(**options: Any) -> None:
     """Run the plan's top candidates (and host variants) here for a short window; print predicted vs measured."""
     o = options
     console = Console(width=max(132, Console().width))
+    if o["sweep"] is not None:
+        sweep_command(o, console)
+        return
+    if o["report"] is not None:
+        fail(console, PearlError(f"--report {o['report']} writes the report of a sweep, but no --sweep was given. "
+                                 "Fix: add --sweep quick (or dqn, ddpg, full), or leave --report out."))
     try:
         composer = composer_from_options(o)
         composition = composer.run(profile=o["profile"])
@@ -360,6 +363,54 @@ def validate_command(**options: Any) -> None:
         raise SystemExit(1)
 
 
+def sweep_command(o: dict[str, Any], console: Any) -> None:
+    """``pearl validate --sweep GRID``: every workload of the grid planned and validated; a table and the figures.
+
+    The grid's workloads replace the single-workload options (batch, hidden sizes,
+    replay, actors); ``--hardware``, ``--metric``, ``--window``, ``--repeats``,
+    ``--top`` and ``--learning-starts`` apply to each. ``--max-error`` bounds
+    the worst ``|error|`` of any measured candidate; ``--report`` writes the
+    markdown report (atomically).
+    """
+    from pearl_core.composer.sweep import run_sweep, sweep_points
+    from pearl_core.fileio import atomic_write
+
+    try:
+        points = sweep_points(o["sweep"])
+        report = run_sweep(points, hardware=o["hardware"], metric=o["metric"], window_s=o["window"],
+                           repeats=o["repeats"], learning_starts=o["learning_starts"], top=o["top"],
+                           progress=lambda line: console.print(escape(line)))
+    except (PearlError, OSError) as exc:
+        fail(console, exc)
+    table = Table(title=f"composer fidelity: {len(points)} workloads ({o['sweep']}), {report.window_s:g} s x "
+                        f"{report.repeats} rounds per candidate")
+    for col in ("workload", "candidate", "predicted ms", "measured ms", "error", "pick"):
+        table.add_column(col, justify="left" if col in ("workload", "candidate") else "right")
+    for res in report.results:
+        if res.report is None:
+            table.add_row(escape(res.point.label), f"not validated: {escape(res.error)}", "", "", "", "")
+            continue
+        for row in res.report.rows:
+            ms = f"{row.measured_s * 1e3:.3f}" if math.isfinite(row.measured_s) else "-"
+            err = f"{row.error:+.1%}" if math.isfinite(row.error) else "-"
+            pick = ("right" if res.pick_ok else "WRONG") if row.chosen else ""
+            table.add_row(escape(res.point.label), ("* " if row.chosen else "  ") + escape(row.label),
+                          f"{row.predicted_s * 1e3:.3f}", ms, err, pick)
+    console.print(table)
+    console.print(escape(report.summary()))
+    if o["report"] is not None:
+        try:
+            atomic_write(o["report"], report.to_markdown(), make_parents=True)
+        except OSError as exc:
+            fail(console, exc)
+        console.print(f"report written to {escape(str(o['report']))}")
+    limit = o["max_error"]
+    if limit is not None and not (report.max_error <= limit):
+        console.print(f"[red]error:[/red] the worst prediction is off by {report.max_error:.1%} "
+                      f"(> --max-error {limit:.0%}).")
+        raise SystemExit(1)
+
+
 _VALIDATE_EXTRA = (
     ("window", float, typer.Option(15.0, "--window", help="Seconds each candidate runs.")),
     ("repeats", int, typer.Option(2, "--repeats", help="Rounds: candidates run in turn this many times; "
@@ -372,7 +423,15 @@ _VALIDATE_EXTRA = (
     ("learning_starts", int, typer.Option(1_000, "--learning-starts", help="Env steps before the first "
                                           "update (not measured).")),
     ("max_error", Optional[float], typer.Option(None, "--max-error", help="Exit 1 when the chosen plan's "
-                                                "prediction error exceeds this fraction (e.g. 0.2).")),
+                                                "prediction error exceeds this fraction (e.g. 0.2); with --sweep, "
+                                                "the worst error of any measured candidate.")),
+    ("sweep", Optional[str], typer.Option(None, "--sweep", help="Validate a grid of workloads instead of one: "
+                                          "dqn (48: batch 32/128/512 x MLP 64-64/256-256 x uniform/prioritized x "
+                                          "1/2 actors x 1/8 envs per actor, DQN on CartPole-v1), ddpg (the same "
+                                          "grid, DDPG on Pendulum-v1), full (both) or quick (8). The grid's "
+                                          "workloads replace --batch-size, --hidden, --replay and --actors.")),
+    ("report", Optional[Path], typer.Option(None, "--report", help="With --sweep: also write the report "
+                                            "(markdown) there.")),
 )
 validate_command.__signature__, validate_command.__annotations__ = with_plan_options(  # type: ignore[attr-defined]
     _VALIDATE_EXTRA, drop=("png", "json_out"))

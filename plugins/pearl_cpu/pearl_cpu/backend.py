@@ -34,6 +34,13 @@ def _memory_bytes() -> int | None:
         return None
 
 
+#: ``profile_cells`` with at least this many iterations per cell also runs the host variants for real.
+CALIBRATE_MIN_ITERATIONS = 200
+#: Seconds each host variant's calibration run measures (after its learning starts), and the rounds.
+CALIBRATE_WINDOW_S = 3.0
+CALIBRATE_ROUNDS = 3
+
+
 class CpuBackend(Backend):
     """Host CPU backend. Sum-tree options: ``threads`` (default: all cores), ``device`` (``"cpu"``).
 
@@ -108,8 +115,18 @@ class CpuBackend(Backend):
         and the learner cell carries the RM update and insert
         (``co_time_sliced``), so Algorithm 1's ``sample + max(update + insert,
         learner)`` is the worker's whole iteration.
+
+        With ``iterations >= CALIBRATE_MIN_ITERATIONS`` (the composer's default
+        1000) each host variant (setting 1 and 2, each learner thread count
+        the actors leave) also runs :data:`CALIBRATE_ROUNDS` times (alternating, median)
+        for :data:`CALIBRATE_WINDOW_S` seconds as the runtime runs it (:func:`~pearl_core.composer.profiling.profile_runtime`),
+        recorded as ``config["run_s_setting_<s>_threads_<t>"]``: the isolated
+        cells miss the runtime's messages, wake-ups and shared cores, which at
+        small models are most of an update (see docs/composer.md). A quick
+        profile (fewer iterations) skips these runs.
         """
         from pearl_core.composer.matrix import CostCell, DeviceRow
+        from pearl_core.composer.calibrate import calibrate_host_variants
         from pearl_core.composer.profiling import (
             profile_actor_step,
             profile_learner,
@@ -117,6 +134,7 @@ class CpuBackend(Backend):
             profile_replay_ops,
             profile_worker_loop,
         )
+        from pearl_core.errors import PearlError
 
         # A profile measures this machine: never more threads than it has, whatever the spec says.
         threads = min(int(device.threads or device.cores or os.cpu_count() or 1), os.cpu_count() or 1)
@@ -144,12 +162,26 @@ class CpuBackend(Backend):
         learner = CostCell(learner_s[t_l], p_all, "profiled")
         co_s, co_u, co_n = (CostCell(co[k], p_co, "profiled") for k in ("sample", "update", "insert"))
         co_learner = CostCell(co["learner"] + co["update"] + co["insert"], p_co, "profiled")
+        runs: dict[str, float] = {}
+        calibration_note = ()
+        if iterations >= CALIBRATE_MIN_ITERATIONS:
+            # The host variants as the runtime runs them (see profile_runtime), in alternating rounds,
+            # medians: what the isolated cells leave out (messages, wake-ups, relaying, cores shared
+            # with the actors) is in these. A failure leaves the variants to the isolated cells' model.
+            try:
+                runs = calibrate_host_variants(workload, [(setting, t) for t in range(1, avail + 1)
+                                                          for setting in (1, 2)],
+                                               window_s=CALIBRATE_WINDOW_S, rounds=CALIBRATE_ROUNDS)
+            except PearlError as exc:
+                calibration_note = (f"no calibration runs ({exc}); the host variants are predicted from the "
+                                    "isolated cells",)
         config = {"rm_threads": t_r, "learner_threads": t_l, "co_rm_threads": t_r, "co_learner_threads": t_l,
                   "co_time_sliced": True, "actor_step_s": actor_s, "msg_hop_s": profile_message_hop(), "actors_produce_batch_s": produce_s,
-                  **{f"learner_s_threads_{t}": v for t, v in learner_s.items()}}
+                  **{f"learner_s_threads_{t}": v for t, v in learner_s.items()}, **runs}
         notes = (f"profiled on {_cpu_model()}: {iterations} iterations per RM cell, {learn_iters} per learner "
                  f"thread count (medians)",
                  f"learner threads {t_l}: actors produce {bs} experiences in {produce_s * 1e3:.2f} ms; "
-                 + ", ".join(f"{t} thread(s) train them in {v * 1e3:.2f} ms" for t, v in learner_s.items()))
+                 + ", ".join(f"{t} thread(s) train them in {v * 1e3:.2f} ms" for t, v in learner_s.items()),
+                 *calibration_note)
         return DeviceRow(device.name, device.kind, s, u, n, learner, co_s, co_u, co_n, co_learner, config=config,
                          notes=notes)

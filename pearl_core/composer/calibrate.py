@@ -1,0 +1,88 @@
+"""Calibration runs of the host variants, in a child interpreter of their own.
+
+:func:`calibrate_host_variants` runs ``python -m pearl_core.composer.calibrate``
+with the workload and the variants as JSON on stdin; the child runs each variant
+(:func:`~pearl_core.composer.profiling.profile_runtime`) in alternating rounds
+and prints the median seconds per update of each as one JSON line.
+
+Why a child: the runtime's worker processes re-import the *main script* from
+its file (:mod:`pearl_core.runtime.procs`). Profiling is called from
+``Composer.run()``, which a user's script may well call at its top level (that
+is fine for composing: only training has to sit under
+``if __name__ == "__main__":``). Started from there, every worker would run the
+user's script again. The child has no main script, so nothing of the caller's is
+re-imported, and a run that crashes takes only the child with it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+from typing import Iterable
+
+from pearl_core.composer.workload import Workload
+from pearl_core.errors import PearlError
+
+__all__ = ["calibrate_host_variants", "variant_key"]
+
+
+def variant_key(setting: int, threads: int) -> str:
+    """The host row's config key of a variant's calibration run: ``run_s_setting_<s>_threads_<t>``."""
+    return f"run_s_setting_{int(setting)}_threads_{int(threads)}"
+
+
+def calibrate_host_variants(wl: Workload, variants: Iterable[tuple[int, int]], *, window_s: float = 3.0,
+                            rounds: int = 2, timeout_s: float | None = None) -> dict[str, float]:
+    """``{variant_key(s, t): median seconds per update}`` of each ``(setting, learner threads)`` variant.
+
+    The variants run in turn, ``rounds`` times (1, 2, 1, 2, ...), each for
+    ``window_s`` seconds of steady state (:func:`~pearl_core.composer.profiling.profile_runtime`).
+    A variant whose runs made too few updates to measure is left out.
+
+    Raises:
+        PearlError: the child failed (the message ends with its error) or timed out.
+    """
+    todo = [(int(s), int(t)) for s, t in variants]
+    if not todo:
+        return {}
+    request = json.dumps({"workload": wl.to_dict(), "variants": todo, "window_s": float(window_s),
+                          "rounds": int(rounds)})
+    if timeout_s is None:  # start-up, the fill before learning, the window, shutdown: generous
+        timeout_s = 60 + rounds * len(todo) * (window_s + 30)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pearl_core.composer.calibrate"], input=request,
+                              capture_output=True, text=True, timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired as exc:
+        raise PearlError(f"the host variants' calibration runs did not finish within {timeout_s:.0f} s") from exc
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        out = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
+        why = out[-1][-1500:] if out else "no output"  # the child's exception, as its last line says it
+        raise PearlError(f"the host variants' calibration runs failed (exit {proc.returncode}): {why}")
+    got = json.loads(lines[-1])
+    return {k: float(v) for k, v in got.items() if isinstance(v, (int, float)) and math.isfinite(v) and v > 0}
+
+
+def _main() -> int:
+    from pearl_core.composer.profiling import profile_runtime
+
+    request = json.loads(sys.stdin.read())
+    wl = Workload.from_dict(request["workload"])
+    variants = [tuple(v) for v in request["variants"]]
+    times: dict[str, list[float]] = {variant_key(s, t): [] for s, t in variants}
+    for _ in range(int(request["rounds"])):
+        for s, t in variants:
+            seconds = profile_runtime(wl, setting=s, learner_threads=t, window_s=float(request["window_s"]))
+            if math.isfinite(seconds):
+                times[variant_key(s, t)].append(seconds)
+    print(json.dumps({k: statistics.median(v) for k, v in times.items() if v}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

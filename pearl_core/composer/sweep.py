@@ -1,0 +1,302 @@
+"""``pearl validate --sweep``: the composer's fidelity over a grid of workloads.
+
+For each workload of the grid (:func:`sweep_points`) the composer plans as a
+user's :class:`~pearl_core.composer.api.Composer` would (profiled cells for the
+present devices, cached on disk), then :func:`~pearl_core.composer.validate.validate_plan`
+runs every runnable candidate of the plan (the host variants: protocol setting
+and learner threads; runner-up device assignments whose devices are present)
+in alternating rounds (A, B, A, B, ...) and takes each one's median. A
+:class:`SweepReport` holds, per workload, predicted vs measured seconds per
+learner iteration and the composer's pick vs the measured best, and overall:
+
+* the share of workloads whose pick is the measured best or within
+  :data:`PICK_TOLERANCE` (3%) of it;
+* the median and the largest ``|predicted - measured| / measured`` over every
+  measured candidate (and over the chosen ones alone).
+
+Typical use (see also ``benchmarks/composer_fidelity.py``)::
+
+    report = run_sweep(sweep_points("dqn"), window_s=6, repeats=2, progress=print)
+    print(report.to_markdown())
+    report.pick_share, report.median_error, report.max_error
+
+Every run writes into a temporary folder that is removed afterwards; nothing
+is learned or kept. The grid runs for a long time (minutes per workload); a
+workload whose plan or run fails is recorded with the error and the sweep goes
+on.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import platform
+import statistics
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from pearl_core.errors import PearlError, SpecError
+
+if TYPE_CHECKING:
+    from pearl_core.composer.validate import ValidationReport, ValidationRow
+    from pearl_core.plugins import PluginRegistry
+
+__all__ = ["GRIDS", "PICK_TOLERANCE", "SweepPoint", "SweepReport", "SweepResult", "run_sweep", "sweep_points"]
+
+#: The pick counts as right when its measured time is within this fraction of the measured best's.
+PICK_TOLERANCE = 0.03
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One workload of the sweep.
+
+    Attributes:
+        env_id: gymnasium environment (``CartPole-v1`` for DQN, ``Pendulum-v1`` for DDPG).
+        batch_size: ``BS``.
+        hidden: the MLP's hidden sizes (``(64, 64)``).
+        replay: ``"uniform"`` or ``"prioritized"``.
+        n_actors: actor processes.
+        envs_per_actor: environments each actor steps together.
+        replay_ratio: learner updates per env step (``BS_i = 1 / replay_ratio``).
+    """
+
+    env_id: str
+    batch_size: int
+    hidden: tuple[int, ...]
+    replay: str
+    n_actors: int
+    envs_per_actor: int
+    replay_ratio: float = 0.5
+
+    @property
+    def algorithm(self) -> str:
+        from pearl_core.envs import env_spaces
+        from pearl_core.algorithms.defaults import default_trainer
+
+        return default_trainer(env_spaces(self.env_id)[1]).__name__
+
+    @property
+    def label(self) -> str:
+        short = "PER" if self.replay == "prioritized" else "uni"
+        return (f"{self.env_id} b{self.batch_size} {'-'.join(map(str, self.hidden))} {short} "
+                f"{self.n_actors}a x{self.envs_per_actor}")
+
+
+def sweep_points(grid: str = "full") -> tuple[SweepPoint, ...]:
+    """The workloads of a named grid.
+
+    ``"dqn"``: DQN on CartPole-v1, batch {32, 128, 512} x MLP {64-64, 256-256} x
+    replay {uniform, prioritized} x actors {1, 2} x envs per actor {1, 8} (48
+    workloads); ``"ddpg"``: the same grid for DDPG on Pendulum-v1; ``"full"``:
+    both (96); ``"quick"``: 8 of the DQN grid's corners (a smoke run).
+
+    Raises:
+        SpecError: an unknown grid name.
+    """
+    if grid not in GRIDS:
+        raise SpecError(f"sweep grid {grid!r} is unknown; expected one of {sorted(GRIDS)} (e.g. --sweep dqn).")
+    return GRIDS[grid]()
+
+
+def _grid(env_id: str) -> tuple[SweepPoint, ...]:
+    return tuple(SweepPoint(env_id, bs, h, rp, na, ne)
+                 for bs in (32, 128, 512) for h in ((64, 64), (256, 256)) for rp in ("uniform", "prioritized")
+                 for na in (1, 2) for ne in (1, 8))
+
+
+def _quick() -> tuple[SweepPoint, ...]:
+    return tuple(SweepPoint("CartPole-v1", bs, h, rp, na, ne)
+                 for bs, h, rp, na, ne in ((32, (64, 64), "uniform", 1, 1), (32, (256, 256), "prioritized", 1, 1),
+                                           (512, (64, 64), "prioritized", 1, 1), (512, (256, 256), "uniform", 1, 1),
+                                           (32, (64, 64), "prioritized", 2, 8), (128, (256, 256), "prioritized", 2, 1),
+                                           (128, (64, 64), "uniform", 1, 8), (512, (256, 256), "prioritized", 2, 8)))
+
+
+GRIDS: dict[str, Callable[[], tuple[SweepPoint, ...]]] = {
+    "dqn": lambda: _grid("CartPole-v1"),
+    "ddpg": lambda: _grid("Pendulum-v1"),
+    "full": lambda: _grid("CartPole-v1") + _grid("Pendulum-v1"),
+    "quick": _quick,
+}
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """One workload: its validation report, or why it could not be validated."""
+
+    point: SweepPoint
+    report: "ValidationReport | None"
+    error: str = ""
+
+    @property
+    def measured(self) -> "tuple[ValidationRow, ...]":
+        if self.report is None:
+            return ()
+        return tuple(r for r in self.report.rows if math.isfinite(r.measured_s))
+
+    @property
+    def pick_ok(self) -> bool | None:
+        """The chosen candidate is the measured best or within :data:`PICK_TOLERANCE` of it (``None``: not measured)."""
+        rows = self.measured
+        if self.report is None or not rows or not math.isfinite(self.report.chosen.measured_s):
+            return None
+        best = min(r.measured_s for r in rows)
+        return self.report.chosen.measured_s <= (1 + PICK_TOLERANCE) * best
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """Every workload's result and the overall figures."""
+
+    results: tuple[SweepResult, ...]
+    window_s: float
+    repeats: int
+    machine: str = ""
+    started: str = ""
+    finished: str = ""
+
+    @property
+    def validated(self) -> tuple[SweepResult, ...]:
+        return tuple(r for r in self.results if r.pick_ok is not None)
+
+    @property
+    def pick_share(self) -> float:
+        """Share of validated workloads whose pick is the measured best (within 3%)."""
+        v = self.validated
+        return sum(bool(r.pick_ok) for r in v) / len(v) if v else math.nan
+
+    def errors(self, chosen_only: bool = False, model: bool = False) -> list[float]:
+        """``|error|`` of every measured candidate (or the chosen ones); ``model``: the isolated cells' model's."""
+        out = [abs(row.model_error if model else row.error) for r in self.validated for row in r.measured
+               if row.chosen or not chosen_only]
+        return [e for e in out if math.isfinite(e)]
+
+    @property
+    def median_error(self) -> float:
+        e = self.errors()
+        return statistics.median(e) if e else math.nan
+
+    @property
+    def max_error(self) -> float:
+        e = self.errors()
+        return max(e) if e else math.nan
+
+    def summary(self) -> str:
+        v = self.validated
+        ch = self.errors(chosen_only=True)
+        return (f"{len(v)} of {len(self.results)} workloads validated; pick = measured best (within "
+                f"{PICK_TOLERANCE:.0%}) in {sum(bool(r.pick_ok) for r in v)} ({self.pick_share:.0%}); "
+                f"|error| over {len(self.errors())} measured candidates: median {self.median_error:.1%}, "
+                f"max {self.max_error:.1%}; chosen only: median "
+                f"{(statistics.median(ch) if ch else math.nan):.1%}, max {(max(ch) if ch else math.nan):.1%}"
+                + (f"; the isolated cells' model alone: median {statistics.median(me):.1%}, max {max(me):.1%}"
+                   if (me := self.errors(model=True)) else ""))
+
+    def to_markdown(self) -> str:
+        lines = [f"# Composer fidelity sweep", "",
+                 f"- machine: {self.machine}", f"- started {self.started}, finished {self.finished}",
+                 f"- each candidate ran {self.window_s:g} s per round, {self.repeats} alternating rounds "
+                 "(A, B, A, B); measured = median of its rounds (seconds per learner update, steady state)",
+                 f"- pick is right when its measured time is within {PICK_TOLERANCE:.0%} of the measured best", "",
+                 f"**{self.summary()}**", "",
+                 "predicted = the composer's figure (a host variant's calibration run when the profile has one); "
+                 "model = the isolated cells' model of the same variant.", "",
+                 "| workload | candidate | predicted ms | measured ms | error | model ms | model error | pick | best |",
+                 "|---|---|---:|---:|---:|---:|---:|:-:|:-:|"]
+        for res in self.results:
+            if res.report is None:
+                lines.append(f"| {res.point.label} | not validated: {res.error} | | | | | | | |")
+                continue
+            best = min(res.measured, key=lambda r: r.measured_s) if res.measured else None
+            for row in res.report.rows:
+                ms = f"{row.measured_s * 1e3:.3f}" if math.isfinite(row.measured_s) else "-"
+                err = f"{row.error:+.1%}" if math.isfinite(row.error) else "-"
+                model = f"{row.model_s * 1e3:.3f}" if math.isfinite(row.model_s) else "-"
+                merr = f"{row.model_error:+.1%}" if math.isfinite(row.model_error) else "-"
+                mark = ("yes" if res.pick_ok else "NO") if row.chosen else ""
+                lines.append(f"| {res.point.label} | {row.label} | {row.predicted_s * 1e3:.3f} | {ms} | {err} | "
+                             f"{model} | {merr} | {'*' if row.chosen else ''} {mark} | {'*' if row is best else ''} |")
+        return "\n".join(lines) + "\n"
+
+
+def machine_line() -> str:
+    """What the sweep ran on: CPU model, logical CPUs, load average at the start."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            model = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), model)
+    except OSError:
+        pass
+    try:
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        load = "?"
+    return f"{model}, {os.cpu_count()} logical CPUs, load average {load} at the start"
+
+
+def _composer_for(point: SweepPoint, hardware, metric: str, registry: "PluginRegistry | None", cache_dir):
+    from pearl_core.algorithms.defaults import default_trainer, hidden_kwargs
+    from pearl_core.composer.api import Composer
+
+    composer = Composer(hardware, metric, registry=registry, cache_dir=cache_dir)
+    composer.set_actors(point.env_id, point.n_actors, envs_per_actor=point.envs_per_actor)
+    trainer = default_trainer(composer._spaces[1])  # noqa: SLF001 - set by set_actors above
+    composer.set_train_function(trainer, point.batch_size, replay_ratio=point.replay_ratio,
+                                **hidden_kwargs(trainer, list(point.hidden)))
+    composer.set_replay(point.replay)
+    return composer
+
+
+def run_sweep(points: Sequence[SweepPoint], *, hardware=None, metric: str = "throughput", window_s: float = 6.0,
+              repeats: int = 2, learning_starts: int = 1_000, top: int = 2,
+              registry: "PluginRegistry | None" = None, cache_dir=None,
+              progress: Callable[[str], None] | None = None,
+              after_each: "Callable[[SweepReport], None] | None" = None) -> SweepReport:
+    """Plan and validate every workload of ``points``; see the module docstring.
+
+    Args:
+        hardware: a hardware spec (path or value); default the detected machine.
+        window_s, repeats, learning_starts, top: as :func:`~pearl_core.composer.validate.validate_plan`.
+        cache_dir: the profile cache (default: the profiler's).
+        progress: called with a line per workload and per run.
+        after_each: called with the report so far after each workload (e.g. to write it, so a
+            long sweep stopped early keeps what it measured).
+
+    Raises:
+        PearlError: bad ``window_s``/``repeats`` (before anything runs).
+    """
+    from pearl_core.composer.validate import validate_plan
+
+    if not (isinstance(window_s, (int, float)) and math.isfinite(window_s) and window_s > 0):
+        raise PearlError(f"sweep: window_s = {window_s!r}; expected seconds > 0 (e.g. 6).")
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+        raise PearlError(f"sweep: repeats = {repeats!r}; expected an int >= 1 (e.g. 2).")
+    started = datetime.datetime.now().isoformat(timespec="seconds")
+    machine = machine_line()
+    results = []
+    for i, point in enumerate(points):
+        if progress is not None:
+            progress(f"[{i + 1}/{len(points)}] {point.label}: planning (profiling the host when not cached) ...")
+        try:
+            composition = _composer_for(point, hardware, metric, registry, cache_dir).run(profile=True)
+            report = validate_plan(composition.plan, window_s=window_s, learning_starts=learning_starts,
+                                   repeats=repeats, top=top, registry=registry, progress=progress)
+        except PearlError as exc:
+            results.append(SweepResult(point, None, str(exc).splitlines()[0][:300]))
+            if progress is not None:
+                progress(f"  not validated: {exc}")
+            continue
+        res = SweepResult(point, report)
+        results.append(res)
+        if progress is not None:
+            rows = ", ".join(f"{r.label}: {r.predicted_s * 1e3:.3f} vs {r.measured_s * 1e3:.3f} ms"
+                             for r in report.rows)
+            progress(f"  {rows}; pick {'right' if res.pick_ok else 'WRONG'}")
+        if after_each is not None:
+            after_each(SweepReport(tuple(results), float(window_s), repeats, machine, started,
+                                   f"(in progress: {len(results)} of {len(points)})"))
+    finished = datetime.datetime.now().isoformat(timespec="seconds")
+    return SweepReport(tuple(results), float(window_s), repeats, machine, started, finished)
+

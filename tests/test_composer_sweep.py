@@ -1,0 +1,186 @@
+"""``pearl validate --sweep``: the grid, the report's figures, the CLI, and the calibrated host variants."""
+
+from __future__ import annotations
+
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from pearl_core.cli import app
+from pearl_core.composer.matrix import CostCell, DeviceRow
+from pearl_core.composer.spec import DeviceSpec
+from pearl_core.composer.sweep import PICK_TOLERANCE, SweepPoint, SweepReport, SweepResult, sweep_points
+from pearl_core.composer.tuning import Variant, host_variants
+from pearl_core.composer.validate import ValidationReport, ValidationRow
+from pearl_core.composer.workload import Workload
+from pearl_core.errors import SpecError
+from pearl_core.runtime.config import Setting
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_grids_cover_the_issue_grid():
+    dqn = sweep_points("dqn")
+    assert len(dqn) == 48 and len(set(dqn)) == 48
+    assert {p.batch_size for p in dqn} == {32, 128, 512}
+    assert {p.hidden for p in dqn} == {(64, 64), (256, 256)}
+    assert {p.replay for p in dqn} == {"uniform", "prioritized"}
+    assert {p.n_actors for p in dqn} == {1, 2} and {p.envs_per_actor for p in dqn} == {1, 8}
+    assert {p.env_id for p in dqn} == {"CartPole-v1"}
+    assert {p.env_id for p in sweep_points("ddpg")} == {"Pendulum-v1"}
+    assert len(sweep_points("full")) == 96
+    assert set(sweep_points("quick")) <= set(dqn)
+    with pytest.raises(SpecError, match="unknown; expected one of"):
+        sweep_points("everything")
+
+
+def _row(label, predicted, measured, chosen, model=math.nan):
+    return ValidationRow(label, Setting(1 if "1" in label else 2), 1, 1, predicted, measured, 100, chosen,
+                         model_s=model)
+
+
+def _result(*rows, point=SweepPoint("CartPole-v1", 32, (64, 64), "uniform", 1, 1)):
+    return SweepResult(point, ValidationReport(tuple(rows), 5.0))
+
+
+def test_pick_is_right_within_three_percent_of_the_measured_best():
+    right = _result(_row("setting 1", 1.0, 1.02, True), _row("setting 2", 1.1, 1.0, False))
+    wrong = _result(_row("setting 1", 1.0, 1.04, True), _row("setting 2", 1.1, 1.0, False))
+    assert PICK_TOLERANCE == 0.03
+    assert right.pick_ok is True and wrong.pick_ok is False
+    unmeasured = _result(_row("setting 1", 1.0, math.nan, True), _row("setting 2", 1.1, 1.0, False))
+    assert unmeasured.pick_ok is None
+
+
+def test_report_figures_count_every_measured_candidate():
+    a = _result(_row("setting 1", 1.1, 1.0, True, model=0.5), _row("setting 2", 0.8, 1.0, False, model=0.9))
+    b = _result(_row("setting 1", 2.0, 2.5, False), _row("setting 2", 2.0, 2.0, True))
+    failed = SweepResult(SweepPoint("Pendulum-v1", 32, (64, 64), "uniform", 1, 1), None, "the run failed: boom")
+    rep = SweepReport((a, b, failed), 5.0, 2, "test machine")
+    assert len(rep.validated) == 2
+    assert rep.pick_share == 1.0  # a's pick ties the best (1.0), b's pick is the best (2.0 < 2.5)
+    errors = sorted(rep.errors())
+    assert errors == pytest.approx(sorted([0.1, 0.2, 0.2, 0.0]))
+    assert rep.median_error == pytest.approx(0.15) and rep.max_error == pytest.approx(0.2)
+    assert sorted(rep.errors(chosen_only=True)) == pytest.approx([0.0, 0.1])
+    assert sorted(rep.errors(model=True)) == pytest.approx([0.1, 0.5])
+    text = rep.to_markdown()
+    assert "not validated: the run failed: boom" in text and "test machine" in text
+    assert "| 1100.000 | 1000.000 | +10.0% | 500.000 | -50.0% |" in text  # seconds shown as ms
+    assert "2 of 3 workloads validated" in rep.summary()
+
+
+def test_pick_share_counts_wrong_picks():
+    a = _result(_row("setting 1", 1.0, 1.2, True), _row("setting 2", 1.1, 1.0, False))
+    b = _result(_row("setting 1", 1.0, 1.0, True), _row("setting 2", 1.1, 1.1, False))
+    assert SweepReport((a, b), 5.0, 2).pick_share == 0.5
+
+
+def _host_row(extra):
+    cell = CostCell(1e-4, 10.0, "profiled")
+    config = {"actor_step_s": 5e-5, "msg_hop_s": 2e-5, "learner_s_threads_1": 2e-4, "co_time_sliced": True,
+              "co_learner_threads": 1, "rm_threads": 1, "learner_threads": 1, **extra}
+    return DeviceRow("cpu0", "cpu", cell, cell, cell, cell, cell, cell, cell, cell, config=config)
+
+
+def test_host_variants_take_a_calibration_run_and_keep_the_model():
+    dev = DeviceSpec("cpu0", "cpu", 2**34, 5, 20, cores=2, threads=2)
+    wl = Workload(batch_size=32, obs_bytes=16, action_bytes=8, n_actors=1)
+    plain = {(v.setting, v.learner_threads): v for v in host_variants(dev, _host_row({}), wl)}
+    runs = {"run_s_setting_1_threads_1": 9e-4, "run_s_setting_2_threads_1": 7e-4}
+    calibrated = {(v.setting, v.learner_threads): v for v in host_variants(dev, _host_row(runs), wl)}
+    assert set(plain) == set(calibrated) == {(Setting(1), 1), (Setting(2), 1)}
+    for key, run in (((Setting(1), 1), 9e-4), ((Setting(2), 1), 7e-4)):
+        assert calibrated[key].predicted_s == run and calibrated[key].bound == "run"
+        assert calibrated[key].model_s == pytest.approx(plain[key].predicted_s)
+        assert plain[key].bound != "run" and plain[key].model_s == pytest.approx(plain[key].predicted_s)
+    bad = {"run_s_setting_1_threads_1": float("nan"), "run_s_setting_2_threads_1": -1.0}
+    for v in host_variants(dev, _host_row(bad), wl):  # an unmeasurable run leaves the model's figure
+        assert v.bound != "run"
+
+
+def test_variant_round_trips_and_reads_plans_without_model_s():
+    v = Variant(Setting(2), 1, 1, 1e-3, 32e3, 10.0, 0, "run", 8e-4)
+    assert Variant.from_dict(v.to_dict()) == v
+    old = {k: val for k, val in v.to_dict().items() if k != "model_s"}
+    assert math.isnan(Variant.from_dict(old).model_s)
+
+
+def test_cli_refuses_a_report_without_a_sweep_and_an_unknown_grid(tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "r.md"
+    res = runner.invoke(app, ["validate", "--report", str(out)])
+    assert res.exit_code != 0 and "no --sweep was given" in res.output and not out.exists()
+    res = runner.invoke(app, ["validate", "--sweep", "nope", "--report", str(out)])
+    assert res.exit_code != 0 and "unknown; expected one of" in res.output and not out.exists()
+
+
+@pytest.mark.slow
+def test_benchmark_measures_a_workload_and_writes_the_report(tmp_path):
+    """One real workload: profiled (with the calibration runs), both host variants run, the report written."""
+    out = tmp_path / "fidelity.md"
+    env = dict(os.environ, PEARL_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "composer_fidelity.py"), "--grid", "quick",
+                           "--only", "0:1", "--window", "1.5", "--repeats", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    text = out.read_text(encoding="utf-8")
+    assert "1 of 1 workloads validated" in text
+    rows = [ln for ln in text.splitlines() if ln.startswith("| CartPole-v1 b32 64-64 uni 1a x1 | setting")]
+    assert len(rows) == 2, text
+    for ln in rows:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        predicted, measured, model = float(cells[2]), float(cells[3]), float(cells[5])
+        assert predicted > 0 and measured > 0 and model > 0
+        assert predicted != model  # the calibration run, not the isolated cells' model, is the prediction
+
+
+def test_calibration_runs_in_a_child_and_measures_a_variant():
+    from pearl_core.composer.calibrate import calibrate_host_variants, variant_key
+    from pearl_core.composer.workload import workload_for_env
+
+    wl = workload_for_env("CartPole-v1", 32, hidden_sizes=(16, 16), replay="uniform", insert_batch=2)
+    got = calibrate_host_variants(wl, [(2, 1)], window_s=1.0, rounds=1)
+    assert set(got) == {variant_key(2, 1)} and 1e-6 < got[variant_key(2, 1)] < 1.0
+
+
+def test_a_failing_calibration_says_why():
+    from pearl_core.composer.calibrate import calibrate_host_variants
+    from pearl_core.errors import PearlError
+
+    wl = Workload(batch_size=32, obs_bytes=16, action_bytes=8, env_id="CartPole-v1",
+                  trainer="pearl_no_such_module:Trainer")
+    with pytest.raises(PearlError, match=r"calibration runs failed \(exit [1-9].*pearl_no_such_module"):
+        calibrate_host_variants(wl, [(1, 1)], window_s=1.0, rounds=1)
+    assert calibrate_host_variants(wl, []) == {}
+
+
+UNGUARDED = """
+from pearl_core.algorithms import DQN
+from pearl_core.composer import Composer
+
+# Composing at the top level of a script (no __main__ guard) is allowed: only training needs the guard.
+composer = Composer(profile_iterations=200)
+composer.set_actors("CartPole-v1", n_actors=1)
+composer.set_train_function(DQN, batch_size=32, replay_ratio=0.5, hidden_sizes=[16, 16])
+composer.set_replay("uniform", capacity=10_000)
+plan = composer.run().plan
+print("VARIANTS", sorted((int(v.setting), v.bound) for v in plan.variants))
+"""
+
+
+@pytest.mark.slow
+def test_an_unguarded_script_composes_with_calibration_runs(tmp_path):
+    """The calibration's workers must not re-run the caller's script (they run in a child without one)."""
+    script = tmp_path / "compose_at_top_level.py"
+    script.write_text(UNGUARDED)
+    env = dict(os.environ, PEARL_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, env=env,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "VARIANTS [(1, 'run'), (2, 'run')]" in proc.stdout, proc.stdout[-3000:]
