@@ -67,9 +67,9 @@ from pearl_core.composer.compose_cli import compose_command  # noqa: E402
 
 app.command("compose")(compose_command)
 
-from pearl_core.composer.validate import validate_command  # noqa: E402
+from pearl_core.composer.sweep import validate_or_sweep_command  # noqa: E402
 
-app.command("validate")(validate_command)
+app.command("validate")(validate_or_sweep_command)
 
 
 def main() -> None:  # console-script entry point

@@ -184,3 +184,25 @@ def test_an_unguarded_script_composes_with_calibration_runs(tmp_path):
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "VARIANTS [(1, 'run'), (2, 'run')]" in proc.stdout, proc.stdout[-3000:]
+
+
+def test_cli_sweep_prints_the_table_writes_the_report_and_bounds_the_error(tmp_path, monkeypatch):
+    import pearl_core.composer.sweep as sweep
+
+    seen = {}
+
+    def fake_run_sweep(points, **kwargs):  # the measuring part is tested above; this checks the command
+        seen.update(kwargs, n=len(points))
+        return SweepReport((_result(_row("setting 1", 1.3e-3, 1.0e-3, True), _row("setting 2", 1.2e-3, 1.1e-3, False)),),
+                           kwargs["window_s"], kwargs["repeats"], "test machine")
+
+    monkeypatch.setattr(sweep, "run_sweep", fake_run_sweep)
+    out = tmp_path / "sub" / "fidelity.md"
+    res = CliRunner().invoke(app, ["validate", "--sweep", "quick", "--window", "2", "--repeats", "3", "--report",
+                                   str(out)])
+    assert res.exit_code == 0, res.output
+    assert seen["n"] == 8 and seen["window_s"] == 2.0 and seen["repeats"] == 3
+    assert "+30.0%" in res.output and "right" in res.output and "1 of 1 workloads validated" in res.output
+    assert out.read_text(encoding="utf-8").startswith("# Composer fidelity sweep")
+    res = CliRunner().invoke(app, ["validate", "--sweep", "quick", "--max-error", "0.25"])
+    assert res.exit_code == 1 and "worst prediction is off by 30.0%" in res.output

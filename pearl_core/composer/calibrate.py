@@ -24,15 +24,11 @@ import subprocess
 import sys
 from typing import Iterable
 
+from pearl_core.composer.tuning import variant_key
 from pearl_core.composer.workload import Workload
 from pearl_core.errors import PearlError
 
 __all__ = ["calibrate_host_variants", "variant_key"]
-
-
-def variant_key(setting: int, threads: int) -> str:
-    """The host row's config key of a variant's calibration run: ``run_s_setting_<s>_threads_<t>``."""
-    return f"run_s_setting_{int(setting)}_threads_{int(threads)}"
 
 
 def calibrate_host_variants(wl: Workload, variants: Iterable[tuple[int, int]], *, window_s: float = 3.0,

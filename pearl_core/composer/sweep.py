@@ -34,7 +34,7 @@ import os
 import platform
 import statistics
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pearl_core.errors import PearlError, SpecError
 
@@ -42,7 +42,8 @@ if TYPE_CHECKING:
     from pearl_core.composer.validate import ValidationReport, ValidationRow
     from pearl_core.plugins import PluginRegistry
 
-__all__ = ["GRIDS", "PICK_TOLERANCE", "SweepPoint", "SweepReport", "SweepResult", "run_sweep", "sweep_points"]
+__all__ = ["GRIDS", "PICK_TOLERANCE", "SweepPoint", "SweepReport", "SweepResult", "run_sweep", "sweep_command",
+           "sweep_points", "validate_or_sweep_command"]
 
 #: The pick counts as right when its measured time is within this fraction of the measured best's.
 PICK_TOLERANCE = 0.03
@@ -69,13 +70,6 @@ class SweepPoint:
     n_actors: int
     envs_per_actor: int
     replay_ratio: float = 0.5
-
-    @property
-    def algorithm(self) -> str:
-        from pearl_core.envs import env_spaces
-        from pearl_core.algorithms.defaults import default_trainer
-
-        return default_trainer(env_spaces(self.env_id)[1]).__name__
 
     @property
     def label(self) -> str:
@@ -300,3 +294,80 @@ def run_sweep(points: Sequence[SweepPoint], *, hardware=None, metric: str = "thr
     finished = datetime.datetime.now().isoformat(timespec="seconds")
     return SweepReport(tuple(results), float(window_s), repeats, machine, started, finished)
 
+
+
+# -- the command: `pearl validate --sweep GRID` -----------------------------------------------------
+
+def validate_or_sweep_command(**options: Any) -> None:
+    """``pearl validate``: one workload (:func:`~pearl_core.composer.validate.validate_command`), or with
+    ``--sweep GRID`` every workload of the grid (:func:`sweep_command`)."""
+    from pearl_core.composer.validate import validate_command
+
+    if options.get("sweep") is None:
+        validate_command(**options)
+        return
+    from rich.console import Console
+
+    sweep_command(options, Console(width=max(132, Console().width)))
+
+
+def sweep_command(o: dict[str, Any], console: Any) -> None:
+    """``pearl validate --sweep GRID``: every workload of the grid planned and validated; a table and the figures.
+
+    The grid's workloads replace the single-workload options (batch, hidden sizes,
+    replay, actors); ``--hardware``, ``--metric``, ``--window``, ``--repeats``,
+    ``--top`` and ``--learning-starts`` apply to each. ``--max-error`` bounds
+    the worst ``|error|`` of any measured candidate; ``--report`` writes the
+    markdown report (atomically).
+    """
+    from rich.markup import escape
+    from rich.table import Table
+
+    from pearl_core.composer.cli import fail
+    from pearl_core.fileio import atomic_write
+
+    try:
+        points = sweep_points(o["sweep"])
+        report = run_sweep(points, hardware=o["hardware"], metric=o["metric"], window_s=o["window"],
+                           repeats=o["repeats"], learning_starts=o["learning_starts"], top=o["top"],
+                           progress=lambda line: console.print(escape(line)))
+    except (PearlError, OSError) as exc:
+        fail(console, exc)
+    table = Table(title=f"composer fidelity: {len(points)} workloads ({o['sweep']}), {report.window_s:g} s x "
+                        f"{report.repeats} rounds per candidate")
+    for col in ("workload", "candidate", "predicted ms", "measured ms", "error", "pick"):
+        table.add_column(col, justify="left" if col in ("workload", "candidate") else "right")
+    for res in report.results:
+        if res.report is None:
+            table.add_row(escape(res.point.label), f"not validated: {escape(res.error)}", "", "", "", "")
+            continue
+        for row in res.report.rows:
+            ms = f"{row.measured_s * 1e3:.3f}" if math.isfinite(row.measured_s) else "-"
+            err = f"{row.error:+.1%}" if math.isfinite(row.error) else "-"
+            pick = ("right" if res.pick_ok else "WRONG") if row.chosen else ""
+            table.add_row(escape(res.point.label), ("* " if row.chosen else "  ") + escape(row.label),
+                          f"{row.predicted_s * 1e3:.3f}", ms, err, pick)
+    console.print(table)
+    console.print(escape(report.summary()))
+    if o["report"] is not None:
+        try:
+            atomic_write(o["report"], report.to_markdown(), make_parents=True)
+        except OSError as exc:
+            fail(console, exc)
+        console.print(f"report written to {escape(str(o['report']))}")
+    limit = o["max_error"]
+    if limit is not None and not (report.max_error <= limit):
+        console.print(f"[red]error:[/red] the worst prediction is off by {report.max_error:.1%} "
+                      f"(> --max-error {limit:.0%}).")
+        raise SystemExit(1)
+
+
+def _command_signature() -> None:
+    from pearl_core.composer.validate import validate_command
+
+    validate_or_sweep_command.__signature__ = validate_command.__signature__  # type: ignore[attr-defined]
+    validate_or_sweep_command.__annotations__ = dict(validate_command.__annotations__)
+    validate_or_sweep_command.__doc__ = validate_command.__doc__
+
+
+_command_signature()

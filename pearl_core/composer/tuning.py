@@ -54,13 +54,12 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from pearl_core.composer.calibrate import variant_key
 from pearl_core.composer.matrix import DeviceRow
 from pearl_core.composer.spec import DeviceSpec
 from pearl_core.composer.workload import Workload
 from pearl_core.runtime.config import Setting
 
-__all__ = ["Variant", "host_variants", "pick_variant"]
+__all__ = ["TIE", "Variant", "host_variants", "pick_variant", "variant_key"]
 
 
 @dataclass(frozen=True)
@@ -108,6 +107,11 @@ class Variant:
         if values.get("model_s") is None:
             values.pop("model_s", None)
         return cls(**values)
+
+
+def variant_key(setting: int, threads: int) -> str:
+    """The host row's config key of a variant's calibration run: ``run_s_setting_<s>_threads_<t>``."""
+    return f"run_s_setting_{int(setting)}_threads_{int(threads)}"
 
 
 def _learner_s(cfg: Mapping[str, Any], t: int) -> float | None:

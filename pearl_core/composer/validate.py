@@ -340,9 +340,9 @@ def validate_command(**options: Any) -> None:
     """Run the plan's top candidates (and host variants) here for a short window; print predicted vs measured."""
     o = options
     console = Console(width=max(132, Console().width))
-    if o["sweep"] is not None:
-        sweep_command(o, console)
-        return
+    if o["sweep"] is not None:  # the CLI sends --sweep to pearl_core.composer.sweep.validate_or_sweep_command
+        fail(console, PearlError("validate_command runs one workload; for --sweep call "
+                                 "pearl_core.composer.sweep.validate_or_sweep_command (what `pearl validate` runs)."))
     if o["report"] is not None:
         fail(console, PearlError(f"--report {o['report']} writes the report of a sweep, but no --sweep was given. "
                                  "Fix: add --sweep quick (or dqn, ddpg, full), or leave --report out."))
@@ -359,54 +359,6 @@ def validate_command(**options: Any) -> None:
     limit = o["max_error"]
     if limit is not None and not (report.chosen_error <= limit):
         console.print(f"[red]error:[/red] the chosen plan's prediction is off by {report.chosen_error:.1%} "
-                      f"(> --max-error {limit:.0%}).")
-        raise SystemExit(1)
-
-
-def sweep_command(o: dict[str, Any], console: Any) -> None:
-    """``pearl validate --sweep GRID``: every workload of the grid planned and validated; a table and the figures.
-
-    The grid's workloads replace the single-workload options (batch, hidden sizes,
-    replay, actors); ``--hardware``, ``--metric``, ``--window``, ``--repeats``,
-    ``--top`` and ``--learning-starts`` apply to each. ``--max-error`` bounds
-    the worst ``|error|`` of any measured candidate; ``--report`` writes the
-    markdown report (atomically).
-    """
-    from pearl_core.composer.sweep import run_sweep, sweep_points
-    from pearl_core.fileio import atomic_write
-
-    try:
-        points = sweep_points(o["sweep"])
-        report = run_sweep(points, hardware=o["hardware"], metric=o["metric"], window_s=o["window"],
-                           repeats=o["repeats"], learning_starts=o["learning_starts"], top=o["top"],
-                           progress=lambda line: console.print(escape(line)))
-    except (PearlError, OSError) as exc:
-        fail(console, exc)
-    table = Table(title=f"composer fidelity: {len(points)} workloads ({o['sweep']}), {report.window_s:g} s x "
-                        f"{report.repeats} rounds per candidate")
-    for col in ("workload", "candidate", "predicted ms", "measured ms", "error", "pick"):
-        table.add_column(col, justify="left" if col in ("workload", "candidate") else "right")
-    for res in report.results:
-        if res.report is None:
-            table.add_row(escape(res.point.label), f"not validated: {escape(res.error)}", "", "", "", "")
-            continue
-        for row in res.report.rows:
-            ms = f"{row.measured_s * 1e3:.3f}" if math.isfinite(row.measured_s) else "-"
-            err = f"{row.error:+.1%}" if math.isfinite(row.error) else "-"
-            pick = ("right" if res.pick_ok else "WRONG") if row.chosen else ""
-            table.add_row(escape(res.point.label), ("* " if row.chosen else "  ") + escape(row.label),
-                          f"{row.predicted_s * 1e3:.3f}", ms, err, pick)
-    console.print(table)
-    console.print(escape(report.summary()))
-    if o["report"] is not None:
-        try:
-            atomic_write(o["report"], report.to_markdown(), make_parents=True)
-        except OSError as exc:
-            fail(console, exc)
-        console.print(f"report written to {escape(str(o['report']))}")
-    limit = o["max_error"]
-    if limit is not None and not (report.max_error <= limit):
-        console.print(f"[red]error:[/red] the worst prediction is off by {report.max_error:.1%} "
                       f"(> --max-error {limit:.0%}).")
         raise SystemExit(1)
 
