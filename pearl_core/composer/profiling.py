@@ -78,6 +78,7 @@ __all__ = [
     "CACHE_FORMAT",
     "backend_settings",
     "cache_dir",
+    "measure_run",
     "measured_iteration_s",
     "median_time",
     "metrics_every_for",
@@ -564,16 +565,32 @@ def profile_runtime(wl: Workload, *, setting: int, learner_threads: int = 1, win
 
     Returns ``nan`` when the run made too few updates to measure.
     """
-    from pearl_core.runtime.config import RuntimePlan, StopCriteria
+    from pearl_core.runtime.config import RuntimePlan
+
+    starts = learning_starts if learning_starts is not None else max(1_000, wl.batch_size)
+    plan = RuntimePlan(setting=setting, learner_threads=learner_threads, rm_threads=learner_threads if setting == 2
+                       else 1, n_actors=wl.n_actors, envs_per_actor=wl.envs_per_actor)
+    return measure_run(wl, plan, window_s=window_s, learning_starts=starts, seed=seed)[0]
+
+
+def measure_run(wl: Workload, plan: "Any", *, window_s: float, learning_starts: int, seed: int = 0,
+                prefix: str = "pearl-calibrate-") -> tuple[float, int]:
+    """``(seconds per update, updates)`` of one run of ``plan`` (a RuntimePlan) with the workload.
+
+    The workload's run config at its replay ratio (one update per ``BS_i`` env steps), for
+    ``window_s`` seconds after ``learning_starts`` env steps, no evaluation, logs in a temporary
+    folder that is removed; the time is :func:`measured_iteration_s` of its ``metrics.csv``.
+    Used by :func:`profile_runtime` and ``pearl validate``. A failing run raises as the runtime does.
+    """
+    from pearl_core.runtime.config import StopCriteria
     from pearl_core.runtime.parallel import ParallelRuntime
 
     bsi = int(wl.insert_batch or wl.n_actors)
-    starts = learning_starts if learning_starts is not None else max(1_000, wl.batch_size)
-    config = dataclasses.replace(run_config_for(wl, seed=seed), replay_ratio=1.0 / bsi, learning_starts=starts,
+    config = dataclasses.replace(run_config_for(wl, seed=seed), replay_ratio=1.0 / bsi,
+                                 learning_starts=learning_starts,
                                  stop=StopCriteria(max_wall_time_s=float(window_s), eval_every=10**9))
-    plan = RuntimePlan(setting=setting, learner_threads=learner_threads, rm_threads=learner_threads if setting == 2
-                       else 1, n_actors=wl.n_actors, envs_per_actor=wl.envs_per_actor)
-    with tempfile.TemporaryDirectory(prefix="pearl-calibrate-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         config = dataclasses.replace(config, log_dir=str(Path(tmp) / "run"))
-        ParallelRuntime(config, plan, progress=False, tensorboard=False, plot=False, metrics_every=metrics_every_for(bsi)).run()
-        return measured_iteration_s(Path(config.log_dir) / "metrics.csv")[0]
+        ParallelRuntime(config, plan, progress=False, tensorboard=False, plot=False,
+                        metrics_every=metrics_every_for(bsi)).run()
+        return measured_iteration_s(Path(config.log_dir) / "metrics.csv")

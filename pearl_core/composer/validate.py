@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -47,7 +46,7 @@ from pearl_core.composer.algorithm import Candidate, place_storage
 from pearl_core.composer.cli import fail, render_plan
 from pearl_core.composer.compose_cli import composer_from_options, with_plan_options
 from pearl_core.composer.plan import PlacementPlan
-from pearl_core.composer.profiling import measured_iteration_s, metrics_every_for, present_device, run_config_for
+from pearl_core.composer.profiling import measure_run, measured_iteration_s, present_device, run_config_for
 from pearl_core.errors import PearlError, SpecError
 from pearl_core.runtime.config import Setting
 
@@ -187,17 +186,11 @@ def validate_plan(plan: PlacementPlan, *, window_s: float = 15.0, learning_start
         PearlError: the workload cannot be run (no env id or trainer recorded), a
             bad ``repeats``/``top``, or the run of a candidate failed.
     """
-    from pearl_core.runtime.config import StopCriteria
-    from pearl_core.runtime.parallel import ParallelRuntime
-
     for name, value in (("repeats", repeats), ("top", top)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise PearlError(f"validate: {name} = {value!r}; expected an int >= 1 (e.g. {name}=2).")
     wl = plan.workload_value()
-    bsi = int(wl.insert_batch or wl.n_actors)
-    base = dataclasses.replace(run_config_for(wl, seed=seed), replay_ratio=1.0 / bsi,
-                               learning_starts=learning_starts,
-                               stop=StopCriteria(max_wall_time_s=float(window_s), eval_every=10**9))
+    run_config_for(wl, seed=seed)  # a workload that cannot run is refused before anything starts
     candidates, skipped = validation_candidates(plan, top=top, registry=registry)
     results: list[list[tuple[float, int]]] = [[] for _ in candidates]
     for r in range(repeats):
@@ -205,14 +198,11 @@ def validate_plan(plan: PlacementPlan, *, window_s: float = 15.0, learning_start
             if progress is not None:
                 progress(f"running {row.label} for {window_s:g} s"
                          + (f" (round {r + 1}/{repeats})" if repeats > 1 else "") + " ...")
-            with tempfile.TemporaryDirectory(prefix="pearl-validate-") as tmp:
-                config = dataclasses.replace(base, log_dir=str(Path(tmp) / "run"))
-                try:
-                    ParallelRuntime(config, rp, progress=False, tensorboard=False, plot=False,
-                                    metrics_every=metrics_every_for(bsi)).run()
-                except PearlError as exc:
-                    raise PearlError(f"validate: the run of {row.label} failed: {exc}") from exc
-                results[i].append(measured_iteration_s(Path(config.log_dir) / "metrics.csv"))
+            try:
+                results[i].append(measure_run(wl, rp, window_s=window_s, learning_starts=learning_starts, seed=seed,
+                                              prefix="pearl-validate-"))
+            except PearlError as exc:
+                raise PearlError(f"validate: the run of {row.label} failed: {exc}") from exc
     rows = []
     for (row, _), got in zip(candidates, results):
         finite = [m for m, _ in got if math.isfinite(m)]
