@@ -1,4 +1,4 @@
-"""End-to-end DQN on CartPole-v1: PEARL's runtimes vs stable-baselines3, same settings.
+"""End-to-end DQN on CartPole-v1: PEARL's runtimes vs stable-baselines3 and SBX, same settings.
 
 Every contestant trains DQN with stable-baselines3's tuned CartPole-v1 values
 (rl-baselines3-zoo): MLP 256-256, batch 64, lr 2.3e-3, gamma 0.99, buffer 100k,
@@ -9,18 +9,36 @@ gradient steps (replay ratio 0.5), eps 1 -> 0.04 over the first 8k env steps
 
 Solved = a greedy evaluation of 20 episodes, run every 5k env steps, averages
 >= 475; the run stops at the first pass or at the budget (100k env steps).
-For SB3 the same rule is an ``EvalCallback``-like callback on a separate env.
+For SB3 and SBX the same rule is an ``EvalCallback``-like callback on a separate env.
 Every wall time is a stopwatch in this process, from building the runtime (or
-the SB3 model) to ``run()`` (``learn()``) returning: PEARL's process start-up
+the SB3 / SBX model) to ``run()`` (``learn()``) returning: PEARL's process start-up
 and shutdown count, as SB3's model construction does, and env steps/s is env
 steps over that whole time. One-off costs of the Python process are paid before
 any stopwatch starts (:func:`warm_up`). Evaluation time COUNTS in the wall time of every
 contestant (PEARL's runtimes evaluate in the host process and report the wall
-time after that evaluation; the SB3 callback does the same).
+time after that evaluation; the SB3 and SBX callbacks do the same).
+
+SBX (``sbx-rl``: stable-baselines3's algorithms in JAX) runs ``sbx.DQN`` on JAX's CPU
+backend (``JAX_PLATFORMS=cpu`` unless the environment sets it) with SB3's arguments
+above, one for one, with one exception: SBX's DQN has no ``max_grad_norm`` argument
+(it is commented out in ``sbx/dqn/dqn.py``; SBX's DQN does not clip). The clip is
+given to it instead through its policy's ``optimizer_class``:
+``optax.chain(optax.clip_by_global_norm(10), optax.adam(lr))``, the same global-norm
+clip as SB3's ``clip_grad_norm_(..., 10)`` before the same Adam (``--sbx-no-clip``
+runs SBX as shipped, without it). ``net_arch=[256, 256]`` gives SBX's fixed
+two-layer Q-network 256 units a layer (SBX reads only ``net_arch[0]``). JAX's
+one-off costs (importing sbx/jax/flax/optax, XLA's first compile) are paid in
+:func:`warm_up` by a throwaway model; the jit compiles of a FRESH model (its
+train scan, action selection and target copy are traced again for every new
+model, about 0.7 s on the 2-core dev VM) are part of each SBX run and COUNT in its
+wall time, as they would in any SBX training script. XLA's CPU thread pool is
+JAX's default (sized to the machine; it cannot be set after import); torch and
+BLAS, which SBX uses for SB3's replay buffer, get ``--sb3-threads`` as SB3 does.
 
 Contestants::
 
     sb3-uniform             stable-baselines3 DQN (uniform replay; SB3 has no PER)
+    sbx-uniform             SBX (sbx-rl) DQN in JAX on the CPU (uniform replay, SB3's buffer)
     pearl-serial-uniform    PEARL serial runtime, uniform replay
     pearl-serial-per        PEARL serial runtime, prioritized replay
     pearl-par1-uniform      PEARL parallel runtime, setting 1 (RM + learner via the host)
@@ -35,6 +53,10 @@ every run, so an interrupted sweep keeps its partial table::
 
     python benchmarks/e2e_dqn.py --out /tmp/e2e.md --jsonl /tmp/e2e.jsonl
     python benchmarks/e2e_dqn.py --quick --contestants pearl-serial-uniform   # smoke, ~10 s
+    python benchmarks/e2e_dqn.py --quick --contestants sbx-uniform --seeds 0  # SBX smoke
+
+A contestant whose library is missing (``stable-baselines3``, ``sbx-rl``; ``pip install
+-e '.[rl,bench]'``) is skipped with a line saying so in the report.
 """
 
 from __future__ import annotations
@@ -57,7 +79,8 @@ PEARL = {
     "pearl-par2-uniform": ("parallel", "uniform", 2),
     "pearl-par2-per": ("parallel", "prioritized", 2),
 }
-CONTESTANTS = ("sb3-uniform", *PEARL)
+PEERS = ("sb3-uniform", "sbx-uniform")  # other libraries, each optional
+CONTESTANTS = (*PEERS, *PEARL)
 
 SOLVED_RETURN = 475.0
 EVAL_EPISODES = 20
@@ -127,17 +150,17 @@ def run_pearl(name: str, seed: int, budget: int, eval_every: int, eval_episodes:
     }
 
 
-def run_sb3(seed: int, budget: int, eval_every: int, eval_episodes: int, sb3_threads: int) -> dict:
+def _greedy_eval_stop(seed: int, eval_every: int, eval_episodes: int, t0: float):
+    """The solved rule as an SB3 callback (SB3 and SBX alike): every ``eval_every`` env steps, a
+    greedy eval of ``eval_episodes`` episodes on a separate env; stop at >= 475."""
     import gymnasium as gym
-    import torch
-    from stable_baselines3 import DQN
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
 
     class GreedyEvalStop(BaseCallback):
         """Every ``eval_every`` env steps: greedy eval of ``eval_episodes`` episodes; stop at >= 475."""
 
-        def __init__(self, t0: float):
+        def __init__(self):
             super().__init__()
             self.t0 = t0
             self.eval_env = gym.make("CartPole-v1")
@@ -162,16 +185,51 @@ def run_sb3(seed: int, budget: int, eval_every: int, eval_episodes: int, sb3_thr
                 return False
             return True
 
+    return GreedyEvalStop()
+
+
+def _peer_result(cb, steps: int, updates: int, wall: float, plan: dict) -> dict:
+    return {
+        "solved_at": cb.solved_at,
+        "wall_to_solved_s": cb.solved_wall,
+        "env_steps": steps,
+        "updates": updates,
+        "wall_s": wall,
+        "eval_s": cb.eval_s,
+        "env_steps_per_s": steps / wall,
+        "updates_per_s": updates / wall,
+        "samples_per_s": updates * BATCH / wall,
+        "evals": cb.evals,
+        "plan": plan,
+    }
+
+
+def _pin_threads(threads: int):
+    """Torch and numpy's BLAS on ``threads`` threads; returns the restore callable."""
+    import torch
     from threadpoolctl import threadpool_limits
 
-    threads = torch.get_num_threads()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    blas = threadpool_limits(limits=threads, user_api="blas")
+
+    def restore() -> None:
+        torch.set_num_threads(before)
+        blas.restore_original_limits()
+
+    return restore
+
+
+def run_sb3(seed: int, budget: int, eval_every: int, eval_episodes: int, sb3_threads: int) -> dict:
+    import gymnasium as gym
+    from stable_baselines3 import DQN
+
     # SB3 is one process: it may use every core for torch (its default here). Set explicitly,
     # torch and numpy's BLAS alike, so that a PEARL run earlier in this process (which pins
     # BLAS in the host) cannot decide it by side effect. On the 2-core dev VM 2 threads were as fast
     # or faster: 15k-step runs, medians 686 vs 653 env steps/s (5 interleaved runs each); solved
     # runs, 562 vs 467 (seed 1) and 564 vs 561 (seed 2).
-    torch.set_num_threads(sb3_threads)
-    blas = threadpool_limits(limits=sb3_threads, user_api="blas")
+    restore = _pin_threads(sb3_threads)
     try:
         t0 = time.perf_counter()
         env = gym.make("CartPole-v1")
@@ -185,26 +243,65 @@ def run_sb3(seed: int, budget: int, eval_every: int, eval_episodes: int, sb3_thr
             exploration_final_eps=0.04, max_grad_norm=10, policy_kwargs={"net_arch": [256, 256]},
             seed=seed, device="cpu", verbose=0,
         )
-        cb = GreedyEvalStop(t0)
+        cb = _greedy_eval_stop(seed, eval_every, eval_episodes, t0)
         model.learn(total_timesteps=budget, callback=cb)
         wall = time.perf_counter() - t0
         steps, updates = model.num_timesteps, model._n_updates
     finally:
-        torch.set_num_threads(threads)
-        blas.restore_original_limits()
-    return {
-        "solved_at": cb.solved_at,
-        "wall_to_solved_s": cb.solved_wall,
-        "env_steps": steps,
-        "updates": updates,
-        "wall_s": wall,
-        "eval_s": cb.eval_s,
-        "env_steps_per_s": steps / wall,
-        "updates_per_s": updates / wall,
-        "samples_per_s": updates * BATCH / wall,
-        "evals": cb.evals,
-        "plan": {"sb3": True, "threads": sb3_threads},
-    }
+        restore()
+    return _peer_result(cb, steps, updates, wall, {"sb3": True, "threads": sb3_threads})
+
+
+SBX_NO_MAX_GRAD_NORM = ("sbx.DQN has no max_grad_norm argument (SBX's DQN does not clip); the zoo's "
+                        "max_grad_norm=10 is given to it as optax.chain(clip_by_global_norm(10), adam) "
+                        "through policy_kwargs['optimizer_class']")
+SBX_AS_SHIPPED = ("sbx.DQN has no max_grad_norm argument; run as shipped (--sbx-no-clip): no gradient "
+                  "clipping, unlike SB3's max_grad_norm=10")
+
+
+def import_sbx():
+    """Import sbx on JAX's CPU backend (unless ``JAX_PLATFORMS`` says otherwise); raises if it is
+    missing or broken. Costs seconds the first time (jax, flax, optax, tensorflow-probability)."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import sbx
+
+    return sbx
+
+
+def _sbx_dqn(seed: int, budget: int, clip: bool, learning_starts: int = 1_000):
+    """An ``sbx.DQN`` with SB3's arguments of :func:`run_sb3` (see the module docstring)."""
+    import gymnasium as gym
+    import optax
+
+    sbx = import_sbx()
+    policy_kwargs: dict = {"net_arch": [256, 256]}
+    if clip:
+        def clipped_adam(learning_rate, **kwargs):
+            return optax.chain(optax.clip_by_global_norm(10.0), optax.adam(learning_rate, **kwargs))
+
+        policy_kwargs["optimizer_class"] = clipped_adam
+    return sbx.DQN(
+        "MlpPolicy", gym.make("CartPole-v1"),
+        learning_rate=2.3e-3, batch_size=BATCH, buffer_size=100_000, learning_starts=learning_starts, gamma=0.99,
+        target_update_interval=10, train_freq=TRAIN_EVERY, gradient_steps=GRADIENT_STEPS,
+        exploration_fraction=EPS_DECAY_STEPS / budget, exploration_initial_eps=1.0, exploration_final_eps=0.04,
+        policy_kwargs=policy_kwargs, seed=seed, device="cpu", verbose=0,  # torch side; JAX: JAX_PLATFORMS
+    )
+
+
+def run_sbx(seed: int, budget: int, eval_every: int, eval_episodes: int, threads: int, clip: bool) -> dict:
+    # The stopwatch covers the fresh model's jit compiles (see the module docstring).
+    restore = _pin_threads(threads)
+    try:
+        t0 = time.perf_counter()
+        model = _sbx_dqn(seed, budget, clip)
+        cb = _greedy_eval_stop(seed, eval_every, eval_episodes, t0)
+        model.learn(total_timesteps=budget, callback=cb)
+        wall = time.perf_counter() - t0
+        steps, updates = model.num_timesteps, model._n_updates
+    finally:
+        restore()
+    return _peer_result(cb, steps, updates, wall, {"sbx": True, "threads": threads, "grad_clip": clip})
 
 
 def _fmt(v, spec: str = ".0f") -> str:
@@ -225,8 +322,24 @@ def _median(xs: list) -> float | None:
     return statistics.median(xs) if xs else None
 
 
+def ratio_cells(m: dict, base: dict | None) -> tuple[str, str]:
+    """The two ratio cells of a summary row against a baseline's medians (``sps``, ``wall``):
+    env steps/s as a speed-up (target >= 3x) and wall-to-solved as a fraction (target <= 0.5);
+    "-" where the baseline is absent or either side has no figure (e.g. never solved)."""
+    sps_ratio = wall_ratio = "-"
+    if base is not None:
+        if base["sps"] and m["sps"] is not None:
+            x = m["sps"] / base["sps"]
+            sps_ratio = f"{x:.2f}x ({'met' if x >= 3 else 'not met'})"
+        if base["wall"] and m["wall"] is not None:
+            x = m["wall"] / base["wall"]
+            wall_ratio = f"{x:.2f} ({'met' if x <= 0.5 else 'not met'})"
+    return sps_ratio, wall_ratio
+
+
 def summary(rows: list[dict]) -> str:
-    """Medians per contestant and ratios vs SB3 (unsolved runs are left out of the solve medians)."""
+    """Medians per contestant and ratios vs SB3, and vs SBX when SBX ran (unsolved runs are left
+    out of the solve medians)."""
     names = [c for c in CONTESTANTS if any(r["contestant"] == c for r in rows)]
     med = {}
     for c in names:
@@ -240,22 +353,22 @@ def summary(rows: list[dict]) -> str:
             "ups": _median([r["updates_per_s"] for r in rs]),
             "samples": _median([r["samples_per_s"] for r in rs]),
         }
-    base = med.get("sb3-uniform")
-    lines = ["| contestant | solved | median solved at | median wall-to-solved s | median env steps/s | "
-             "median updates/s | median samples/s | env steps/s vs SB3 (target >= 3x) | "
-             "wall-to-solved vs SB3 (target <= 0.5) |", "|" + "---|" * 9]
+    # (name, its label in the headers); a baseline's columns are shown for SB3 always (as before)
+    # and for SBX only when an SBX run is in the rows.
+    bases = [("sb3-uniform", "SB3")] + ([("sbx-uniform", "SBX")] if "sbx-uniform" in med else [])
+    head = ("| contestant | solved | median solved at | median wall-to-solved s | median env steps/s | "
+            "median updates/s | median samples/s |")
+    for _, label in bases:
+        head += f" env steps/s vs {label} (target >= 3x) | wall-to-solved vs {label} (target <= 0.5) |"
+    lines = [head, "|" + "---|" * (7 + 2 * len(bases))]
     for c in names:
         m = med[c]
-        sps_ratio = wall_ratio = "-"
-        if base is not None and c != "sb3-uniform":
-            if base["sps"]:
-                x = m["sps"] / base["sps"]
-                sps_ratio = f"{x:.2f}x ({'met' if x >= 3 else 'not met'})"
-            if base["wall"] and m["wall"] is not None:
-                x = m["wall"] / base["wall"]
-                wall_ratio = f"{x:.2f} ({'met' if x <= 0.5 else 'not met'})"
-        lines.append(f"| {c} | {m['solved']}/{m['n']} | {_fmt(m['solved_at'])} | {_fmt(m['wall'], '.1f')} | "
-                     f"{_fmt(m['sps'])} | {_fmt(m['ups'])} | {_fmt(m['samples'])} | {sps_ratio} | {wall_ratio} |")
+        line = (f"| {c} | {m['solved']}/{m['n']} | {_fmt(m['solved_at'])} | {_fmt(m['wall'], '.1f')} | "
+                f"{_fmt(m['sps'])} | {_fmt(m['ups'])} | {_fmt(m['samples'])} |")
+        for base, _ in bases:
+            sps_ratio, wall_ratio = ratio_cells(m, None if c == base else med.get(base))
+            line += f" {sps_ratio} | {wall_ratio} |"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -272,24 +385,40 @@ def machine() -> str:
         sb3 = stable_baselines3.__version__
     except ImportError:
         sb3 = "not installed"
+    # SBX only if this process imported it (a contestant): importing jax costs seconds
+    sbx = sys.modules.get("sbx")
+    sbx_s = ""
+    if sbx is not None:
+        import jax
+
+        sbx_s = f", sbx-rl {sbx.__version__}, jax {jax.__version__} ({jax.default_backend()})"
     return (f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-            f"torch {torch.__version__}, stable-baselines3 {sb3}; {load_s}")
+            f"torch {torch.__version__}, stable-baselines3 {sb3}{sbx_s}; {load_s}")
 
 
-def report(args, rows: list[dict], started: str, load_start: str, done: bool) -> str:
+def report(args, rows: list[dict], started: str, load_start: str, done: bool, notes: list[str] = ()) -> str:
+    """The markdown report; ``notes`` are lines printed under the tables (skipped contestants,
+    settings a peer library lacks)."""
     status = "complete" if done else f"PARTIAL ({len(rows)} runs finished)"
+    notes_s = "".join(f"\n{n}\n" for n in notes)
     return (f"command: `{' '.join(['python', *sys.argv])}`\n\n"
             f"started {started} UTC; status: {status}\n\n"
             f"machine at start: {load_start}\n\nmachine now: {machine()}\n\n"
-            f"{table(rows)}\n\n{summary(rows)}\n")
+            f"{table(rows)}\n\n{summary(rows)}\n{notes_s}")
 
 
-def warm_up(names: list[str]) -> None:
+def warm_up(names: list[str], budget: int = 100_000, sbx_clip: bool = True) -> None:
     """Load, before any stopwatch, what a contestant's first run would otherwise load inside it:
     torch's optimizer machinery (the first ``torch.optim.Adam`` imports ``torch._dynamo``, ~1.4 s
     here) for everybody, and PEARL's worker fork server (which imports torch once for all the
     workers it forks, ~3 s; :mod:`pearl_core.runtime.procs`). Both are one-off costs of a Python
-    process, like ``import stable_baselines3``, which is not timed either."""
+    process, like ``import stable_baselines3``, which is not timed either.
+
+    For SBX: ``import sbx`` (jax, flax, optax, tensorflow-probability; ~3 s) and a throwaway
+    model that trains once (one 128-step train scan after 256 env steps) and plays one greedy
+    episode, so XLA's first compiles in the process (~2.5 s on the dev VM) are paid here. A
+    fresh model's own compiles are not cached across models (the jitted functions close over
+    the model's network) and stay in each run (~0.7 s; module docstring)."""
     import torch
 
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])
@@ -297,6 +426,13 @@ def warm_up(names: list[str]) -> None:
         from pearl_core.runtime.procs import worker_context
 
         worker_context(early=True)
+    if "sbx-uniform" in names:
+        import gymnasium as gym
+        from stable_baselines3.common.evaluation import evaluate_policy
+
+        model = _sbx_dqn(0, budget, sbx_clip, learning_starts=0)
+        model.learn(total_timesteps=TRAIN_EVERY)
+        evaluate_policy(model, gym.make("CartPole-v1"), n_eval_episodes=1, deterministic=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -308,7 +444,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-actors", type=int, default=1, help="parallel runtime: actor processes")
     p.add_argument("--envs-per-actor", type=int, default=1, help="parallel runtime: envs per actor")
     p.add_argument("--sb3-threads", type=int, default=os.cpu_count() or 1,
-                   help="torch (and BLAS) threads for SB3 (default: every core, SB3's own default)")
+                   help="torch (and BLAS) threads for SB3 and for SBX's replay-buffer side (default: every "
+                        "core, SB3's own default); JAX's XLA pool is its default, sized to the machine")
+    p.add_argument("--sbx-no-clip", action="store_true",
+                   help="run sbx.DQN as shipped, without the max_grad_norm=10 clip given to it through "
+                        "optax (sbx.DQN has no max_grad_norm argument)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: 3k env steps, a 2-episode eval every 1.5k steps; no solve expected")
     p.add_argument("--out", type=Path, default=None, help="write the markdown report here (after every run)")
@@ -325,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = [c for c in names if c not in CONTESTANTS]
     if bad:
         p.error(f"unknown contestant(s) {bad}; choose from {', '.join(CONTESTANTS)}")
+    notes: list[str] = []  # lines under the report's tables
     if "sb3-uniform" in names:
         try:
             import stable_baselines3  # noqa: F401
@@ -332,9 +473,21 @@ def main(argv: list[str] | None = None) -> int:
             print("stable-baselines3 is not installed (pip install -e .[bench]); skipping sb3-uniform",
                   file=sys.stderr)
             names.remove("sb3-uniform")
+            notes.append("skipped sb3-uniform: stable-baselines3 is not installed (pip install -e '.[rl,bench]')")
+    if "sbx-uniform" in names:
+        try:
+            import_sbx()
+        except Exception as exc:  # noqa: BLE001 - missing or broken (a jax/jaxlib mismatch...): skip, never crash
+            why = f"sbx-rl is not importable ({type(exc).__name__}: {exc}); pip install -e '.[rl,bench]'"
+            print(f"{why}; skipping sbx-uniform", file=sys.stderr)
+            names.remove("sbx-uniform")
+            notes.append(f"skipped sbx-uniform: {why}")
+        else:
+            notes.append(f"sbx-uniform: {SBX_AS_SHIPPED if args.sbx_no_clip else SBX_NO_MAX_GRAD_NORM}; "
+                         "its per-model jit compiles count in its wall time")
     budget, eval_every, eval_episodes = (3_000, 1_500, 2) if args.quick else (args.budget, EVAL_EVERY, EVAL_EPISODES)
 
-    warm_up(names)
+    warm_up(names, budget, sbx_clip=not args.sbx_no_clip)
     started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     load_start = machine()
     rows: list[dict] = []
@@ -345,6 +498,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[e2e] {name} seed {seed} ...", file=sys.stderr, flush=True)
                 if name == "sb3-uniform":
                     r = run_sb3(seed, budget, eval_every, eval_episodes, args.sb3_threads)
+                elif name == "sbx-uniform":
+                    r = run_sbx(seed, budget, eval_every, eval_episodes, args.sb3_threads, not args.sbx_no_clip)
                 else:
                     r = run_pearl(name, seed, budget, eval_every, eval_episodes, log_root,
                                   args.n_actors, args.envs_per_actor)
@@ -357,8 +512,9 @@ def main(argv: list[str] | None = None) -> int:
                         fh.write(json.dumps(r) + "\n")
                 if args.out is not None:
                     args.out.parent.mkdir(parents=True, exist_ok=True)
-                    args.out.write_text(report(args, rows, started, load_start, done=False), encoding="utf-8")
-    text = report(args, rows, started, load_start, done=True)
+                    args.out.write_text(report(args, rows, started, load_start, done=False, notes=notes),
+                                        encoding="utf-8")
+    text = report(args, rows, started, load_start, done=True, notes=notes)
     print(text)
     if args.out is not None:
         args.out.write_text(text, encoding="utf-8")

@@ -1,4 +1,4 @@
-"""One DQN learner step on the CPU: PEARL's engines vs stable-baselines3, same network and batch.
+"""One DQN learner step on the CPU: PEARL's engines vs stable-baselines3 and SBX, same network and batch.
 
 A step is what bounds PEARL's CartPole runs on a small machine (``e2e_dqn.py``): draw a
 batch of 64 from a 30k-transition uniform replay, compute targets with the target
@@ -12,16 +12,29 @@ drift hits all alike:
     pearl-torch    DQN(engine="torch"): autograd and torch's Adam
     sb3            stable_baselines3.DQN.train(gradient_steps=N): its replay sample and update, N
                    steps a call (its per-call cost spread as in its own runs)
+    sbx            sbx.DQN.train(gradient_steps=N, batch_size=64) (sbx-rl: SB3 in JAX, on JAX's
+                   CPU backend): one sample of N * 64 from SB3's ReplayBuffer, then N updates in one
+                   jitted ``lax.scan``, one call a block as for sb3
 
-Every contestant samples from its own replay (PEARL: ``UniformReplay``; SB3: its
-``ReplayBuffer``), so a step is ``sample + update`` for all. Torch and BLAS run on
+Every contestant samples from its own replay (PEARL: ``UniformReplay``; SB3 and SBX:
+SB3's ``ReplayBuffer``), so a step is ``sample + update`` for all. Torch and BLAS run on
 ``--threads`` threads (default 1, as PEARL's learner runs in the e2e benchmark).
+
+SBX: its scan is compiled for one length, so before the rounds it runs one untimed
+block of ``--steps`` steps (its jit compile), besides the ``--warmup`` steps every
+contestant gets. SBX's DQN has no ``max_grad_norm``; to match SB3's default clip
+(10, which the sb3 contestant runs with) SBX gets it through its policy's
+``optimizer_class``: ``optax.chain(clip_by_global_norm(10), adam)``. XLA's CPU thread
+pool is JAX's default (sized to the machine; ``--threads`` cannot set it), so on a
+machine with more than one core SBX may use more threads than the others.
 
     .venv/bin/python benchmarks/learner_step.py                 # 7 rounds x 500 steps
     .venv/bin/python benchmarks/learner_step.py --quick         # smoke (tests/test_bench_learner_step_smoke.py)
 
 Prints a markdown table: median microseconds per step over the rounds, their spread,
-steps/s, and each contestant's speed relative to SB3 (when SB3 is installed).
+steps/s, and each contestant's speed relative to SB3 (when SB3 is installed) and to
+SBX (a "vs sbx" column, when SBX ran). A missing library skips its contestant with
+a line saying so (``pip install -e '.[rl,bench]'``).
 """
 
 from __future__ import annotations
@@ -39,6 +52,7 @@ BATCH = 64
 FILL = 30_000
 HIDDEN = (256, 256)
 LR = 2.3e-3
+CONTESTANTS = ("pearl-native", "pearl-numpy", "pearl-torch", "sb3", "sbx")
 
 
 def _random_transitions(n: int, seed: int):
@@ -91,10 +105,7 @@ def sb3_step(seed: int):
     model = DQN("MlpPolicy", env, learning_rate=LR, batch_size=BATCH, buffer_size=100_000, learning_starts=0,
                 gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
                 policy_kwargs={"net_arch": list(HIDDEN)}, seed=seed, device="cpu")
-    obs, act, rew, nxt, done = _random_transitions(FILL, seed)
-    buf = model.replay_buffer
-    for i in range(FILL):
-        buf.add(obs[i:i + 1], nxt[i:i + 1], act[i:i + 1], rew[i:i + 1], done[i:i + 1], [{}])
+    _fill_sb3_buffer(model.replay_buffer, seed)
     model._logger = _quiet_logger()
 
     def steps(n: int) -> None:  # one call for the block, as SB3 trains (128 gradient steps a call)
@@ -103,10 +114,76 @@ def sb3_step(seed: int):
     return steps, "sb3"
 
 
+def sbx_step(seed: int):
+    """A ``steps(n)`` closure: SBX's ``DQN.train(gradient_steps=n, batch_size=64)`` over a filled
+    replay buffer (SB3's, as SBX uses it); ``None`` and why if sbx-rl cannot be imported."""
+    import os
+
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # SBX on the CPU, unless the environment says otherwise
+    try:
+        import optax
+        from sbx import DQN
+    except Exception as exc:  # noqa: BLE001 - missing or broken (a jax/jaxlib mismatch...): skip, never crash
+        return None, f"sbx-rl is not importable ({type(exc).__name__}: {exc}); pip install -e '.[rl,bench]'"
+    import gymnasium as gym
+
+    def clipped_adam(learning_rate, **kwargs):  # SB3's max_grad_norm=10, which sbx.DQN lacks
+        return optax.chain(optax.clip_by_global_norm(10.0), optax.adam(learning_rate, **kwargs))
+
+    model = DQN("MlpPolicy", gym.make("CartPole-v1"), learning_rate=LR, batch_size=BATCH, buffer_size=100_000,
+                learning_starts=0, gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
+                policy_kwargs={"net_arch": list(HIDDEN), "optimizer_class": clipped_adam}, seed=seed,
+                device="cpu")
+    _fill_sb3_buffer(model.replay_buffer, seed)
+    model._logger = _quiet_logger()
+
+    def steps(n: int) -> None:  # one call for the block; train() ends in .item(), so JAX has finished
+        model.train(gradient_steps=n, batch_size=BATCH)
+
+    return steps, "sbx"
+
+
+def _fill_sb3_buffer(buf, seed: int) -> None:
+    """The same ``FILL`` transitions as PEARL's replays, into an SB3 ``ReplayBuffer``."""
+    obs, act, rew, nxt, done = _random_transitions(FILL, seed)
+    for i in range(FILL):
+        buf.add(obs[i:i + 1], nxt[i:i + 1], act[i:i + 1], rew[i:i + 1], done[i:i + 1], [{}])
+
+
 def _quiet_logger():
     from stable_baselines3.common.logger import Logger
 
     return Logger(folder=None, output_formats=[])
+
+
+def _sbx_versions() -> str:
+    sbx = sys.modules.get("sbx")  # only if a contestant imported it
+    if sbx is None:
+        return ""
+    import jax
+
+    return f", sbx-rl {sbx.__version__}, jax {jax.__version__} ({jax.default_backend()}, XLA's default threads)"
+
+
+def table(times: dict[str, list[float]]) -> list[str]:
+    """The markdown rows: median us/step, spread, steps/s and speed vs sb3; and vs sbx, a column
+    shown only when ``times`` has an ``sbx`` entry."""
+    bases = ["sb3"] + (["sbx"] if "sbx" in times else [])
+    med = {name: statistics.median(ts) for name, ts in times.items() if ts}
+    lines = ["| contestant | median us/step | min-max us | steps/s | " + " | ".join(f"vs {b}" for b in bases) + " |",
+             "|---|---|---|---|" + "---|" * len(bases)]
+    for name, ts in times.items():
+        if name not in med:
+            continue
+        cells = [speedup(med[name], med.get(b)) if name != b else "-" for b in bases]
+        lines.append(f"| {name} | {med[name]:.0f} | {min(ts):.0f}-{max(ts):.0f} | {1e6 / med[name]:.0f} | "
+                     + " | ".join(cells) + " |")
+    return lines
+
+
+def speedup(us: float, base_us: float | None) -> str:
+    """``base / us`` as "N.NNx faster" (below 1: slower); "-" without a baseline."""
+    return "-" if base_us is None else f"{base_us / us:.2f}x faster"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=500, help="steps per contestant per round (default 500)")
     p.add_argument("--warmup", type=int, default=100, help="untimed steps per contestant first (default 100)")
     p.add_argument("--threads", type=int, default=1, help="torch and BLAS threads (default 1)")
-    p.add_argument("--contestants", default="all", help="comma list of pearl-native,pearl-numpy,pearl-torch,sb3")
+    p.add_argument("--contestants", default="all",
+                   help=f"comma list of {','.join(CONTESTANTS)} (default all)")
     p.add_argument("--quick", action="store_true", help="2 rounds x 20 steps, PEARL only (a smoke run)")
     p.add_argument("--out", type=Path, default=None, help="also write the markdown report here")
     args = p.parse_args(argv)
@@ -123,11 +201,11 @@ def main(argv: list[str] | None = None) -> int:
         args.rounds, args.steps, args.warmup = 2, 20, 5
         if args.contestants == "all":
             args.contestants = "pearl-native,pearl-numpy,pearl-torch"
-    names = ["pearl-native", "pearl-numpy", "pearl-torch", "sb3"] if args.contestants == "all" else [
+    names = list(CONTESTANTS) if args.contestants == "all" else [
         c.strip() for c in args.contestants.split(",") if c.strip()]
-    unknown = sorted(set(names) - {"pearl-native", "pearl-numpy", "pearl-torch", "sb3"})
+    unknown = sorted(set(names) - set(CONTESTANTS))
     if unknown:
-        p.error(f"unknown contestants {unknown}; expected pearl-native, pearl-numpy, pearl-torch, sb3")
+        p.error(f"unknown contestants {unknown}; expected {', '.join(CONTESTANTS)}")
     if args.rounds < 1 or args.steps < 1 or args.warmup < 0 or args.threads < 1:
         p.error("--rounds, --steps and --threads must be >= 1 and --warmup >= 0")
 
@@ -140,10 +218,13 @@ def main(argv: list[str] | None = None) -> int:
     blocks, skipped = {}, {}
     for name in names:
         print(f"[learner_step] building {name} ...", file=sys.stderr)
-        fn, info = sb3_step(0) if name == "sb3" else pearl_step(name.split("-", 1)[1], 0)
+        fn, info = (sb3_step(0) if name == "sb3" else sbx_step(0) if name == "sbx"
+                    else pearl_step(name.split("-", 1)[1], 0))
         if fn is None:
             skipped[name] = info
             continue
+        if name == "sbx":
+            fn(args.steps)  # jit-compiles SBX's train scan for the timed block length
         if args.warmup:
             fn(args.warmup)
         blocks[name] = fn
@@ -157,19 +238,13 @@ def main(argv: list[str] | None = None) -> int:
 
     lines = [
         f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, Python "
-        f"{platform.python_version()}, torch {torch.__version__}, {args.threads} thread(s)",
+        f"{platform.python_version()}, torch {torch.__version__}{_sbx_versions()}, {args.threads} thread(s)",
         "",
         f"DQN step (uniform sample of {BATCH} + one update), MLP 4-{HIDDEN[0]}-{HIDDEN[1]}-2; "
         f"{args.rounds} interleaved rounds x {args.steps} steps",
         "",
-        "| contestant | median us/step | min-max us | steps/s | vs sb3 |",
-        "|---|---|---|---|---|",
+        *table(times),
     ]
-    sb3 = statistics.median(times["sb3"]) if "sb3" in times else None
-    for name, ts in times.items():
-        med = statistics.median(ts)
-        vs = "-" if sb3 is None or name == "sb3" else f"{sb3 / med:.2f}x faster"
-        lines.append(f"| {name} | {med:.0f} | {min(ts):.0f}-{max(ts):.0f} | {1e6 / med:.0f} | {vs} |")
     for name, why in skipped.items():
         lines.append(f"\nskipped {name}: {why}")
     report = "\n".join(lines)
