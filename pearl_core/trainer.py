@@ -93,6 +93,9 @@ class Trainer(abc.ABC):
     input_shape: tuple[int, ...]
     action_kind: ClassVar[str]
     env_steps: int = 0
+    #: The update's threads yield to other processes (:meth:`use_threads`), so the composer may give
+    #: the learner cores the actors use as well. ``False`` for torch's OpenMP pool, which spins.
+    threads_yield: bool = False
 
     @abc.abstractmethod
     def get_action(self, obs: np.ndarray, explore: bool) -> np.ndarray:
@@ -129,6 +132,18 @@ class Trainer(abc.ABC):
     @abc.abstractmethod
     def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         """Load parameters produced by :meth:`get_weights` of another copy."""
+
+    def use_threads(self, n: int) -> None:
+        """Run the learner's updates on ``n`` threads (the plan's learner threads).
+
+        The runtime calls it in the learner's process. The default sets torch's
+        intra-op threads. A trainer whose update runs its own threads (the DQN's
+        native step) overrides it, and keeps torch's pool at one thread: an idle
+        OpenMP pool spins, and would spin against the actors between updates.
+        """
+        import torch
+
+        torch.set_num_threads(int(n))
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume training (networks, optimizers, counters).

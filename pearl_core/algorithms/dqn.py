@@ -248,6 +248,22 @@ class DQN(CountedTrainer):
             return values.to(device=self.device, dtype=dtype)
         return torch.from_numpy(np.asarray(values, dtype=np_dtype)).to(self.device)
 
+    @property
+    def threads_yield(self) -> bool:  # type: ignore[override]
+        """With the native step: its helper thread is help-first (``pearl_cpu``'s ``csrc/dqn_mlp.cpp``)."""
+        return self._engine is not None and self._engine.native
+
+    def use_threads(self, n: int) -> None:
+        """The plan's learner threads. With the native step they are its own (the CPU backend's runs
+        a help-first helper thread next to the caller), and torch's pool stays at one thread, so no
+        OpenMP thread spins against the actors between updates; otherwise torch's intra-op threads."""
+        eng = self._engine
+        if eng is not None and eng.native and eng.handles(self.optimizer):
+            eng.threads = int(n)
+            torch.set_num_threads(1)
+        else:
+            super().use_threads(n)
+
     def update_policy(self, batch, weights: np.ndarray) -> UpdateResult:
         """One Adam step on the importance-weighted Huber loss; returns ``|δ|`` per sample.
 

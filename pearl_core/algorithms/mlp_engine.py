@@ -30,8 +30,11 @@ The parameters are numpy *views* of the torch modules' tensors, and the Adam
 moments live in the torch optimizer's own state (created in its layout), so
 ``state_dict()``, checkpoints, ``get_weights()`` and the target-network copies of
 the trainer work unchanged. A trainer whose optimizer is not plain Adam (a user
-swapped it) takes the torch path. BLAS threads follow torch's intra-op thread count
-(the runtime sets it from the plan) through threadpoolctl.
+swapped it) takes the torch path. BLAS threads follow the learner's threads (the
+runtime sets them from the plan, :meth:`DQN.use_threads`; else torch's intra-op count)
+through threadpoolctl; a native step that runs threads of its own (a ``threads``
+attribute, as the CPU backend's) gets the learner's threads and BLAS runs
+single-threaded in each.
 """
 
 from __future__ import annotations
@@ -69,11 +72,9 @@ _BLAS_THREADS: list[int] = []
 _ZERO = np.float32(0.0)
 
 
-def _blas_follows_torch() -> None:
-    """Pin the process's BLAS threads to torch's intra-op thread count (the runtime sets that from
-    the plan); threadpoolctl is asked only when the count changes. An idle OpenBLAS thread spins,
-    and must not fight the actors for a core."""
-    n = max(1, torch.get_num_threads())
+def _blas_threads(n: int) -> None:
+    """Pin the process's BLAS threads to ``n``; threadpoolctl is asked only when the count changes.
+    An idle OpenBLAS thread spins, and must not fight the actors for a core."""
     if _BLAS_THREADS and _BLAS_THREADS[0] == n:
         return
     try:
@@ -100,6 +101,11 @@ class MLPDQNEngine:
         self.native_factory = native_factory
         self.native = native_factory is not None  # the update runs in the native kernel
         self._kernel: Any = None  # that kernel, bound to the current arrays (see _native_kernel)
+        # The kernel runs threads of its own (a ``threads`` attribute, set from torch's count): BLAS then
+        # runs single-threaded in each of them.
+        self._threads_itself = False
+        #: The learner's threads as the runtime gives them (:meth:`DQN.use_threads`); ``None``: torch's count.
+        self.threads: int | None = None
         # numpy views of the parameters: valid for the trainer's life (torch updates them in place:
         # load_state_dict and the target copies write into the same storage)
         self._online: list[tuple[np.ndarray, np.ndarray]] | None = None  # made at the first update
@@ -167,7 +173,7 @@ class MLPDQNEngine:
         BLAS threads follow torch's thread count here too: an actor (1 torch thread) must not
         leave an idle OpenBLAS thread spinning on the core the learner needs.
         """
-        _blas_follows_torch()
+        _blas_threads(self._blas_n())
         return _forward(obs, self._views()[0])
 
     def _workspace(self, B: int) -> "_Workspace":
@@ -186,20 +192,37 @@ class MLPDQNEngine:
             exp_avgs, exp_avg_sqs, _ = self._adam
             kern = self.native_factory(online, target, [m.numpy() for m in exp_avgs],
                                        [v.numpy() for v in exp_avg_sqs], self._steps, B)
-            k = self._kernel = (self._adam_key, kern)
-        return k[1]
+            k = self._kernel = (self._adam_key, kern, [None])
+            self._threads_itself = hasattr(kern, "threads")
+        kern, asked = k[1], k[2]
+        if self._threads_itself:  # the kernel runs the learner's threads itself
+            n = self.learner_threads()
+            if asked[0] != n:
+                kern.threads = asked[0] = n
+        return kern
+
+    def learner_threads(self) -> int:
+        """The learner's threads: :attr:`threads` where the runtime set it (``DQN.use_threads``), else
+        torch's intra-op count."""
+        return max(1, int(self.threads or torch.get_num_threads()))
+
+    def _blas_n(self) -> int:
+        # a native step that runs its own threads calls BLAS single-threaded from each of them
+        return 1 if self._threads_itself else self.learner_threads()
 
     def update(self, obs: np.ndarray, act: np.ndarray, rew: np.ndarray, next_obs: np.ndarray, done: np.ndarray,
                w: np.ndarray) -> tuple[np.ndarray, float, float]:
         """One step; returns ``(|delta| per sample (float32), loss, mean q)``."""
         t = self.t
-        _blas_follows_torch()
         if self.native:
             group = t.optimizer.param_groups[0]
             b1, b2 = group["betas"]
-            return self._native_kernel(obs.shape[0]).step(
+            kern = self._native_kernel(obs.shape[0])
+            _blas_threads(self._blas_n())
+            return kern.step(
                 obs, act, rew, next_obs, done, w, t.gamma, t.huber_delta, t.max_grad_norm or 0.0, t.double_dqn,
                 float(group["lr"]), float(b1), float(b2), float(group["eps"]))
+        _blas_threads(self._blas_n())
         online, target = self._views()
         last = len(online) - 1
         B = obs.shape[0]

@@ -28,7 +28,7 @@ from pearl_core.composer.tuning import variant_key
 from pearl_core.composer.workload import Workload
 from pearl_core.errors import PearlError
 
-__all__ = ["calibrate_host_variants", "variant_key"]
+__all__ = ["calibrate_host_variants", "learner_threads_yield", "variant_key"]
 
 
 def calibrate_host_variants(wl: Workload, variants: Iterable[tuple[int, int]], *, window_s: float = 3.0,
@@ -62,6 +62,17 @@ def calibrate_host_variants(wl: Workload, variants: Iterable[tuple[int, int]], *
         raise PearlError(f"the host variants' calibration runs failed (exit {proc.returncode}): {why}")
     got = json.loads(lines[-1])
     return {k: float(v) for k, v in got.items() if isinstance(v, (int, float)) and math.isfinite(v) and v > 0}
+
+
+def learner_threads_yield(wl: Workload) -> bool:
+    """Whether the workload's learner runs threads that yield to other processes
+    (:attr:`~pearl_core.trainer.Trainer.threads_yield`): then it may share the actors' cores."""
+    from pearl_core.composer.profiling import run_config_for
+    from pearl_core.envs import env_spaces
+    from pearl_core.runtime.wiring import build_trainer
+
+    config = run_config_for(wl)
+    return bool(build_trainer(config, *env_spaces(config.env_id), check=False).threads_yield)
 
 
 def _main() -> int:

@@ -411,8 +411,11 @@ def profile_learner(wl: Workload, *, threads: int | None = None, iterations: int
         state["sb"] = replay.sample(wl.batch_size)
 
     with _torch_threads(threads):
+        if threads is not None:
+            trainer.use_threads(threads)  # as the runtime gives them (Trainer.use_threads)
         return median_time(lambda: trainer.update_policy(state["sb"].batch, state["sb"].weights), iterations,
                            warmup, setup=setup)
+
 
 
 def profile_worker_loop(wl: Workload, plan_kwargs: dict[str, Any] | None = None, *, threads: int = 1,

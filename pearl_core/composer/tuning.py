@@ -151,7 +151,10 @@ def host_variants(device: DeviceSpec, row: DeviceRow, wl: Workload) -> tuple[Var
     # threads than that is not a variant worth running: torch's OpenMP threads wait for each other
     # at every parallel region, so one that shares a core with a busy actor stalls the whole step,
     # even where the step profiled alone is faster with more threads.
-    for t in _profiled_threads(cfg, max(1, threads - na)):
+    # A learner whose threads yield to the actors (help-first, ``learner_threads_yield``) is the exception:
+    # its variants that share the actors' cores are predicted too (their calibration runs decide).
+    most = threads if cfg.get("learner_threads_yield") is True else max(1, threads - na)
+    for t in _profiled_threads(cfg, most):
         L = _learner_s(cfg, t)
         if L is None:
             continue

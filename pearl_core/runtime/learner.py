@@ -118,6 +118,7 @@ class _Worker:
         # Same seed as the host's copy: identical initial networks. The host ran the checks.
         # On the plan's learner device, through the backend that owns it (pearl_core.placement).
         self.trainer = build_trainer(spec.config, *self.spaces, check=False, plan=spec.plan)
+        self.trainer.use_threads(spec.plan.learner_threads)  # torch's, or the trainer's own (Trainer.use_threads)
         if spec.trainer_state is not None:
             self.trainer.load_state_dict(load_blob(spec.trainer_state))
         self.sync_every = spec.config.weight_sync_every

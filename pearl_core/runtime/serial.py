@@ -117,6 +117,7 @@ class _Run:
             env = envs[0]
             self.spaces = (env.observation_space, env.action_space)
             self.trainer = build_trainer(cfg, env.observation_space, env.action_space, plan=plan)
+            self.trainer.use_threads(plan.learner_threads)  # torch's, or the trainer's own (Trainer.use_threads)
             spec = StorageSpec.from_spaces(env.observation_space, env.action_space)
             self.replay = build_replay(cfg, plan, spec, state=ck.replay if ck is not None else None)
             self.evaluator = session.make_evaluator()

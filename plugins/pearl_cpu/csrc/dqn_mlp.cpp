@@ -20,16 +20,37 @@
 // views of the torch tensors), held by reference for the kernel's life. Every
 // per-call input is checked before anything is written: bad input raises
 // ValueError and changes nothing. The GIL is released for the arithmetic.
+//
+// Threads (`threads` = 2): the step's independent products run on two threads,
+// the caller's and one helper the kernel owns: the target network's forward next
+// to the online one, each layer's weight gradient next to its input gradient,
+// half of Adam next to the other half. The helper is *help-first*: the caller
+// posts a task, does its own share, then takes the task back and runs it itself
+// if the helper has not started it (busy core, asleep). So the caller never
+// waits for a helper that an actor keeps off the core, and an idle helper
+// sleeps on a condition variable after a short spin (with sched_yield) instead
+// of spinning against the actors. Every product and loop is the same call on
+// the same data whichever thread runs it, so the result is bitwise that of
+// `threads` = 1 (tests/test_learner_native.py checks it).
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <sched.h>
+#include <unistd.h>
 
 namespace py = pybind11;
 
@@ -108,6 +129,136 @@ F32 held(const py::handle& obj, const std::vector<py::ssize_t>& shape, const std
   return checked<float>(arr, shape, what);
 }
 
+// One helper thread running posted tasks, help-first (see the file's header).
+// Only the thread that owns the kernel posts; one task at a time.
+class Helper {
+ public:
+  Helper() : pid_(getpid()), th_([this] { loop(); }) {}
+  pid_t pid() const { return pid_; }
+  ~Helper() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    th_.join();
+  }
+  Helper(const Helper&) = delete;
+  Helper& operator=(const Helper&) = delete;
+
+  // Hand `task` to the helper; the caller must call finish() before posting again.
+  void post(std::function<void()> task) {
+    task_ = std::move(task);
+    state_.store(kPosted, std::memory_order_seq_cst);
+    if (sleeping_.load(std::memory_order_seq_cst)) {
+      std::lock_guard<std::mutex> lk(mu_);  // the helper checks the state under this lock before waiting
+      cv_.notify_one();
+    }
+  }
+
+  // The posted task has run when this returns: by the helper, or here if the helper had not started it.
+  void finish() {
+    int expect = kPosted;
+    if (state_.compare_exchange_strong(expect, kIdle, std::memory_order_acq_rel)) {
+      task_();  // not started: the caller runs it
+    } else {
+      while (state_.load(std::memory_order_acquire) != kDone) {
+      }  // started: it is running on a core now, so this wait is short
+      state_.store(kIdle, std::memory_order_relaxed);
+    }
+    task_ = nullptr;
+  }
+
+ private:
+  enum : int { kIdle = 0, kPosted = 1, kRunning = 2, kDone = 3 };
+  // After a task, look for the next one this long (a step posts several, tens of microseconds apart),
+  // yielding the core to any other runnable thread between looks; then sleep.
+  static constexpr std::chrono::microseconds kSpin{2000};
+
+  bool take() {
+    int expect = kPosted;
+    if (!state_.compare_exchange_strong(expect, kRunning, std::memory_order_acq_rel)) return false;
+    task_();
+    state_.store(kDone, std::memory_order_release);
+    return true;
+  }
+
+  void loop() {
+    for (;;) {
+      const auto until = std::chrono::steady_clock::now() + kSpin;
+      bool ran = false;
+      while (std::chrono::steady_clock::now() < until) {
+        if (take()) {
+          ran = true;
+          break;
+        }
+        sched_yield();
+      }
+      if (ran) continue;
+      std::unique_lock<std::mutex> lk(mu_);
+      sleeping_.store(true, std::memory_order_seq_cst);
+      cv_.wait(lk, [this] { return stop_ || state_.load(std::memory_order_seq_cst) == kPosted; });
+      sleeping_.store(false, std::memory_order_seq_cst);
+      if (stop_) return;
+      lk.unlock();
+      take();
+    }
+  }
+
+  std::function<void()> task_;
+  std::atomic<int> state_{kIdle};
+  std::atomic<bool> sleeping_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  const pid_t pid_;  // the process whose thread th_ is
+  std::thread th_;   // last: started once everything above is built
+};
+
+// The kernel's helper, fork-aware: a forked child has the Helper's memory but not its thread (and its
+// mutex and condition variable may be mid-use), so there it is never touched again (left allocated,
+// neither joined nor destroyed: joining would hang) and get() makes a fresh one on first use.
+class HelperSlot {
+ public:
+  HelperSlot() = default;
+  HelperSlot(const HelperSlot&) = delete;
+  HelperSlot& operator=(const HelperSlot&) = delete;
+  ~HelperSlot() { reset(); }
+  bool on() const { return on_; }
+  void set(bool on) {
+    on_ = on;
+    if (!on) reset();
+  }
+  // The helper of this process, or nullptr when off.
+  Helper* get() {
+    if (!on_) return nullptr;
+    if (p_ != nullptr && p_->pid() != getpid()) p_ = nullptr;  // a forked child: the parent's, left alone
+    if (p_ == nullptr) p_ = new Helper();
+    return p_;
+  }
+
+ private:
+  void reset() {
+    if (p_ != nullptr && p_->pid() == getpid()) delete p_;
+    p_ = nullptr;
+  }
+  bool on_ = false;
+  Helper* p_ = nullptr;
+};
+
+// Runs `mine` here and `theirs` on the helper (when there is one), both done on return.
+template <typename A, typename B>
+void both(Helper* helper, A&& mine, B&& theirs) {
+  if (helper == nullptr) {
+    mine();
+    theirs();
+    return;
+  }
+  helper->post(std::forward<B>(theirs));
+  mine();
+  helper->finish();
+}
+
 struct Layer {
   int64_t in = 0, out = 0;
   F32 W, b, Wt, bt;      // online and target parameters
@@ -178,12 +329,20 @@ class DQNMLPKernel {
     for (const auto& l : layers_) {
       h_.emplace_back(static_cast<size_t>(B_ * l.out));
       ht_.emplace_back(static_cast<size_t>(B_ * l.out));
+      hn_.emplace_back(static_cast<size_t>(B_ * l.out));
       g_.emplace_back(static_cast<size_t>(B_ * l.out));
     }
     y_.resize(static_cast<size_t>(B_));
   }
 
   int64_t batch() const { return B_; }
+  int threads() const { return helper_.on() ? 2 : 1; }
+  // 1: the caller's thread only; >= 2: the caller's and one helper (a step has at most two
+  // independent pieces of work at a time, so a second helper would have nothing to do).
+  void set_threads(int n) {
+    if (n < 1) fail("threads = " + std::to_string(n) + "; expected an integer >= 1");
+    helper_.set(n >= 2);
+  }
   int64_t n_actions() const { return layers_.back().out; }
   int64_t in_features() const { return layers_.front().in; }
 
@@ -254,10 +413,21 @@ class DQNMLPKernel {
     const size_t L = layers_.size();
     float* y = y_.data();
 
-    // 1. targets y = r + gamma * (1 - done) * Q'(s')[a*]
-    const float* qn = net(nobs, true, ht_);
+    Helper* hp = helper_.get();  // started here, on the first step that uses it
+
+    // 1. the online network on s (here) and the target network on s' (on the helper; and for double
+    //    DQN the online network on s' as well, into buffers of its own)
+    const float* q_all = nullptr;
+    const float* qn = nullptr;
+    const float* qo = nullptr;
+    both(hp, [&] { q_all = net(obs, false, h_); },
+         [&] {
+           qn = net(nobs, true, ht_);
+           if (double_dqn) qo = net(nobs, false, hn_);
+         });
+
+    // targets y = r + gamma * (1 - done) * Q'(s')[a*]
     if (double_dqn) {
-      const float* qo = net(nobs, false, h_);  // h_ is overwritten by the online pass below
       for (int64_t r = 0; r < B; ++r) {
         const float* row = qo + r * A;
         int64_t best = 0;
@@ -275,8 +445,7 @@ class DQNMLPKernel {
     }
     for (int64_t r = 0; r < B; ++r) y[r] = (done[r] ? 0.0f : y[r] * gamma) + rew[r];
 
-    // 2. online forward, loss, dL/dq
-    const float* q_all = net(obs, false, h_);
+    // 2. loss, dL/dq
     float* gl = g_[L - 1].data();
     std::fill(gl, gl + B * A, 0.0f);
     const float invB = 1.0f / static_cast<float>(B);
@@ -294,21 +463,30 @@ class DQNMLPKernel {
     *loss_out = loss / static_cast<double>(B);
     *qsum_out = qsum;
 
-    // 3. backward
+    // 3. backward: each layer's weight and bias gradients (on the helper) next to the gradient of its
+    //    input (here), which the layer below needs
     for (size_t ii = L; ii-- > 0;) {
       Layer& l = layers_[ii];
       const float* g = g_[ii].data();
       const float* inp = ii ? h_[ii - 1].data() : obs;
-      gemm_(true, false, l.out, l.in, B, g, l.out, inp, l.in, 0.0f, l.gW, l.in);  // dW = g^T inp
-      std::fill(l.gb, l.gb + l.out, 0.0f);
-      for (int64_t r = 0; r < B; ++r) {
-        const float* row = g + r * l.out;
-        for (int64_t j = 0; j < l.out; ++j) l.gb[j] += row[j];
-      }
+      auto grads = [this, &l, g, inp, B] {
+        gemm_(true, false, l.out, l.in, B, g, l.out, inp, l.in, 0.0f, l.gW, l.in);  // dW = g^T inp
+        std::fill(l.gb, l.gb + l.out, 0.0f);
+        for (int64_t r = 0; r < B; ++r) {
+          const float* row = g + r * l.out;
+          for (int64_t j = 0; j < l.out; ++j) l.gb[j] += row[j];
+        }
+      };
       if (ii) {
         float* gp = g_[ii - 1].data();
-        gemm_(false, false, B, l.in, l.out, g, l.out, l.pW, l.in, 0.0f, gp, l.in);  // dX = g W
-        for (int64_t e = 0; e < B * l.in; ++e) gp[e] = inp[e] > 0.0f ? gp[e] : 0.0f;     // ReLU'
+        both(hp,
+             [&] {
+               gemm_(false, false, B, l.in, l.out, g, l.out, l.pW, l.in, 0.0f, gp, l.in);  // dX = g W
+               for (int64_t e = 0; e < B * l.in; ++e) gp[e] = inp[e] > 0.0f ? gp[e] : 0.0f;  // ReLU'
+             },
+             grads);
+      } else {
+        grads();
       }
     }
 
@@ -332,16 +510,31 @@ class DQNMLPKernel {
 
     // 5. Adam, torch's rule: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
     //    p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+    //    (elementwise: with a helper, it takes the second half of every weight matrix)
     float* steps = psteps_;
+    std::vector<float> step_w(L), step_b(L);
     for (size_t i = 0; i < L; ++i) {
-      Layer& l = layers_[i];
-      adam(l.pW, l.gW, l.pmW, l.pvW, l.out * l.in, steps[2 * i] += 1.0f, lr, b1, b2, eps);
-      adam(l.pb, l.gb, l.pmb, l.pvb, l.out, steps[2 * i + 1] += 1.0f, lr, b1, b2, eps);
+      step_w[i] = steps[2 * i] += 1.0f;
+      step_b[i] = steps[2 * i + 1] += 1.0f;
+    }
+    auto part = [&](bool second) {
+      for (size_t i = 0; i < L; ++i) {
+        Layer& l = layers_[i];
+        const int64_t n = l.out * l.in, lo = hp ? (second ? n / 2 : 0) : 0, hi = hp && !second ? n / 2 : n;
+        adam(l.pW + lo, l.gW + lo, l.pmW + lo, l.pvW + lo, hi - lo, step_w[i], lr, b1, b2, eps);
+        if (!second) adam(l.pb, l.gb, l.pmb, l.pvb, l.out, step_b[i], lr, b1, b2, eps);
+      }
+    };
+    if (hp) {
+      both(hp, [&] { part(false); }, [&] { part(true); });
+    } else {
+      part(false);
     }
   }
 
   static void adam(float* p, const float* g, float* m, float* v, int64_t n, float step, double lr, double b1,
                    double b2, double eps) {
+    if (n <= 0) return;
     const double bc1 = 1.0 - std::pow(b1, static_cast<double>(step));
     const double bc2 = 1.0 - std::pow(b2, static_cast<double>(step));
     adam_loop(p, g, m, v, n, static_cast<float>(lr / bc1), static_cast<float>(std::sqrt(bc2)),
@@ -369,7 +562,8 @@ class DQNMLPKernel {
   F32 steps_;
   float* psteps_ = nullptr;
   std::vector<float> grads_, y_;
-  std::vector<std::vector<float>> h_, ht_, g_;
+  std::vector<std::vector<float>> h_, ht_, hn_, g_;  // activations: online on s, target on s', online on s'
+  HelperSlot helper_;  // threads >= 2 (see set_threads); last, so it stops first
 };
 
 }  // namespace
@@ -384,6 +578,9 @@ PYBIND11_MODULE(_learner, m) {
       .def_property_readonly("batch", &DQNMLPKernel::batch)
       .def_property_readonly("n_actions", &DQNMLPKernel::n_actions)
       .def_property_readonly("in_features", &DQNMLPKernel::in_features)
+      .def_property("threads", &DQNMLPKernel::threads, &DQNMLPKernel::set_threads,
+                    "threads a step uses: 1 (the caller's), or 2 (the caller's and a help-first helper); "
+                    "setting n >= 2 gives 2")
       .def("step", &DQNMLPKernel::step, py::arg("obs"), py::arg("actions"), py::arg("rewards"), py::arg("next_obs"),
            py::arg("done"), py::arg("weights"), py::arg("gamma"), py::arg("huber_delta"), py::arg("max_grad_norm"),
            py::arg("double_dqn"), py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"));

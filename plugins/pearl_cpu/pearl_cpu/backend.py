@@ -118,7 +118,8 @@ class CpuBackend(Backend):
 
         With ``iterations >= CALIBRATE_MIN_ITERATIONS`` (the composer's default
         1000) each host variant (setting 1 and 2, each learner thread count
-        the actors leave) also runs :data:`CALIBRATE_ROUNDS` times (alternating, median)
+        the actors leave, or every count where the learner's threads yield:
+        ``config["learner_threads_yield"]``) also runs :data:`CALIBRATE_ROUNDS` times (alternating, median)
         for :data:`CALIBRATE_WINDOW_S` seconds as the runtime runs it (:func:`~pearl_core.composer.profiling.profile_runtime`),
         recorded as ``config["run_s_setting_<s>_threads_<t>"]``: the isolated
         cells miss the runtime's messages, wake-ups and shared cores, which at
@@ -126,7 +127,7 @@ class CpuBackend(Backend):
         profile (fewer iterations) skips these runs.
         """
         from pearl_core.composer.matrix import CostCell, DeviceRow
-        from pearl_core.composer.calibrate import calibrate_host_variants
+        from pearl_core.composer.calibrate import calibrate_host_variants, learner_threads_yield
         from pearl_core.composer.profiling import (
             profile_actor_step,
             profile_learner,
@@ -140,6 +141,10 @@ class CpuBackend(Backend):
         threads = min(int(device.threads or device.cores or os.cpu_count() or 1), os.cpu_count() or 1)
         bs = workload.batch_size
         avail = max(1, threads - workload.n_actors)
+        # A learner whose threads yield (the native DQN step's help-first helper) may also share the
+        # actors' cores: those variants are calibrated too, and the measurement decides.
+        yields = learner_threads_yield(workload)
+        most = threads if yields else avail
         actor_s = profile_actor_step(workload, iterations=min(iterations, 500))
         produce_s = bs * actor_s / workload.n_actors
         learn_iters = max(10, iterations // 3)
@@ -169,14 +174,14 @@ class CpuBackend(Backend):
             # medians: what the isolated cells leave out (messages, wake-ups, relaying, cores shared
             # with the actors) is in these. A failure leaves the variants to the isolated cells' model.
             try:
-                runs = calibrate_host_variants(workload, [(setting, t) for t in range(1, avail + 1)
+                runs = calibrate_host_variants(workload, [(setting, t) for t in range(1, most + 1)
                                                           for setting in (1, 2)],
                                                window_s=CALIBRATE_WINDOW_S, rounds=CALIBRATE_ROUNDS)
             except PearlError as exc:
                 calibration_note = (f"no calibration runs ({exc}); the host variants are predicted from the "
                                     "isolated cells",)
         config = {"rm_threads": t_r, "learner_threads": t_l, "co_rm_threads": t_r, "co_learner_threads": t_l,
-                  "co_time_sliced": True, "actor_step_s": actor_s, "msg_hop_s": profile_message_hop(), "actors_produce_batch_s": produce_s,
+                  "co_time_sliced": True, "learner_threads_yield": yields, "actor_step_s": actor_s, "msg_hop_s": profile_message_hop(), "actors_produce_batch_s": produce_s,
                   **{f"learner_s_threads_{t}": v for t, v in learner_s.items()}, **runs}
         notes = (f"profiled on {_cpu_model()}: {iterations} iterations per RM cell, {learn_iters} per learner "
                  f"thread count (medians)",

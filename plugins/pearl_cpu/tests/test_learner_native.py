@@ -131,3 +131,93 @@ def test_construction_checks_every_array():
         dqn_mlp_kernel(online, target[:2], m, v, steps, 8)
     with pytest.raises(ValueError, match="batch size must be >= 1"):
         dqn_mlp_kernel(online, target, m, v, steps, 0)
+
+
+def _twin_trainers(hidden, double_dqn):
+    env = gym.make("CartPole-v1")
+    out = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        out.append(DQN(env.observation_space, env.action_space, hidden_sizes=hidden, engine="native", seed=0,
+                       double_dqn=double_dqn, max_grad_norm=0.5, learner_kernels=kernel_lookup("cpu")))
+    env.close()
+    return out
+
+
+@pytest.mark.parametrize("hidden,double_dqn", [((16, 8), False), ((64, 64), True), ((256, 256), False)])
+def test_two_threads_compute_bitwise_what_one_thread_computes(hidden, double_dqn):
+    # The helper thread runs the same products and loops on the same data (csrc/dqn_mlp.cpp), so
+    # every parameter, Adam moment, TD error and loss must be identical, not merely close.
+    one, two = _twin_trainers(hidden, double_dqn)
+    k1, k2 = _kernel(one, 32), _kernel(two, 32)
+    k1.threads, k2.threads = 1, 2
+    assert (k1.threads, k2.threads) == (1, 2)
+    hp = dict(HP, double_dqn=double_dqn, max_grad_norm=0.5)  # clipping active: the norm's order matters too
+    for seed in range(6):
+        b = _batch(32, seed)
+        td1, loss1, q1 = k1.step(**b, **hp)
+        td2, loss2, q2 = k2.step(**b, **hp)
+        np.testing.assert_array_equal(td1, td2)
+        assert (loss1, q1) == (loss2, q2)
+    for a, b in zip(_state(one), _state(two)):
+        np.testing.assert_array_equal(a, b)
+    fresh = next(_twin_trainers(hidden, double_dqn)[0].q_net.parameters()).detach().numpy()
+    assert not np.array_equal(_state(one)[0], fresh)  # it trained
+
+
+def _as_batch(b):
+    from pearl_core.replay.storage import Batch
+
+    return Batch(b["obs"], b["actions"], b["rewards"], b["next_obs"], b["done"])
+
+
+def test_threads_follow_torch_and_can_be_set_back():
+    t = _trainer()
+    prev = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        t.update_policy(_as_batch(_batch(8)), np.ones(8, np.float32))  # the engine sets the kernel's threads
+        assert _kernel(t).threads == 2  # the caller's and one helper, however many are asked for
+        torch.set_num_threads(1)
+        t.update_policy(_as_batch(_batch(8, 1)), np.ones(8, np.float32))
+        assert _kernel(t).threads == 1
+        k = _kernel(t)
+        with pytest.raises(ValueError, match="threads = 0"):
+            k.threads = 0
+        assert k.threads == 1
+    finally:
+        torch.set_num_threads(prev)
+
+
+def _step_in_forked_child(k, conn):
+    try:
+        td, _, _ = k.step(**_batch(32, 9), **HP)  # the parent's helper thread is not in this process
+        del k
+        import gc
+
+        gc.collect()  # the kernel goes: its helper must not be joined here (that would hang)
+        conn.send(("ok", float(td.sum())))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        conn.send(("error", repr(exc)))
+
+
+def test_a_forked_child_steps_and_exits_with_a_two_thread_kernel():
+    import multiprocessing as mp
+
+    one, two = _twin_trainers((64, 64), False)
+    k1, k2 = _kernel(one, 32), _kernel(two, 32)
+    k1.threads, k2.threads = 1, 2
+    k2.step(**_batch(32, 0), **HP)  # the helper thread runs (and now waits) in this process
+    k1.step(**_batch(32, 0), **HP)
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_step_in_forked_child, args=(k2, child))
+    proc.start()
+    assert parent.poll(60), "the forked child hung"
+    status, value = parent.recv()
+    proc.join(30)
+    assert status == "ok", value
+    assert proc.exitcode == 0
+    td1, _, _ = k1.step(**_batch(32, 9), **HP)
+    assert value == float(td1.sum())  # the child's step computed what a one-thread step computes
+    k2.step(**_batch(32, 1), **HP)  # and the parent's helper still works
