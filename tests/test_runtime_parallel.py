@@ -77,6 +77,15 @@ def test_tiny_run_end_to_end(tmp_path, setting):
     log_dir = tmp_path / "run"
     assert len(read_csv(log_dir / "episodes.csv")) == res.episodes
     assert read_csv(log_dir / "metrics.csv")
+    if setting == 2:  # where the worker's time went, per phase, up to its last progress report
+        from pearl_core.runtime.learner import PHASES
+
+        ph = res.learner_phases_s
+        assert tuple(ph) == PHASES and all(v >= 0 for v in ph.values())
+        assert ph["train"] > 0 and ph["sample"] > 0 and ph["insert"] > 0
+        assert ph["train"] <= res.learner_time_s  # the report is from before the worker's last updates
+    else:
+        assert res.learner_phases_s == {}
 
 
 @pytest.mark.parametrize("setting", [1, 2])

@@ -72,7 +72,7 @@ def load_module_weights(module: nn.Module, weights: Mapping[str, np.ndarray], pr
             f"set_weights: missing {[prefix + k for k in missing]}; expected the keys get_weights() returns. "
             "Fix: pass the dict produced by get_weights() of a trainer built with the same hyper-parameters."
         )
-    state = {}
+    arrays = []
     for k, ref in own.items():
         arr = np.asarray(weights[prefix + k])
         if tuple(arr.shape) != tuple(ref.shape):
@@ -80,8 +80,13 @@ def load_module_weights(module: nn.Module, weights: Mapping[str, np.ndarray], pr
                 f"set_weights: {prefix + k} has shape {arr.shape}; expected {tuple(ref.shape)}. "
                 "Fix: build both trainers with the same hidden sizes."
             )
-        state[k] = torch.from_numpy(arr)
-    module.load_state_dict(state)
+        arrays.append(arr)
+    # Every shape checked first (a bad dict changes nothing), then copied into the tensors in place:
+    # state_dict()'s tensors share the parameters' storage. What load_state_dict does, without its
+    # key matching and hooks, which cost an actor more than the copy (it loads every weight sync).
+    with torch.no_grad():
+        for ref, arr in zip(own.values(), arrays):
+            ref.copy_(torch.as_tensor(arr))
 
 
 def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Optimizer:

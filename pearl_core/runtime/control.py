@@ -109,6 +109,9 @@ class RunResult:
         dropped_nonfinite: transitions left out because the environment gave a NaN/inf
             observation, action or reward (``RunConfig.on_nonfinite="drop"``; 0 with "stop"),
             over resumed segments too.
+        learner_phases_s: where the setting-2 worker's time went, seconds per phase
+            (:data:`pearl_core.runtime.learner.PHASES`) up to its last progress report, this
+            segment only; empty for the other runtimes.
     """
 
     env_steps: int
@@ -130,6 +133,7 @@ class RunResult:
     checkpoint_path: str | None
     startup_s: float = 0.0
     dropped_nonfinite: int = 0
+    learner_phases_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def solved(self) -> bool:
@@ -146,7 +150,7 @@ class RunResult:
     @classmethod
     def from_state(cls, state: RunState, decision: "StopDecision", *, batch_size: int,
                    final_mean_return: float | None, log_dir: str, checkpoint_path: str | None,
-                   startup_s: float = 0.0) -> "RunResult":
+                   startup_s: float = 0.0, learner_phases_s: Mapping[str, float] | None = None) -> "RunResult":
         wall = max(state.wall_time_s, 1e-9)
         return cls(
             env_steps=state.env_steps,
@@ -167,6 +171,7 @@ class RunResult:
             log_dir=log_dir,
             checkpoint_path=checkpoint_path,
             startup_s=startup_s,
+            learner_phases_s=dict(learner_phases_s or {}),
         )
 
 

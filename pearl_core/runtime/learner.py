@@ -40,6 +40,7 @@ import dataclasses
 import os
 import queue
 import signal
+import time
 import traceback
 
 from pearl_core.envs import env_spaces
@@ -66,7 +67,12 @@ from pearl_core.runtime.shm import BlockHandle, RingHandle, SlotRing
 from pearl_core.runtime.step import LearnerStep
 from pearl_core.runtime.wiring import build_replay, build_trainer, load_trainer_class, replay_state
 
-__all__ = ["METRICS_EVERY", "LearnerSpec", "run_colocated", "run_learner"]
+__all__ = ["METRICS_EVERY", "PHASES", "LearnerSpec", "run_colocated", "run_learner"]
+
+#: Where the setting-2 worker's time goes (``Progress.phases``, ``RunResult.learner_phases_s``):
+#: sampling a batch (tree + gather), ``update_policy``, the priority update, inserting the actors'
+#: rows, publishing weights (checked finite), waiting for work, and the rest of the loop.
+PHASES = ("sample", "train", "priorities", "insert", "publish", "wait", "other")
 
 #: Learner updates between metric reports to the host.
 METRICS_EVERY = 25
@@ -257,14 +263,27 @@ class _Colocated(_Worker):
         self.replay = build_replay(spec.config, spec.plan, StorageSpec.from_spaces(*self.spaces), state=state)
         self.rings = [SlotRing.attach(h) for h in spec.actor_rings]
         self.step = self.make_step(self.replay)
+        self.insert_s = self.wait_s = self.publish_s = 0.0
+        self.started = time.perf_counter()
+
+    def phases(self) -> dict[str, float]:
+        """Seconds per phase of this process's loop so far (:data:`PHASES`); ``other`` is the rest
+        (the messages' polling and unpickling, the loop, the metrics)."""
+        st = self.step
+        out = {"sample": st.sample_s, "train": st.learner_s, "priorities": st.apply_s, "insert": self.insert_s,
+               "publish": self.publish_s, "wait": self.wait_s}
+        out["other"] = max(0.0, time.perf_counter() - self.started - sum(out.values()))
+        return out
 
     def handle(self, msg) -> bool:
         kind = type(msg)
         if kind is Forward:
             self.mark(Phase.INSERTING)
+            t = time.perf_counter()
             ring = self.rings[msg.actor]
             self.replay.add(*transition_rows(ring.slot(msg.seq), msg.rows))
             ring.release(msg.seq)
+            self.insert_s += time.perf_counter() - t
         elif kind is StateRequest:
             self.send(StateReply(self.state_blob(msg.with_replay)))
         elif kind is Stop:
@@ -281,10 +300,16 @@ class _Colocated(_Worker):
             # Drain the host's messages; wait for one only when there is nothing to train.
             timeout = 0.0 if can_train else 0.01
             handled = False
+            t = time.perf_counter()
             while inbox.poll(timeout):
+                if timeout:  # a wait for work (nothing to train), not the drain of what is there
+                    self.wait_s += time.perf_counter() - t
                 if not self.handle(inbox.get()):
                     return
                 timeout, handled = 0.0, True
+            else:
+                if timeout:
+                    self.wait_s += time.perf_counter() - t
             if handled:  # a state request comes after the host's budget stop: no update after a snapshot
                 can_train = step.updates < ctrl.update_budget and replay.size >= 1
             if not can_train:
@@ -294,9 +319,11 @@ class _Colocated(_Worker):
                 continue
             mark(Phase.UPDATE, step.updates + 1)
             step.step()
+            t = time.perf_counter()
             self.updated()
+            self.publish_s += time.perf_counter() - t
             if step.updates % every == 0:
-                self.send(Progress(step.updates, dict(step.last.metrics), step.learner_s))
+                self.send(Progress(step.updates, dict(step.last.metrics), step.learner_s, self.phases()))
 
 
 def run_colocated(spec: LearnerSpec) -> None:

@@ -170,11 +170,16 @@ class Trained(NamedTuple):
 
 
 class Progress(NamedTuple):
-    """Setting 2: ``updates`` updates done so far, the latest metrics and the total learner time."""
+    """Setting 2: ``updates`` updates done so far, the latest metrics and the total learner time.
+
+    ``phases`` is where the worker's time went this segment, in seconds per phase
+    (:data:`pearl_core.runtime.learner.PHASES`).
+    """
 
     updates: int
     metrics: Mapping[str, float]
     learner_s: float
+    phases: Mapping[str, float] | None = None
 
 
 class StateReply(NamedTuple):

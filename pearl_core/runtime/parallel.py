@@ -93,7 +93,8 @@ class ParallelRuntime(Runtime):
         max_restarts: restarts allowed per actor slot before the run fails.
         weight_check_every: actor vector steps between looks at the weight version.
         actor_slack: env steps actors may run ahead of what the learner has
-            consumed (``None``: two DCQ batches per actor); never less than
+            consumed (``None``: two DCQ batches per actor plus the env steps of two
+            of the learner's progress reports, ``2 * METRICS_EVERY / replay_ratio``); never less than
             ``1 / replay_ratio`` plus one step of every environment, so the
             learner's next update is always reachable.
         stall_timeout_s: seconds a worker (actor or learner) or an evaluation may go

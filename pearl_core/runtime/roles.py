@@ -240,6 +240,8 @@ class Colocated(HostRole):
         if type(msg) is not Progress:
             return False
         self.host.session.record_metrics(msg.metrics, self.host.learn_s0 + msg.learner_s)
+        if msg.phases:
+            self.host.session.learner_phases = dict(msg.phases)
         return True
 
     def after_pump(self) -> None:

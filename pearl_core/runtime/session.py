@@ -158,6 +158,7 @@ class RunSession:
         # A loaded checkpoint is never mutated: the run counts on a copy of its counters.
         self.state = RunState.from_dict(ck.state.to_dict()) if ck is not None else RunState()
         self.monitor = StopMonitor(cfg.stop)
+        self.learner_phases: dict[str, float] = {}  # the setting-2 worker's (Progress.phases)
         if ck is not None:
             self.monitor.load_state_dict(ck.monitor)
         if ck is not None and ck.replay is None and self.state.env_steps:
@@ -333,7 +334,8 @@ class RunSession:
             plot_learning_curve(self.log_dir, title=title, window=s.window,
                                 threshold=s.eval_return if s.eval_return is not None else s.mean_return)
         return RunResult.from_state(st, decision, batch_size=cfg.batch_size, final_mean_return=self.monitor.recent_mean(),
-                                    log_dir=str(self.log_dir), checkpoint_path=str(path), startup_s=self.startup_s)
+                                    log_dir=str(self.log_dir), checkpoint_path=str(path), startup_s=self.startup_s,
+                                    learner_phases_s=self.learner_phases)
 
     def close(self) -> None:
         """Close the display, the logs and the evaluator's environments, then release ``log_dir`` (idempotent)."""

@@ -110,6 +110,7 @@ class LearnerStep:
             replay side is here, else by :meth:`train` (setting 1's learner process,
             whose count sets the weight-publication cadence).
         learner_s: seconds spent in ``update_policy`` (counted by :meth:`train`).
+        sample_s, apply_s: seconds spent in :meth:`sample` and :meth:`apply`.
         last: the latest :class:`~pearl_core.trainer.UpdateResult`, if any.
     """
 
@@ -119,7 +120,7 @@ class LearnerStep:
         self.replay = replay
         self.batch_size = int(batch_size)
         self.updates = int(updates)
-        self.learner_s = 0.0
+        self.learner_s = self.sample_s = self.apply_s = 0.0
         self.last: UpdateResult | None = None
         self._keeps = replay is not None and replay.keeps_priorities
         # Trainer and replay in one process (serial, setting 2): a device trainer may give destination
@@ -130,7 +131,10 @@ class LearnerStep:
     def sample(self, out: Mapping[str, np.ndarray] | None = None) -> SampledBatch:
         """Draw the next batch (into ``out``, e.g. the learner's batch slot, if given; else into the
         trainer's device slot, when it has one)."""
-        return self.replay.sample(self.batch_size, out if out is not None else self.device_slot)
+        t = time.perf_counter()
+        sampled = self.replay.sample(self.batch_size, out if out is not None else self.device_slot)
+        self.sample_s += time.perf_counter() - t
+        return sampled
 
     def train(self, batch, weights: np.ndarray) -> np.ndarray:
         """``update_policy(batch, weights)``; returns its TD errors, validated (the only check).
@@ -150,7 +154,9 @@ class LearnerStep:
     def apply(self, indices: np.ndarray, td: np.ndarray) -> None:
         """Turn the validated TD errors of the sampled ``indices`` into priorities; one update done."""
         if self._keeps:  # uniform replay keeps no priorities: nothing to store
+            t = time.perf_counter()
             self.replay.update_priorities(indices, td, checked=True)
+            self.apply_s += time.perf_counter() - t
         self.updates += 1
 
     def checked_weights(self) -> Mapping[str, np.ndarray]:
