@@ -95,7 +95,7 @@ HEADER = "| contestant | seed | solved at (env steps) | wall-to-solved s | env s
 
 
 def run_pearl(name: str, seed: int, budget: int, eval_every: int, eval_episodes: int, log_root: Path,
-              n_actors: int, envs_per_actor: int) -> dict:
+              n_actors: int, envs_per_actor: int, learner_threads: dict[int, int] | None = None) -> dict:
     from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
 
     kind, replay, setting = PEARL[name]
@@ -123,8 +123,9 @@ def run_pearl(name: str, seed: int, budget: int, eval_every: int, eval_episodes:
     else:
         from pearl_core.runtime.parallel import ParallelRuntime
 
+        threads = (learner_threads or {}).get(setting, 1)
         plan = RuntimePlan(setting=setting, n_actors=n_actors, envs_per_actor=envs_per_actor,
-                           learner_threads=1, rm_threads=1)
+                           learner_threads=threads, rm_threads=1)
         rt = ParallelRuntime(cfg, plan, **common)
     t_run = time.perf_counter()
     res = rt.run()
@@ -145,8 +146,8 @@ def run_pearl(name: str, seed: int, budget: int, eval_every: int, eval_episodes:
         "updates_per_s": res.updates / wall,
         "samples_per_s": res.updates * BATCH / wall,
         "evals": [round(m, 1) for _, m, _ in res.eval_history],
-        "plan": {"setting": setting, "n_actors": n_actors, "envs_per_actor": envs_per_actor}
-        if kind == "parallel" else {"serial": True},
+        "plan": {"setting": setting, "n_actors": n_actors, "envs_per_actor": envs_per_actor,
+                 "learner_threads": plan.learner_threads} if kind == "parallel" else {"serial": True},
     }
 
 
@@ -443,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=int, default=100_000, help="env steps per run (default 100k)")
     p.add_argument("--n-actors", type=int, default=1, help="parallel runtime: actor processes")
     p.add_argument("--envs-per-actor", type=int, default=1, help="parallel runtime: envs per actor")
+    p.add_argument("--learner-threads", default="1:1,2:1", metavar="S:T,...",
+                   help="parallel runtime: learner threads per setting (default 1:1,2:1; `make demo` composes "
+                        "2:2 on the 2-core dev VM, see its plan)")
     p.add_argument("--sb3-threads", type=int, default=os.cpu_count() or 1,
                    help="torch (and BLAS) threads for SB3 and for SBX's replay-buffer side (default: every "
                         "core, SB3's own default); JAX's XLA pool is its default, sized to the machine")
@@ -486,6 +490,11 @@ def main(argv: list[str] | None = None) -> int:
             notes.append(f"sbx-uniform: {SBX_AS_SHIPPED if args.sbx_no_clip else SBX_NO_MAX_GRAD_NORM}; "
                          "its per-model jit compiles count in its wall time")
     budget, eval_every, eval_episodes = (3_000, 1_500, 2) if args.quick else (args.budget, EVAL_EVERY, EVAL_EPISODES)
+    try:
+        learner_threads = {int(s): int(t) for s, t in (x.split(":") for x in args.learner_threads.split(",") if x)}
+        assert set(learner_threads) <= {1, 2} and all(t >= 1 for t in learner_threads.values())
+    except (ValueError, AssertionError):
+        p.error(f"--learner-threads {args.learner_threads!r}: expected setting:threads pairs, e.g. 1:1,2:2")
 
     warm_up(names, budget, sbx_clip=not args.sbx_no_clip)
     started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
@@ -502,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
                     r = run_sbx(seed, budget, eval_every, eval_episodes, args.sb3_threads, not args.sbx_no_clip)
                 else:
                     r = run_pearl(name, seed, budget, eval_every, eval_episodes, log_root,
-                                  args.n_actors, args.envs_per_actor)
+                                  args.n_actors, args.envs_per_actor, learner_threads)
                 r = {"contestant": name, "seed": seed, **r, "load1": os.getloadavg()[0]}
                 rows.append(r)
                 print(f"[e2e] {json.dumps(r)}", file=sys.stderr, flush=True)

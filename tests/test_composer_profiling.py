@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -230,3 +231,15 @@ def test_editing_the_trainer_source_invalidates_its_cached_cells(tmp_path, monke
     second = profiling._source_digest("pkg.my_trainer:Mine")
     assert first and second and first != second
     assert profiling._source_digest("no_such_module_here:X") == ""
+
+
+def test_a_lead_within_the_calibration_noise_is_a_tie():
+    # The calibration rounds of a variant spread by (max - min) / median: a lead they cover is not measured.
+    s1 = Variant(1, 1, 1, 0.94e-3, 1064.0, 12.0, 500, "run", spread=0.08)  # 6% ahead, rounds spread 8%
+    s2 = Variant(2, 1, 1, 1e-3, 1000.0, 12.0, 0, "run", spread=0.02)
+    assert pick_variant((s1, s2), "throughput") == 1  # tied: the lower traffic wins
+    quiet = dataclasses.replace(s1, spread=0.01)
+    assert pick_variant((quiet, s2), "throughput") == 0  # the same 6% lead over quiet rounds: measured
+    capped = Variant(1, 1, 1, 0.85e-3, 1176.0, 12.0, 500, "run", spread=0.5)  # 15% ahead: beyond NOISE_CAP
+    assert pick_variant((capped, s2), "throughput") == 0
+    assert Variant.from_dict(s1.to_dict()) == s1  # the spread goes into the plan and back

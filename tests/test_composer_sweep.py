@@ -92,9 +92,10 @@ def test_host_variants_take_a_calibration_run_and_keep_the_model():
     dev = DeviceSpec("cpu0", "cpu", 2**34, 5, 20, cores=2, threads=2)
     wl = Workload(batch_size=32, obs_bytes=16, action_bytes=8, n_actors=1)
     plain = {(v.setting, v.learner_threads): v for v in host_variants(dev, _host_row({}), wl)}
-    runs = {"run_s_setting_1_threads_1": 9e-4, "run_s_setting_2_threads_1": 7e-4}
+    runs = {"run_s_setting_1_threads_1": 9e-4, "run_s_setting_2_threads_1": 7e-4, "run_spread_setting_1_threads_1": 0.05}
     calibrated = {(v.setting, v.learner_threads): v for v in host_variants(dev, _host_row(runs), wl)}
     assert set(plain) == set(calibrated) == {(Setting(1), 1), (Setting(2), 1)}
+    assert calibrated[Setting(1), 1].spread == 0.05 and calibrated[Setting(2), 1].spread == 0.0  # rounds' noise
     for key, run in (((Setting(1), 1), 9e-4), ((Setting(2), 1), 7e-4)):
         assert calibrated[key].predicted_s == run and calibrated[key].bound == "run"
         assert calibrated[key].model_s == pytest.approx(plain[key].predicted_s)
@@ -146,7 +147,10 @@ def test_calibration_runs_in_a_child_and_measures_a_variant():
 
     wl = workload_for_env("CartPole-v1", 32, hidden_sizes=(16, 16), replay="uniform", insert_batch=2)
     got = calibrate_host_variants(wl, [(2, 1)], window_s=1.0, rounds=1)
-    assert set(got) == {variant_key(2, 1)} and 1e-6 < got[variant_key(2, 1)] < 1.0
+    from pearl_core.composer.tuning import spread_key
+
+    assert set(got) == {variant_key(2, 1), spread_key(2, 1)} and 1e-6 < got[variant_key(2, 1)] < 1.0
+    assert got[spread_key(2, 1)] == 0.0  # one round: no spread
 
 
 def test_a_failing_calibration_says_why():

@@ -24,7 +24,7 @@ import subprocess
 import sys
 from typing import Iterable
 
-from pearl_core.composer.tuning import variant_key
+from pearl_core.composer.tuning import spread_key, variant_key
 from pearl_core.composer.workload import Workload
 from pearl_core.errors import PearlError
 
@@ -33,7 +33,8 @@ __all__ = ["calibrate_host_variants", "learner_threads_yield", "variant_key"]
 
 def calibrate_host_variants(wl: Workload, variants: Iterable[tuple[int, int]], *, window_s: float = 3.0,
                             rounds: int = 2, timeout_s: float | None = None) -> dict[str, float]:
-    """``{variant_key(s, t): median seconds per update}`` of each ``(setting, learner threads)`` variant.
+    """``{variant_key(s, t): median seconds per update, spread_key(s, t): (max - min) / median}`` of each
+    ``(setting, learner threads)`` variant.
 
     The variants run in turn, ``rounds`` times (1, 2, 1, 2, ...), each for
     ``window_s`` seconds of steady state (:func:`~pearl_core.composer.profiling.profile_runtime`).
@@ -61,7 +62,8 @@ def calibrate_host_variants(wl: Workload, variants: Iterable[tuple[int, int]], *
         why = out[-1][-1500:] if out else "no output"  # the child's exception, as its last line says it
         raise PearlError(f"the host variants' calibration runs failed (exit {proc.returncode}): {why}")
     got = json.loads(lines[-1])
-    return {k: float(v) for k, v in got.items() if isinstance(v, (int, float)) and math.isfinite(v) and v > 0}
+    return {k: float(v) for k, v in got.items() if isinstance(v, (int, float)) and math.isfinite(v)
+            and (v > 0 or (k.startswith("run_spread_") and v >= 0))}
 
 
 def learner_threads_yield(wl: Workload) -> bool:
@@ -87,7 +89,13 @@ def _main() -> int:
             seconds = profile_runtime(wl, setting=s, learner_threads=t, window_s=float(request["window_s"]))
             if math.isfinite(seconds):
                 times[variant_key(s, t)].append(seconds)
-    print(json.dumps({k: statistics.median(v) for k, v in times.items() if v}), flush=True)
+    out: dict[str, float] = {}
+    for (s, t) in variants:
+        v = times[variant_key(s, t)]
+        if v:
+            out[variant_key(s, t)] = m = statistics.median(v)
+            out[spread_key(s, t)] = (max(v) - min(v)) / m  # the rounds' noise (0 with one round)
+    print(json.dumps(out), flush=True)
     return 0
 
 

@@ -41,7 +41,7 @@ The first terms of each ``max`` are the processes' own critical paths (setting
 machine's CPU demand spread over its ``C`` hardware threads, which is what
 binds on a small machine. Power per variant interpolates the device's idle and
 active power by the threads kept busy. Scores within 3% of the best are ties
-(:data:`TIE`), broken by the lower traffic (setting 2 moves no batch between
+(:data:`TIE`), or within the calibration rounds' spread (at most 10%), broken by the lower traffic (setting 2 moves no batch between
 processes), then by fewer threads. Learner
 threads range over ``1 .. C - n_actors`` (the actors keep their cores, the
 paper's rule; oversubscribing cores stalls torch's OpenMP threads, see
@@ -59,7 +59,7 @@ from pearl_core.composer.spec import DeviceSpec
 from pearl_core.composer.workload import Workload
 from pearl_core.runtime.config import Setting
 
-__all__ = ["TIE", "Variant", "host_variants", "pick_variant", "variant_key"]
+__all__ = ["NOISE_CAP", "TIE", "Variant", "host_variants", "pick_variant", "spread_key", "variant_key"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,8 @@ class Variant:
             ``"actors"``, ``"cpu"``), or ``"run"`` when ``predicted_s`` is a calibration run's.
         model_s: what the isolated cells' model above predicts (``predicted_s`` unless a
             calibration run replaced it).
+        spread: the calibration rounds' ``(max - min) / median`` (their noise); 0 when the
+            prediction is not a calibration run's.
     """
 
     setting: Setting
@@ -88,6 +90,7 @@ class Variant:
     traffic_bytes: int
     bound: str
     model_s: float = math.nan
+    spread: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "setting", Setting(self.setting))
@@ -99,7 +102,7 @@ class Variant:
         return {"setting": self.setting, "learner_threads": self.learner_threads, "rm_threads": self.rm_threads,
                 "predicted_s": self.predicted_s, "throughput": self.throughput, "power_w": self.power_w,
                 "traffic_bytes": self.traffic_bytes, "bound": self.bound,
-                "model_s": self.model_s if math.isfinite(self.model_s) else None}
+                "model_s": self.model_s if math.isfinite(self.model_s) else None, "spread": self.spread}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Variant":
@@ -112,6 +115,11 @@ class Variant:
 def variant_key(setting: int, threads: int) -> str:
     """The host row's config key of a variant's calibration run: ``run_s_setting_<s>_threads_<t>``."""
     return f"run_s_setting_{int(setting)}_threads_{int(threads)}"
+
+
+def spread_key(setting: int, threads: int) -> str:
+    """The config key of a variant's calibration noise: ``run_spread_setting_<s>_threads_<t>``."""
+    return f"run_spread_setting_{int(setting)}_threads_{int(threads)}"
 
 
 def _learner_s(cfg: Mapping[str, Any], t: int) -> float | None:
@@ -167,28 +175,36 @@ def host_variants(device: DeviceSpec, row: DeviceRow, wl: Workload) -> tuple[Var
                                               (Setting.COLOCATED, terms2, t + na, 0)):
             bound = max(terms, key=terms.__getitem__)
             model = T = terms[bound]
-            run = cfg.get(variant_key(setting, t))
+            run, spread = cfg.get(variant_key(setting, t)), 0.0
             if isinstance(run, (int, float)) and math.isfinite(run) and run > 0:
                 T, bound = float(run), "run"  # the variant as the runtime ran it (see the module docstring)
+                sp = cfg.get(spread_key(setting, t))
+                spread = float(sp) if isinstance(sp, (int, float)) and math.isfinite(sp) and sp >= 0 else 0.0
             power = device.idle_power_w + (device.active_power_w - device.idle_power_w) * min(1.0, busy / threads)
             rm_threads = rm_t if setting == Setting.THROUGH_HOST else t
-            out.append(Variant(setting, t, rm_threads, T, bs / T, power, traffic, bound, model))
+            out.append(Variant(setting, t, rm_threads, T, bs / T, power, traffic, bound, model, spread))
     return tuple(out)
 
 
 #: Variants whose scores are within this fraction of the best one's are tied: calibration runs of one
 #: variant vary by about that much, so a smaller lead is not a measured difference.
 TIE = 0.03
+#: A lead smaller than the calibration rounds' own spread is not measured either, up to this much.
+NOISE_CAP = 0.10
 
 
 def pick_variant(variants: tuple[Variant, ...], metric: str) -> int:
     """Index of the best variant by ``metric``.
 
-    Variants scoring within :data:`TIE` (3%) of the best are tied; the tie goes to the
-    lower traffic (setting 2 moves no batch between processes: the paper's rule for equal
-    throughput), then to fewer learner threads, then to the higher score.
+    A variant is tied with the best when it scores within :data:`TIE` (3%) of it, or
+    within the larger calibration spread of the two (:attr:`Variant.spread`, at most
+    :data:`NOISE_CAP`): a lead the rounds' own noise covers is not a measured one. The
+    tie goes to the lower traffic (setting 2 moves no batch between processes: the
+    paper's rule for equal throughput), then to fewer learner threads, then to the higher score.
     """
-    best = max(v.score(metric) for v in variants)
-    tied = [i for i, v in enumerate(variants) if v.score(metric) >= best * (1 - TIE)]
+    top = max(variants, key=lambda v: v.score(metric))
+    best = top.score(metric)
+    tied = [i for i, v in enumerate(variants)
+            if v.score(metric) >= best * (1 - max(TIE, min(NOISE_CAP, max(top.spread, v.spread))))]
     return min(tied, key=lambda i: (variants[i].traffic_bytes, variants[i].learner_threads,
                                     -variants[i].score(metric)))
