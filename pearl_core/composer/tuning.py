@@ -45,7 +45,8 @@ active power by the threads kept busy. Scores within 3% of the best are ties
 processes), then by fewer threads. Learner
 threads range over ``1 .. C - n_actors`` (the actors keep their cores, the
 paper's rule; oversubscribing cores stalls torch's OpenMP threads, see
-:func:`host_variants`).
+:func:`host_variants`), or ``1 .. C`` where the learner's threads yield to the
+actors (``learner_threads_yield``: the native DQN step's help-first helper).
 """
 
 from __future__ import annotations
