@@ -230,12 +230,9 @@ def run_sb3(seed: int, budget: int, eval_every: int, eval_episodes: int, sb3_thr
     # BLAS in the host) cannot decide it by side effect. On the 2-core dev VM 2 threads were as fast
     # or faster: 15k-step runs, medians 686 vs 653 env steps/s (5 interleaved runs each); solved
     # runs, 562 vs 467 (seed 1) and 564 vs 561 (seed 2).
-    restore = _pin_threads(sb3_threads)
-    try:
-        t0 = time.perf_counter()
-        env = gym.make("CartPole-v1")
-        model = DQN(
-            "MlpPolicy", env,
+    def build():
+        return DQN(
+            "MlpPolicy", gym.make("CartPole-v1"),
             learning_rate=2.3e-3, batch_size=BATCH, buffer_size=100_000, learning_starts=1_000, gamma=0.99,
             target_update_interval=10, train_freq=TRAIN_EVERY, gradient_steps=GRADIENT_STEPS,
             # SB3 decays eps over exploration_fraction * total_timesteps; total is our budget, so
@@ -244,13 +241,9 @@ def run_sb3(seed: int, budget: int, eval_every: int, eval_episodes: int, sb3_thr
             exploration_final_eps=0.04, max_grad_norm=10, policy_kwargs={"net_arch": [256, 256]},
             seed=seed, device="cpu", verbose=0,
         )
-        cb = _greedy_eval_stop(seed, eval_every, eval_episodes, t0)
-        model.learn(total_timesteps=budget, callback=cb)
-        wall = time.perf_counter() - t0
-        steps, updates = model.num_timesteps, model._n_updates
-    finally:
-        restore()
-    return _peer_result(cb, steps, updates, wall, {"sb3": True, "threads": sb3_threads})
+
+    return _timed_learn(build, seed, budget, eval_every, eval_episodes, sb3_threads,
+                        {"sb3": True, "threads": sb3_threads})
 
 
 SBX_NO_MAX_GRAD_NORM = ("sbx.DQN has no max_grad_norm argument (SBX's DQN does not clip); the zoo's "
@@ -292,17 +285,25 @@ def _sbx_dqn(seed: int, budget: int, clip: bool, learning_starts: int = 1_000):
 
 def run_sbx(seed: int, budget: int, eval_every: int, eval_episodes: int, threads: int, clip: bool) -> dict:
     # The stopwatch covers the fresh model's jit compiles (see the module docstring).
+    return _timed_learn(lambda: _sbx_dqn(seed, budget, clip), seed, budget, eval_every, eval_episodes, threads,
+                        {"sbx": True, "threads": threads, "grad_clip": clip})
+
+
+def _timed_learn(build, seed: int, budget: int, eval_every: int, eval_episodes: int, threads: int,
+                 plan: dict) -> dict:
+    """A peer's run (SB3, SBX): threads pinned, then a stopwatch from ``build()`` (the model's
+    construction) to ``learn()`` returning, with the solved callback."""
     restore = _pin_threads(threads)
     try:
         t0 = time.perf_counter()
-        model = _sbx_dqn(seed, budget, clip)
+        model = build()
         cb = _greedy_eval_stop(seed, eval_every, eval_episodes, t0)
         model.learn(total_timesteps=budget, callback=cb)
         wall = time.perf_counter() - t0
         steps, updates = model.num_timesteps, model._n_updates
     finally:
         restore()
-    return _peer_result(cb, steps, updates, wall, {"sbx": True, "threads": threads, "grad_clip": clip})
+    return _peer_result(cb, steps, updates, wall, plan)
 
 
 def _fmt(v, spec: str = ".0f") -> str:
