@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import math
 import os
 import pathlib
@@ -133,7 +134,10 @@ def test_benchmark_measures_a_workload_and_writes_the_report(tmp_path):
     text = out.read_text(encoding="utf-8")
     assert "1 of 1 workloads validated" in text
     rows = [ln for ln in text.splitlines() if ln.startswith("| CartPole-v1 b32 64-64 uni 1a x1 | setting")]
-    assert len(rows) == 2, text
+    # settings 1 and 2, each with every learner thread count calibrated (DQN's native step yields to the
+    # actors, so its variants on the actors' cores are candidates too: 1 .. the machine's threads)
+    counts = {n: sum(f"setting {n}," in ln for ln in rows) for n in (1, 2)}
+    assert counts[1] == counts[2] >= 1 and len(rows) == 2 * counts[1], text
     for ln in rows:
         cells = [c.strip() for c in ln.strip("|").split("|")]
         predicted, measured, model = float(cells[2]), float(cells[3]), float(cells[5])
@@ -174,7 +178,7 @@ composer.set_actors("CartPole-v1", n_actors=1)
 composer.set_train_function(DQN, batch_size=32, replay_ratio=0.5, hidden_sizes=[16, 16])
 composer.set_replay("uniform", capacity=10_000)
 plan = composer.run().plan
-print("VARIANTS", sorted((int(v.setting), v.bound) for v in plan.variants))
+print("VARIANTS", sorted((int(v.setting), v.learner_threads, v.bound) for v in plan.variants))
 """
 
 
@@ -187,7 +191,12 @@ def test_an_unguarded_script_composes_with_calibration_runs(tmp_path):
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, env=env,
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "VARIANTS [(1, 'run'), (2, 'run')]" in proc.stdout, proc.stdout[-3000:]
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("VARIANTS ")), None)
+    assert line is not None, proc.stdout[-3000:]
+    variants = ast.literal_eval(line[len("VARIANTS "):])
+    threads = sorted(t for s, t, _ in variants if s == 1)
+    assert threads and threads == sorted(t for s, t, _ in variants if s == 2) and threads[0] == 1, variants
+    assert all(bound == "run" for _, _, bound in variants), variants  # every variant calibrated
 
 
 def test_cli_sweep_prints_the_table_writes_the_report_and_bounds_the_error(tmp_path, monkeypatch):
