@@ -104,6 +104,7 @@ class MLPDQNEngine:
         # The kernel runs threads of its own (a ``threads`` attribute, set from torch's count): BLAS then
         # runs single-threaded in each of them.
         self._threads_itself = False
+        self._kernel_threads: int | None = None  # what the kernel's ``threads`` was last set to
         #: The learner's threads as the runtime gives them (:meth:`DQN.use_threads`); ``None``: torch's count.
         self.threads: int | None = None
         # numpy views of the parameters: valid for the trainer's life (torch updates them in place:
@@ -192,13 +193,14 @@ class MLPDQNEngine:
             exp_avgs, exp_avg_sqs, _ = self._adam
             kern = self.native_factory(online, target, [m.numpy() for m in exp_avgs],
                                        [v.numpy() for v in exp_avg_sqs], self._steps, B)
-            k = self._kernel = (self._adam_key, kern, [None])
+            k = self._kernel = (self._adam_key, kern)
             self._threads_itself = hasattr(kern, "threads")
-        kern, asked = k[1], k[2]
+            self._kernel_threads = None  # a new kernel: its threads are set below
+        kern = k[1]
         if self._threads_itself:  # the kernel runs the learner's threads itself
             n = self.learner_threads()
-            if asked[0] != n:
-                kern.threads = asked[0] = n
+            if self._kernel_threads != n:
+                kern.threads = self._kernel_threads = n
         return kern
 
     def learner_threads(self) -> int:
