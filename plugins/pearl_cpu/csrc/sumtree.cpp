@@ -123,6 +123,38 @@ inline void recompute(const Layout& L, int d, uint64_t gg, uint32_t S) {
   *L.node(d - 1, gg) = group_prefix<SC>(L.data + o, L.pre + o, S);
 }
 
+// Level D of a power-of-two tree, when it is sparse: write each leaf (batch
+// order, so the last duplicate wins) and at once recompute its group, which is
+// then still in cache; prefetch (for writing) the leaf and prefix lines of the
+// item PF ahead. Every group is recomputed after the last write to it, so the
+// result is the same pure function of the leaves as write_leaves followed by
+// propagate_level. g[j] gets the level D-1 group of item j's parent.
+template <int SC>
+void write_leaves_and_recompute(const Layout& L, const int64_t* idx, const double* prio,
+                                const uint32_t* items, size_t c, uint64_t* g) {
+  const uint32_t S = slots<SC>(L);
+  constexpr size_t PF = 8;
+  const int sh = L.shift;
+  const uint64_t mask = ~((uint64_t{1} << sh) - 1);
+  double* raw = L.data + L.off[L.D];
+  double* pre = L.pre + L.off[L.D];
+  for (size_t j = 0; j < c; ++j) {
+    if (j + PF < c) {
+      const uint64_t ia = static_cast<uint64_t>(idx[items ? items[j + PF] : j + PF]) & mask;
+      for (uint32_t l = 0; l < (S * 8 + 63) / 64; ++l) {
+        __builtin_prefetch(raw + ia + 8 * l, 1, 3);
+        __builtin_prefetch(pre + ia + 8 * l, 1, 3);
+      }
+    }
+    const size_t k = items ? items[j] : j;
+    const uint64_t i = static_cast<uint64_t>(idx[k]);
+    raw[i] = prio[k];
+    const uint64_t gg = i >> sh;
+    recompute<SC>(L, L.D, gg, S);
+    g[j] = L.div(gg);
+  }
+}
+
 template <int SC>
 void propagate_level(const Layout& L, int d, uint64_t* g, size_t c, bool dense, uint64_t lo,
                      uint64_t hi) {
@@ -213,6 +245,7 @@ SumTree::Kernels make_kernels() {
   SumTree::Kernels k;
   k.sample = base::sample_kernel_for(SC);
   k.propagate = &propagate_kernel<SC>;
+  k.write_recompute = &write_leaves_and_recompute<SC>;
   k.check = &check_kernel<SC>;
   return k;
 }
@@ -542,6 +575,11 @@ void SumTree::update(const int64_t* idx, const double* prio, size_t n) {
 void SumTree::update_serial(const int64_t* idx, const double* prio, size_t n) {
   auto& g = groups_scratch_[0];
   if (g.size() < n) g.resize(n);
+  if (L_.pow2 && L_.D >= 2 && L_.G[L_.D] > n) {
+    K_.write_recompute(L_, idx, prio, nullptr, n, g.data());
+    K_.propagate(L_, g.data(), n, L_.D - 1, 1, 0, 1);
+    return;
+  }
   write_leaves(L_, idx, prio, nullptr, n, g.data());
   K_.propagate(L_, g.data(), n, L_.D, 1, 0, 1);
 }
@@ -583,8 +621,13 @@ void SumTree::update_parallel(const int64_t* idx, const double* prio, size_t n) 
       c += (static_cast<uint64_t>(idx[k]) - leaf_lo) < width;
     }
     uint64_t* g = groups_scratch_[t].data();
-    write_leaves(L_, idx, prio, items, c, g);
-    K_.propagate(L_, g, c, L_.D, ds, lo, hi);
+    if (L_.pow2 && ds < L_.D && (hi - lo) * (span >> L_.shift) > c) {
+      K_.write_recompute(L_, idx, prio, items, c, g);
+      K_.propagate(L_, g, c, L_.D - 1, ds, lo, hi);
+    } else {
+      write_leaves(L_, idx, prio, items, c, g);
+      K_.propagate(L_, g, c, L_.D, ds, lo, hi);
+    }
   };
   pool()->run(T, job);
   K_.propagate(L_, nullptr, std::numeric_limits<size_t>::max(), ds - 1, 1, 0, 1);

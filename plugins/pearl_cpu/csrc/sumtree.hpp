@@ -282,6 +282,8 @@ class SumTree {
   struct Kernels {
     void (*sample)(const Layout&, const double*, int64_t*, size_t);
     void (*propagate)(const Layout&, uint64_t*, size_t, int, int, uint64_t, uint64_t);
+    void (*write_recompute)(const Layout&, const int64_t*, const double*, const uint32_t*, size_t,
+                            uint64_t*);
     bool (*check)(const Layout&);
   };
 

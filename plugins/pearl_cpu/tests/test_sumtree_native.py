@@ -98,6 +98,27 @@ def test_duplicates_last_wins():
         assert tree.check_consistency()
 
 
+@pytest.mark.parametrize("fanout", [2, 8, 16, 32])
+def test_sparse_batches_with_duplicates_in_one_leaf_group_match_reference(fanout):
+    # Batches much smaller than the leaf level take the path that writes each leaf and recomputes
+    # its group at once (power-of-two fanouts): repeated indices and different leaves of one group,
+    # interleaved in the batch, must leave the same tree as the reference, serially and threaded.
+    cap = 70_000
+    rng = np.random.default_rng(fanout)
+    ref = ReferenceSumTree(cap, fanout)
+    trees = [make(cap, fanout, threads=1), make(cap, fanout, threads=2, parallel=True)]
+    for n in (3, 64, 256, 1500):
+        base = rng.integers(0, cap // fanout, 24) * fanout
+        idx = np.concatenate([base + rng.integers(0, fanout, 24), rng.integers(0, cap, n)])
+        idx = rng.permutation(np.concatenate([idx, idx[: n // 3 + 1]]))[:n]
+        prio = rng.random(n) * (rng.random(n) > 0.2)
+        ref.update(idx, prio)
+        for tree in trees:
+            tree.update(idx, prio)
+            assert_same(tree, ref, rng)
+    assert trees[1]._impl._parallel_stats()["parallel_calls"] > 0
+
+
 def test_capacity_one_and_zero_leaves_never_sampled():
     tree = make(1, 16)
     with pytest.raises(EmptyTreeError):
