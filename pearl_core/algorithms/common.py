@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
@@ -13,6 +14,7 @@ from pearl_core.errors import SpecError
 from pearl_core.trainer import Trainer
 
 __all__ = [
+    "BoxActions",
     "CountedTrainer",
     "adam",
     "as_input",
@@ -24,6 +26,8 @@ __all__ = [
     "mlp",
     "module_weights",
     "polyak_update",
+    "reward_done_weights",
+    "tanh_actor_actions",
 ]
 
 
@@ -87,6 +91,92 @@ def load_module_weights(module: nn.Module, weights: Mapping[str, np.ndarray], pr
     with torch.no_grad():
         for ref, arr in zip(own.values(), arrays):
             ref.copy_(torch.as_tensor(arr))
+
+
+@dataclass(frozen=True, eq=False)
+class BoxActions:
+    """A ``Box`` action space as the actor-critics (DDPG, TD3, SAC) use it.
+
+    Their networks work in normalised actions ``a`` in ``[-1, 1]^d`` (a ``tanh``
+    output); :meth:`to_env` maps them affinely onto the Box ``[low, high]`` and
+    :meth:`normalise` maps the environment's actions back, so one set of
+    hyper-parameters works whatever the bounds.
+    """
+
+    input_shape: tuple[int, ...]
+    action_shape: tuple[int, ...]
+    low: np.ndarray
+    high: np.ndarray
+    mid: np.ndarray  # (high + low) / 2
+    half: np.ndarray  # (high - low) / 2
+    mid_t: torch.Tensor  # mid, flat, on the networks' device
+    half_t: torch.Tensor  # half, flat, on the networks' device
+
+    @classmethod
+    def of(cls, observation_space, action_space, owner: str, device: torch.device,
+           actor: str = "tanh actor") -> "BoxActions":
+        """Check both spaces (a ``Box`` observation, a ``Box`` action with finite bounds).
+
+        Raises:
+            SpecError: a ``Discrete`` (or other non-``Box``) action or observation space, or an
+                action bound that is not finite (``actor`` names what the bounds would scale).
+        """
+        import gymnasium.spaces as spaces
+
+        if not isinstance(action_space, spaces.Box):
+            raise SpecError(f"{owner} needs a Box action space; found {action_space}. Fix: use DQN for Discrete ones.")
+        if not isinstance(observation_space, spaces.Box):
+            raise SpecError(f"{owner} needs a Box observation space; found {observation_space}.")
+        low = np.asarray(action_space.low, dtype=np.float32)
+        high = np.asarray(action_space.high, dtype=np.float32)
+        if not (np.isfinite(low).all() and np.isfinite(high).all()):
+            raise SpecError(
+                f"{owner} needs finite action bounds to scale its {actor}; found low={low}, high={high}. "
+                "Fix: wrap the environment with gymnasium.wrappers.RescaleAction / ClipAction."
+            )
+        mid, half = (high + low) / 2, (high - low) / 2
+        return cls(tuple(int(d) for d in observation_space.shape), tuple(int(d) for d in action_space.shape),
+                   low, high, mid, half, torch.from_numpy(mid.reshape(-1)).to(device),
+                   torch.from_numpy(half.reshape(-1)).to(device))
+
+    @property
+    def obs_dim(self) -> int:
+        return int(np.prod(self.input_shape))
+
+    @property
+    def act_dim(self) -> int:
+        return int(np.prod(self.action_shape))
+
+    def to_env(self, a: np.ndarray) -> np.ndarray:
+        """Normalised actions ``(n, d)`` in ``[-1, 1]`` as ``(n, *action_shape)`` ``float32`` inside the Box."""
+        act = self.mid + self.half * a.reshape(a.shape[0], *self.action_shape)
+        # Rounding of mid + half * a can step a hair outside [low, high]; clip so the Box contract holds.
+        return np.clip(act, self.low, self.high).astype(np.float32, copy=False)
+
+    def normalise(self, action, n: int) -> torch.Tensor:
+        """A batch's environment actions as ``(n, d)`` normalised ``float32`` on the networks' device."""
+        act = torch.from_numpy(np.asarray(action, dtype=np.float32).reshape(n, -1)).to(self.mid_t.device)
+        return (act - self.mid_t) / self.half_t
+
+
+def tanh_actor_actions(actor: nn.Module, obs: torch.Tensor, box: BoxActions, rng: np.random.Generator,
+                       noise_std: float) -> np.ndarray:
+    """A ``tanh`` actor's actions inside the Box, with Gaussian noise of ``noise_std`` (normalised units,
+    drawn from ``rng`` when > 0) clipped into ``[-1, 1]`` (DDPG's and TD3's exploration)."""
+    with torch.inference_mode():
+        a = actor(obs).cpu().numpy()
+    if noise_std > 0:
+        a = a + rng.normal(0.0, noise_std, size=a.shape).astype(np.float32)
+        np.clip(a, -1.0, 1.0, out=a)
+    return box.to_env(a)
+
+
+def reward_done_weights(batch, weights, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A batch's rewards (``float32``), done flags (``bool``) and importance weights (``float32``) on ``device``."""
+    rew = torch.from_numpy(np.asarray(batch.reward, dtype=np.float32)).to(device)
+    done = torch.from_numpy(np.asarray(batch.done, dtype=np.bool_)).to(device)
+    w = torch.from_numpy(np.asarray(weights, dtype=np.float32)).to(device)
+    return rew, done, w
 
 
 def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Optimizer:

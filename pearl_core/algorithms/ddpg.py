@@ -29,9 +29,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from pearl_core.algorithms.common import (CountedTrainer, adam, check_hidden, check_positive, check_unit,
-                                          hard_update, mlp, polyak_update)
-from pearl_core.errors import SpecError
+from pearl_core.algorithms.common import (BoxActions, CountedTrainer, adam, check_hidden, check_positive, check_unit,
+                                          hard_update, mlp, polyak_update, reward_done_weights,
+                                          tanh_actor_actions)
 from pearl_core.trainer import UpdateResult
 
 __all__ = ["DDPG"]
@@ -79,25 +79,11 @@ class DDPG(CountedTrainer):
         seed: int | None = None,
         device: str = "cpu",
     ):
-        import gymnasium.spaces as spaces
-
         o = "DDPG"
-        if not isinstance(action_space, spaces.Box):
-            raise SpecError(f"DDPG needs a Box action space; found {action_space}. Fix: use DQN for Discrete ones.")
-        if not isinstance(observation_space, spaces.Box):
-            raise SpecError(f"DDPG needs a Box observation space; found {observation_space}.")
-        low = np.asarray(action_space.low, dtype=np.float32)
-        high = np.asarray(action_space.high, dtype=np.float32)
-        if not (np.isfinite(low).all() and np.isfinite(high).all()):
-            raise SpecError(
-                f"DDPG needs finite action bounds to scale its tanh actor; found low={low}, high={high}. "
-                "Fix: wrap the environment with gymnasium.wrappers.RescaleAction / ClipAction."
-            )
-        self.input_shape = tuple(int(d) for d in observation_space.shape)
-        self.action_shape = tuple(int(d) for d in action_space.shape)
-        self.action_low, self.action_high = low, high
-        self._mid = (high + low) / 2
-        self._half = (high - low) / 2
+        self.device = torch.device(device)
+        self.box = BoxActions.of(observation_space, action_space, o, self.device)
+        self.input_shape, self.action_shape = self.box.input_shape, self.box.action_shape
+        self.action_low, self.action_high = self.box.low, self.box.high
         self.gamma = check_unit(gamma, o, "gamma")
         self.tau = check_unit(tau, o, "tau", open_low=True)
         self.noise_std = check_unit(noise_std, o, "noise_std", high=10.0)
@@ -105,10 +91,8 @@ class DDPG(CountedTrainer):
         self.noise_decay_steps = check_positive(noise_decay_steps, o, "noise_decay_steps", allow_none=True, integer=True)
         self.policy_delay = check_positive(policy_delay, o, "policy_delay", integer=True)
         self.max_grad_norm = check_positive(max_grad_norm, o, "max_grad_norm", allow_none=True)
-        self.device = torch.device(device)
 
-        obs_dim = int(np.prod(self.input_shape))
-        act_dim = int(np.prod(self.action_shape))
+        obs_dim, act_dim = self.box.obs_dim, self.box.act_dim
         a_hidden = check_hidden(actor_hidden, o, "actor_hidden")
         c_hidden = check_hidden(critic_hidden, o, "critic_hidden")
         self.actor = nn.Sequential(mlp(obs_dim, a_hidden, act_dim), nn.Tanh()).to(self.device)
@@ -124,8 +108,6 @@ class DDPG(CountedTrainer):
         self._critic_params = list(self.critic.parameters())
         self._online = self._actor_params + self._critic_params
         self._targets = list(self.actor_target.parameters()) + list(self.critic_target.parameters())
-        self._mid_t = torch.from_numpy(self._mid.reshape(-1)).to(self.device)
-        self._half_t = torch.from_numpy(self._half.reshape(-1)).to(self.device)
         self._rng = np.random.default_rng(seed)
         self.updates = 0
         self.env_steps = 0
@@ -141,18 +123,8 @@ class DDPG(CountedTrainer):
 
     def get_action(self, obs: np.ndarray, explore: bool) -> np.ndarray:
         """Actions ``(n, *action_shape)`` ``float32`` inside the Box; Gaussian noise if ``explore``."""
-        obs = np.asarray(obs)
-        n = obs.shape[0]
-        with torch.inference_mode():
-            a = self.actor(self._as_input(obs)).cpu().numpy()
-        if explore:
-            std = self.current_noise_std
-            if std > 0:
-                a = a + self._rng.normal(0.0, std, size=a.shape).astype(np.float32)
-            np.clip(a, -1.0, 1.0, out=a)
-        act = self._mid + self._half * a.reshape(n, *self.action_shape)
-        # Rounding of mid + half * a can step a hair outside [low, high]; clip so the Box contract holds.
-        return np.clip(act, self.action_low, self.action_high).astype(np.float32, copy=False)
+        return tanh_actor_actions(self.actor, self._as_input(obs), self.box, self._rng,
+                                  self.current_noise_std if explore else 0.0)
 
     # -- learning ----------------------------------------------------------------
     def update_policy(self, batch, weights: np.ndarray) -> UpdateResult:
@@ -160,11 +132,8 @@ class DDPG(CountedTrainer):
         obs = self._as_input(batch.obs)
         next_obs = self._as_input(batch.next_obs)
         n = obs.shape[0]
-        act = torch.from_numpy(np.asarray(batch.action, dtype=np.float32).reshape(n, -1)).to(self.device)
-        act = (act - self._mid_t) / self._half_t
-        rew = torch.from_numpy(np.asarray(batch.reward, dtype=np.float32)).to(self.device)
-        done = torch.from_numpy(np.asarray(batch.done, dtype=np.bool_)).to(self.device)
-        w = torch.from_numpy(np.asarray(weights, dtype=np.float32)).to(self.device)
+        act = self.box.normalise(batch.action, n)
+        rew, done, w = reward_done_weights(batch, weights, self.device)
 
         with torch.no_grad():
             next_act = self.actor_target(next_obs)

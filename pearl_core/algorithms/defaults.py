@@ -11,6 +11,8 @@ from typing import Any, Sequence
 
 from pearl_core.algorithms.ddpg import DDPG
 from pearl_core.algorithms.dqn import DQN
+from pearl_core.algorithms.sac import SAC
+from pearl_core.algorithms.td3 import TD3
 
 __all__ = ["default_trainer", "hidden_kwargs"]
 
@@ -25,9 +27,9 @@ def default_trainer(action_space: Any) -> type:
 def hidden_kwargs(trainer: type, sizes: Sequence[int]) -> dict[str, Any]:
     """The constructor keywords that give ``trainer``'s networks these hidden sizes.
 
-    ``actor_hidden`` and ``critic_hidden`` for the built-in DDPG (and its
-    subclasses), ``hidden_sizes`` for every other trainer.
+    ``actor_hidden`` and ``critic_hidden`` for the built-in actor-critics DDPG,
+    TD3 and SAC (and their subclasses), ``hidden_sizes`` for every other trainer.
     """
-    if isinstance(trainer, type) and issubclass(trainer, DDPG):
+    if isinstance(trainer, type) and issubclass(trainer, (DDPG, TD3, SAC)):
         return {"actor_hidden": sizes, "critic_hidden": sizes}
     return {"hidden_sizes": sizes}

@@ -1,0 +1,208 @@
+"""Twin delayed DDPG (TD3, Fujimoto et al. 2018) for ``Box`` action spaces.
+
+TD3 is DDPG with three changes against the critic's over-estimation:
+
+* **twin critics** — two critics ``Q1``, ``Q2`` with their own Polyak targets;
+  the target is ``y = r + gamma * (1 - done) * min(Q1'(s', a'), Q2'(s', a'))``;
+* **target policy smoothing** — ``a' = clip(mu'(s') + clip(eps, -c, c), -1, 1)``
+  with ``eps ~ N(0, target_noise^2)`` and ``c = target_noise_clip``, in the
+  normalised ``[-1, 1]`` action units the networks work in;
+* **delayed policy updates** — the actor and all three targets move once every
+  ``policy_delay`` critic updates (after the ``policy_delay``-th, ``2 *
+  policy_delay``-th, ... update, as in the paper and stable-baselines3, so the
+  critics have learnt something before the actor first follows them).
+
+As in :class:`~pearl_core.algorithms.ddpg.DDPG`, the ``tanh`` actor's output is
+scaled affinely onto the Box, the critics see observations and normalised
+actions, and exploration adds Gaussian noise of std ``noise_std`` (normalised
+units) clipped into the Box. The critic loss is the importance-weighted sum of
+both critics' squared TD errors, ``mean(w * (δ1² + δ2²))`` with ``δi = Qi(s, a) - y``,
+so each critic gets the gradient DDPG's single critic would.
+
+Priorities: ``update_policy`` returns ``(|δ1| + |δ2|) / 2`` per sample. Both
+critics are trained on every sample and the loss holds both errors, so a sample
+is worth replaying as much as it surprises the two together; the error of only
+the critic that gave the min would be blind to the other one's surprise and
+would switch from critic to critic as the two cross.
+
+Exploration noise draws from a numpy stream and the smoothing noise from a
+torch generator on the networks' device, both seeded from ``seed`` and both in
+:meth:`TD3.state_dict`, so a resumed run continues the same streams.
+
+Defaults follow rl-baselines3-zoo's ``hyperparams/td3.yml`` entry for
+Pendulum-v1 (``gamma: 0.98, buffer_size: 200000, learning_starts: 10000,
+noise_type: 'normal', noise_std: 0.1, gradient_steps: 1, train_freq: 1,
+learning_rate: 1e-3, net_arch: [400, 300]``) on top of stable-baselines3's TD3
+defaults (``batch_size=256, tau=0.005, policy_delay=2, target_policy_noise=0.2,
+target_noise_clip=0.5``); the hidden layers are 256-256 (the zoo's are
+400-300). The matching run config is ``batch_size=256, learning_starts=10_000,
+replay_ratio=1.0`` with ``ReplayConfig(capacity=200_000)`` (one update per env
+step, the zoo's ``train_freq=1, gradient_steps=1``; ``train_every=200``, one burst
+per Pendulum episode, keeps the ratio with less per-burst overhead), budget 20k
+env steps. The zoo's warm-up takes uniform random actions; PEARL's actors
+explore with the (untrained) policy and its noise from the first step.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from pearl_core.algorithms.common import (BoxActions, CountedTrainer, adam, check_hidden, check_positive, check_unit,
+                                          hard_update, mlp, polyak_update, reward_done_weights,
+                                          tanh_actor_actions)
+from pearl_core.trainer import UpdateResult
+
+__all__ = ["TD3"]
+
+
+class TD3(CountedTrainer):
+    """TD3: twin critics, target policy smoothing, delayed actor and target updates.
+
+    Args:
+        observation_space: a ``Box`` (observations are flattened).
+        action_space: a ``Box`` with finite bounds.
+        actor_hidden, critic_hidden: MLP hidden sizes (both critics get ``critic_hidden``).
+        actor_lr, critic_lr: Adam learning rates (one critic optimizer holds both critics).
+        gamma: discount factor in ``[0, 1]``.
+        tau: Polyak rate of the three target networks, applied with each actor update.
+        noise_std: exploration noise std in normalised action units (fraction
+            of the half-range of each action dimension).
+        target_noise: std of the target policy smoothing noise (normalised units).
+        target_noise_clip: the smoothing noise is clipped to ``[-target_noise_clip, target_noise_clip]``.
+        policy_delay: critic updates per actor (and target) update.
+        max_grad_norm: clip the actor's and the critics' gradient norms (``None``: off).
+        seed: seeds the exploration and smoothing noise (network init follows torch's global seed).
+        device: torch device of the networks.
+    """
+
+    action_kind = "continuous"
+    acting_net = "actor"
+
+    def __init__(
+        self,
+        observation_space,
+        action_space,
+        *,
+        actor_hidden: Sequence[int] = (256, 256),
+        critic_hidden: Sequence[int] = (256, 256),
+        actor_lr: float = 1e-3,
+        critic_lr: float = 1e-3,
+        gamma: float = 0.98,
+        tau: float = 0.005,
+        noise_std: float = 0.1,
+        target_noise: float = 0.2,
+        target_noise_clip: float = 0.5,
+        policy_delay: int = 2,
+        max_grad_norm: float | None = None,
+        seed: int | None = None,
+        device: str = "cpu",
+    ):
+        o = "TD3"
+        self.device = torch.device(device)
+        self.box = BoxActions.of(observation_space, action_space, o, self.device)
+        self.input_shape, self.action_shape = self.box.input_shape, self.box.action_shape
+        self.action_low, self.action_high = self.box.low, self.box.high
+        self.gamma = check_unit(gamma, o, "gamma")
+        self.tau = check_unit(tau, o, "tau", open_low=True)
+        self.noise_std = check_unit(noise_std, o, "noise_std", high=10.0)
+        self.target_noise = check_unit(target_noise, o, "target_noise", high=10.0)
+        self.target_noise_clip = check_unit(target_noise_clip, o, "target_noise_clip", high=10.0)
+        self.policy_delay = check_positive(policy_delay, o, "policy_delay", integer=True)
+        self.max_grad_norm = check_positive(max_grad_norm, o, "max_grad_norm", allow_none=True)
+
+        obs_dim, act_dim = self.box.obs_dim, self.box.act_dim
+        a_hidden = check_hidden(actor_hidden, o, "actor_hidden")
+        c_hidden = check_hidden(critic_hidden, o, "critic_hidden")
+        self.actor = nn.Sequential(mlp(obs_dim, a_hidden, act_dim), nn.Tanh()).to(self.device)
+        self.actor_target = nn.Sequential(mlp(obs_dim, a_hidden, act_dim), nn.Tanh()).to(self.device)
+        self.critic1 = mlp(obs_dim + act_dim, c_hidden, 1).to(self.device)
+        self.critic2 = mlp(obs_dim + act_dim, c_hidden, 1).to(self.device)
+        self.critic1_target = mlp(obs_dim + act_dim, c_hidden, 1).to(self.device)
+        self.critic2_target = mlp(obs_dim + act_dim, c_hidden, 1).to(self.device)
+        online = (self.actor, self.critic1, self.critic2)
+        targets = (self.actor_target, self.critic1_target, self.critic2_target)
+        for target, source in zip(targets, online):
+            hard_update(target, source)
+            target.requires_grad_(False)
+        self._actor_params = list(self.actor.parameters())
+        self._critic_params = list(self.critic1.parameters()) + list(self.critic2.parameters())
+        self.actor_optimizer = adam(self._actor_params, check_positive(actor_lr, o, "actor_lr"))
+        self.critic_optimizer = adam(self._critic_params, check_positive(critic_lr, o, "critic_lr"))
+        self._online = [p for net in online for p in net.parameters()]
+        self._targets = [p for net in targets for p in net.parameters()]
+        act_seed, learn_seed = np.random.SeedSequence(seed).spawn(2)
+        self._rng = np.random.default_rng(act_seed)
+        self._gen = torch.Generator(device=self.device)
+        self._gen.manual_seed(int(learn_seed.generate_state(1, np.uint64)[0]))
+        self.updates = 0
+        self.env_steps = 0
+
+    # -- acting ------------------------------------------------------------------
+    def get_action(self, obs: np.ndarray, explore: bool) -> np.ndarray:
+        """Actions ``(n, *action_shape)`` ``float32`` inside the Box; Gaussian noise if ``explore``."""
+        return tanh_actor_actions(self.actor, self._as_input(obs), self.box, self._rng,
+                                  self.noise_std if explore else 0.0)
+
+    # -- learning ----------------------------------------------------------------
+    def target_actions(self, next_obs: torch.Tensor) -> torch.Tensor:
+        """Smoothed target actions ``clip(mu'(s') + clip(eps, -c, c), -1, 1)``; draws from the smoothing stream."""
+        next_act = self.actor_target(next_obs)
+        if self.target_noise > 0:
+            eps = torch.randn(next_act.shape, generator=self._gen, device=self.device) * self.target_noise
+            next_act = (next_act + eps.clamp_(-self.target_noise_clip, self.target_noise_clip)).clamp_(-1.0, 1.0)
+        return next_act
+
+    def update_policy(self, batch, weights: np.ndarray) -> UpdateResult:
+        """One step of both critics; every ``policy_delay``-th update also an actor and a Polyak step."""
+        obs = self._as_input(batch.obs)
+        next_obs = self._as_input(batch.next_obs)
+        n = obs.shape[0]
+        act = self.box.normalise(batch.action, n)
+        rew, done, w = reward_done_weights(batch, weights, self.device)
+
+        with torch.no_grad():
+            next_sa = torch.cat([next_obs, self.target_actions(next_obs)], dim=1)
+            q_next = torch.minimum(self.critic1_target(next_sa), self.critic2_target(next_sa)).squeeze(1)
+            target = torch.where(done, rew, rew + self.gamma * q_next)
+        sa = torch.cat([obs, act], dim=1)
+        q1 = self.critic1(sa).squeeze(1)
+        q2 = self.critic2(sa).squeeze(1)
+        td1, td2 = q1 - target, q2 - target
+        critic_loss = (w * (td1.square() + td2.square())).mean()
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        if self.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self._critic_params, self.max_grad_norm, foreach=True)
+        self.critic_optimizer.step()
+
+        metrics = {"critic_loss": float(critic_loss.detach()), "q_mean": float(q1.detach().mean())}
+        self.updates += 1
+        if self.updates % self.policy_delay == 0:
+            actor_loss = -self.critic1(torch.cat([obs, self.actor(obs)], dim=1)).mean()
+            # Gradients for the actor only: the critics' weight gradients are never needed here.
+            grads = torch.autograd.grad(actor_loss, self._actor_params)
+            for p, g in zip(self._actor_params, grads):
+                p.grad = g
+            if self.max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(self._actor_params, self.max_grad_norm, foreach=True)
+            self.actor_optimizer.step()
+            polyak_update(self._targets, self._online, self.tau)
+            metrics["actor_loss"] = float(actor_loss.detach())
+        td = (td1.detach().abs() + td2.detach().abs()).mul_(0.5)
+        return UpdateResult(td_errors=td.cpu().numpy(), metrics=metrics)
+
+    # -- checkpoints -------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Networks, optimizers, counters, the exploration stream and the smoothing-noise generator."""
+        out = super().state_dict()
+        out["smoothing_rng"] = self._gen.get_state()
+        return out
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        if "smoothing_rng" in state:
+            self._gen.set_state(state["smoothing_rng"])
