@@ -145,6 +145,17 @@ class Trainer(abc.ABC):
 
         torch.set_num_threads(int(n))
 
+    def learner_passes(self) -> Mapping[str, tuple[float, float, float]]:
+        """Passes of one update through each network, for the composer's cost models.
+
+        Maps a network's attribute name (``"critic"``) to ``(forward, weight-gradient,
+        input-gradient)`` passes per update; a network not named gets one forward pass and,
+        if trainable, one backward pass with both gradients (what a DQN's networks take). An
+        actor-critic says, e.g., that its critic is evaluated twice (the critic loss and the
+        actor loss) and back-propagated twice for its input gradient but once for its weights.
+        """
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume training (networks, optimizers, counters).
 

@@ -49,6 +49,48 @@ def test_ddpg_gets_hidden_sizes_for_actor_and_critic():
     assert wl.action_bytes == 4
 
 
+def _macs(wl, group: str) -> int:
+    return sum(ly.macs for ly in wl.layers if ly.group == group)
+
+
+@pytest.mark.parametrize("algo", ["DDPG", "TD3", "SAC"])
+def test_actor_critic_workloads_count_every_pass_of_the_update(algo):
+    # Pendulum-v1: obs 3, action 1; 32-32 networks. Each pass costs 2 FLOPs per MAC.
+    wl = workload_for_env("Pendulum-v1", 8, trainer=f"pearl_core.algorithms:{algo}", hidden_sizes=(32, 32))
+    act, crit = 3 * 32 + 32 * 32 + 32 * (2 if algo == "SAC" else 1), 4 * 32 + 32 * 32 + 32
+    groups = {ly.group for ly in wl.layers}
+    if algo == "DDPG":
+        assert groups == {"actor", "actor_target", "critic", "critic_target"}
+        # actor: loss forward + both gradients; critic: critic loss (3 passes) + actor loss (forward + dX)
+        passes = 3 * act + act + (3 + 2) * crit + crit
+    elif algo == "TD3":
+        assert groups == {"actor", "actor_target", "critic1", "critic2", "critic1_target", "critic2_target"}
+        # the actor's loss every policy_delay = 2 updates, through critic1 only
+        passes = 1.5 * act + act + (3 + 1) * crit + 3 * crit + 2 * crit
+    else:
+        assert groups == {"actor", "critic1", "critic2", "critic1_target", "critic2_target"}
+        # the actor sampled on s' and s, one backward; each critic: its loss + the actor's (forward + dX)
+        passes = 4 * act + 2 * (3 + 2) * crit + 2 * crit
+    assert _macs(wl, "actor") == act and _macs(wl, "critic1" if algo != "DDPG" else "critic") == crit
+    assert wl.train_flops == pytest.approx(8 * 2 * passes)
+    # Not the default rule (every layer forward once, trainable ones backward once): that misses the
+    # critics' passes for the actor's loss (DDPG, SAC: more FLOPs) and TD3's delayed actor (fewer).
+    default = 8 * (2 * wl.forward_macs + 4 * wl.trainable_macs)
+    assert (wl.train_flops < default) if algo == "TD3" else (wl.train_flops > default)
+    # The passes survive the plan's JSON round trip.
+    assert Workload.from_dict(wl.to_dict()).train_flops == wl.train_flops
+
+
+def test_double_dqn_counts_its_extra_forward_pass_and_layer_passes_default_to_one():
+    plain = workload_for_env("CartPole-v1", 32, hidden_sizes="64,64")
+    double = workload_for_env("CartPole-v1", 32, hidden_sizes="64,64", trainer_kwargs={"double_dqn": True})
+    macs = 4 * 64 + 64 * 64 + 64 * 2
+    assert double.train_flops - plain.train_flops == 32 * 2 * macs
+    assert learner_ops(double) == learner_ops(plain) + 2 * 3     # three more layer evaluations
+    ly = LearnerLayer("net.0", "linear", 4, 2, 8, 10, False, "net")
+    assert (ly.forwards, ly.weight_grads, ly.input_grads, ly.passes) == (1.0, 0.0, 0.0, 1.0)
+
+
 def test_bad_programs_give_clear_errors():
     with pytest.raises(SpecError, match="environment 'NoSuchEnv-v0' cannot be created"):
         workload_for_env("NoSuchEnv-v0", 32)

@@ -127,6 +127,13 @@ class DDPG(CountedTrainer):
                                   self.current_noise_std if explore else 0.0)
 
     # -- learning ----------------------------------------------------------------
+    def learner_passes(self) -> dict[str, tuple[float, float, float]]:
+        """Per update: the critic's loss (a forward and a backward pass) and, every ``policy_delay``
+        updates, the actor's loss: the actor forward and backward, the critic forward again and
+        back-propagated for its input gradient only. The targets: one forward pass each (default)."""
+        k = 1.0 / self.policy_delay
+        return {"actor": (k, k, k), "critic": (1.0 + k, 1.0, 1.0 + k)}
+
     def update_policy(self, batch, weights: np.ndarray) -> UpdateResult:
         """One critic step (and every ``policy_delay`` updates an actor step and a Polyak step)."""
         obs = self._as_input(batch.obs)

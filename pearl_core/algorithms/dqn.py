@@ -202,6 +202,11 @@ class DQN(CountedTrainer):
         return actions.astype(np.int64, copy=False) + self.action_start
 
     # -- learning ----------------------------------------------------------------
+    def learner_passes(self) -> dict[str, tuple[float, float, float]]:
+        """The online net: one forward pass on ``s`` (and one on ``s'`` for double DQN) and one
+        backward pass; the target net: one forward pass on ``s'`` (the default)."""
+        return {"q_net": (2.0 if self.double_dqn else 1.0, 1.0, 1.0)}
+
     def device_batch_slot(self, storage, batch_size: int) -> dict[str, Any] | None:
         """Destinations on this DQN's torch device for batches sampled from ``storage``, or ``None``.
 

@@ -191,6 +191,13 @@ class SAC(CountedTrainer):
         return self.box.to_env(np.tanh(u))
 
     # -- learning ----------------------------------------------------------------
+    def learner_passes(self) -> dict[str, tuple[float, float, float]]:
+        """Per update: the actor samples on ``s'`` (the target) and on ``s`` (its loss, then a
+        backward pass); each critic's loss (a forward and a backward pass) and the actor's loss
+        through both critics (a forward pass each, back-propagated for the input gradient
+        only). The target critics: one forward pass each (the default). ``log_alpha`` has no layer."""
+        return {"actor": (2.0, 1.0, 1.0), "critic1": (2.0, 1.0, 2.0), "critic2": (2.0, 1.0, 2.0)}
+
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterised ``(a, log pi(a|s))`` for a batch: ``(B, |A|)`` in ``[-1, 1]`` and ``(B,)``.
 

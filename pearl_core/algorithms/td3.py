@@ -148,6 +148,14 @@ class TD3(CountedTrainer):
                                   self.noise_std if explore else 0.0)
 
     # -- learning ----------------------------------------------------------------
+    def learner_passes(self) -> dict[str, tuple[float, float, float]]:
+        """Per update: both critics' losses (a forward and a backward pass each) and, every
+        ``policy_delay`` updates, the actor's loss through the first critic (the actor forward
+        and backward, ``critic1`` forward again and back-propagated for its input gradient only).
+        The three targets: one forward pass each (the default)."""
+        k = 1.0 / self.policy_delay
+        return {"actor": (k, k, k), "critic1": (1.0 + k, 1.0, 1.0 + k), "critic2": (1.0, 1.0, 1.0)}
+
     def target_actions(self, next_obs: torch.Tensor) -> torch.Tensor:
         """Smoothed target actions ``clip(mu'(s') + clip(eps, -c, c), -1, 1)``; draws from the smoothing stream."""
         next_act = self.actor_target(next_obs)

@@ -33,11 +33,14 @@ prescribes; levels are dependent loads, the batch is spread over the device)::
 
 Uniform replay has no tree: ``sample = o`` (one random-index call), ``update = insert = 0``.
 
-**Learner, CPU** (``FLOPs = BS*(2*fwd MACs + 4*trainable MACs)`` from the
-trainer's layers, :attr:`Workload.train_flops`)::
+**Learner, CPU** (``FLOPs = BS * sum(2 * MACs * passes)`` over the trainer's layers,
+:attr:`Workload.train_flops`: ``BS*(2*fwd MACs + 4*trainable MACs)`` for a DQN, more for an
+actor-critic whose critics are evaluated again for the actor's loss,
+:meth:`~pearl_core.trainer.Trainer.learner_passes`)::
 
     ops     = 2*N_layers + 13*N_trainable + 49        dispatched ops per step: forward 2 per
-                                                       layer; backward, clipping and Adam 13 per trainable
+                                                       layer evaluation (N_layers counts each
+                                                       layer's forward passes); backward, clipping and Adam 13 per trainable
                                                        layer; batch conversion, loss, TD errors 49
     bytes   = 4*params + 4*trainable_params*7 + 3*activations     weights read; grads, Adam m/v,
                                                        weight write-back; activations out, kept, reread
@@ -128,10 +131,16 @@ def _param(dev: DeviceSpec, field: str, default: float, notes: list[str], shown:
     return float(value)
 
 
+def _layer_passes(wl: Workload) -> int:
+    """Layer evaluations of one step: each layer's forward passes (1 for every layer of a DQN;
+    an actor-critic's critics are evaluated again for the actor's loss), rounded up."""
+    return math.ceil(sum(ly.forwards for ly in wl.layers) - 1e-9)
+
+
 def learner_ops(wl: Workload) -> int:
     """Dispatched ops (CPU) or kernels (GPU) of one learner step (see the module docstring)."""
     n_train = sum(1 for ly in wl.layers if ly.trainable)
-    return 2 * len(wl.layers) + 13 * n_train + 49
+    return 2 * _layer_passes(wl) + 13 * n_train + 49
 
 
 def _learner_bytes(wl: Workload) -> float:
@@ -231,7 +240,7 @@ def _best_split(avail: int, bs: int, rm, learn) -> tuple:
 def gpu_kernels(wl: Workload) -> int:
     """CUDA kernels of one learner step of the built-in DQN on a GPU (see the module docstring)."""
     n_train = sum(1 for ly in wl.layers if ly.trainable)
-    return 2 * len(wl.layers) + 4 * n_train + 30
+    return 2 * _layer_passes(wl) + 4 * n_train + 30
 
 
 def gemm_efficiency(batch: int, half_batch: float) -> float:

@@ -41,6 +41,15 @@ class LearnerLayer:
         group: the trainer attribute holding it (``"q_net"``); layers of one
             group form one network, in forward order.
         positions: output positions per sample (1 for Linear, ``H_out*W_out`` for Conv2d).
+        forwards: forward passes through the layer per update (per sample).
+        weight_grads: weight-gradient passes per update (``None``: 1 if trainable, else 0).
+        input_grads: input-gradient passes per update (``None``: as ``weight_grads``). An
+            actor-critic's actor loss back-propagates through the critic for the input
+            gradient only, so its critic has more input than weight gradients.
+
+    The pass counts come from the trainer's :meth:`~pearl_core.trainer.Trainer.learner_passes`
+    (per network); the defaults are one forward pass and, for a trainable layer, one backward
+    pass with both gradients.
     """
 
     name: str
@@ -52,6 +61,20 @@ class LearnerLayer:
     trainable: bool = True
     group: str = ""
     positions: int = 1
+    forwards: float = 1.0
+    weight_grads: float | None = None
+    input_grads: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.weight_grads is None:
+            object.__setattr__(self, "weight_grads", 1.0 if self.trainable else 0.0)
+        if self.input_grads is None:
+            object.__setattr__(self, "input_grads", self.weight_grads)
+
+    @property
+    def passes(self) -> float:
+        """Forward plus backward passes per update, each costing one forward pass's MACs."""
+        return self.forwards + float(self.weight_grads) + float(self.input_grads)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -162,13 +185,15 @@ class Workload:
 
     @property
     def train_flops(self) -> float:
-        """FLOPs of one learner step: ``BS * (2 * forward_macs + 4 * trainable_macs)``.
+        """FLOPs of one learner step: ``BS * sum(2 * macs * passes)`` over the layers.
 
-        A forward pass costs 2 FLOPs per MAC for every layer (target networks are
-        evaluated on ``next_obs`` too); the backward pass costs 4 per MAC
-        (gradient with respect to the input and to the weights) for trainable layers.
+        Every pass costs 2 FLOPs per MAC: each forward pass, each weight-gradient and
+        each input-gradient pass (:attr:`LearnerLayer.passes`). With the default passes
+        this is ``BS * (2 * forward_macs + 4 * trainable_macs)``: one forward pass of
+        every layer (target networks are evaluated on ``next_obs`` too) and one backward
+        pass, with both gradients, of every trainable one.
         """
-        return float(self.batch_size) * (2 * self.forward_macs + 4 * self.trainable_macs)
+        return float(self.batch_size) * sum(2.0 * ly.macs * ly.passes for ly in self.layers)
 
     @property
     def param_bytes(self) -> int:
@@ -211,6 +236,8 @@ def learner_layers(trainer: Any) -> tuple[LearnerLayer, ...]:
     from pearl_core.trainer import layer_specs
 
     input_shape = tuple(getattr(trainer, "input_shape", ()) or ())
+    declared = getattr(trainer, "learner_passes", None)
+    passes = dict(declared() if callable(declared) else {})
     spatial: dict[str, tuple[int, int]] = {}
     out: list[LearnerLayer] = []
     for spec in layer_specs(trainer):
@@ -230,9 +257,12 @@ def learner_layers(trainer: Any) -> tuple[LearnerLayer, ...]:
                 dims.append(max(1, (size + 2 * p - d * (k - 1) - 1) // s + 1))
             spatial[group] = (dims[0], dims[1])
             positions = dims[0] * dims[1]
+        trainable = bool(weight.requires_grad)
+        f, w, x = passes.get(group, (1.0, None, None))
         out.append(LearnerLayer(spec.name, spec.kind, spec.in_features, spec.out_features,
-                                int(weight.numel()) * positions, spec.params, bool(weight.requires_grad), group,
-                                positions))
+                                int(weight.numel()) * positions, spec.params, trainable, group,
+                                positions, float(f), None if w is None else float(w),
+                                None if x is None else float(x)))
     return tuple(out)
 
 

@@ -13,7 +13,7 @@
 #   hardware      'golden': 'cpu0 (cpu)'
 #   metric        'throughput'
 #
-# Plan sha256 b4ecf0c8681648007e98610dd1a9719e770148bd0979de7bea7bce8dac873d6b
+# Plan sha256 d3ab6e4c033b24a6124050a65ed0b8638dc0aadf854fdf460c1632760e08a67f
 #   RM on 'cpu0', learner on 'cpu0', Data Storage on 'cpu0', setting 2 (co-located)
 #   predicted 1,025.0 us per iteration, 62,439 samples/s, 65.0 W; 1 feasible candidate(s)
 #   backends ('cpu',)
@@ -38,7 +38,7 @@ from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, Sett
 from pearl_core.runtime.wiring import load_trainer_class
 
 PEARL_VERSION = '0.1.0'
-PLAN_HASH = 'b4ecf0c8681648007e98610dd1a9719e770148bd0979de7bea7bce8dac873d6b'
+PLAN_HASH = 'd3ab6e4c033b24a6124050a65ed0b8638dc0aadf854fdf460c1632760e08a67f'
 
 # Backends that drive the chosen devices; get_backend imports each plugin and checks it can run here.
 BACKENDS = ('cpu',)
@@ -381,37 +381,46 @@ PLAN_JSON = (
     '  "insert_batch": 2,\n'
     '  "layers": [\n'
     '   {\n'
+    '    "forwards": 1.0,\n'
     '    "group": "q_net",\n'
     '    "in_features": 4,\n'
+    '    "input_grads": 1.0,\n'
     '    "kind": "linear",\n'
     '    "macs": 1024,\n'
     '    "name": "q_net.0",\n'
     '    "out_features": 256,\n'
     '    "params": 1280,\n'
     '    "positions": 1,\n'
-    '    "trainable": true\n'
+    '    "trainable": true,\n'
+    '    "weight_grads": 1.0\n'
     '   },\n'
     '   {\n'
+    '    "forwards": 1.0,\n'
     '    "group": "q_net",\n'
     '    "in_features": 256,\n'
+    '    "input_grads": 1.0,\n'
     '    "kind": "linear",\n'
     '    "macs": 65536,\n'
     '    "name": "q_net.2",\n'
     '    "out_features": 256,\n'
     '    "params": 65792,\n'
     '    "positions": 1,\n'
-    '    "trainable": true\n'
+    '    "trainable": true,\n'
+    '    "weight_grads": 1.0\n'
     '   },\n'
     '   {\n'
+    '    "forwards": 1.0,\n'
     '    "group": "q_net",\n'
     '    "in_features": 256,\n'
+    '    "input_grads": 1.0,\n'
     '    "kind": "linear",\n'
     '    "macs": 512,\n'
     '    "name": "q_net.4",\n'
     '    "out_features": 2,\n'
     '    "params": 514,\n'
     '    "positions": 1,\n'
-    '    "trainable": true\n'
+    '    "trainable": true,\n'
+    '    "weight_grads": 1.0\n'
     '   }\n'
     '  ],\n'
     '  "n_actors": 1,\n'
