@@ -133,7 +133,7 @@ def _check_action_kind(kind, action_space, cls: str) -> str:
         raise TrainerError(
             f"trainer {cls} is a {kind!r} trainer but the environment's action space is "
             f"{type(action_space).__name__} ({action_space}), which needs a {space_kind!r} trainer. "
-            f"Fix: use a {space_kind} algorithm (e.g. {'DQN' if space_kind == 'discrete' else 'DDPG'}) "
+            f"Fix: use a {space_kind} algorithm (e.g. {'DQN' if space_kind == 'discrete' else 'SAC, TD3 or DDPG'}) "
             "or an environment whose action space matches."
         )
     return kind
