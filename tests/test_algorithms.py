@@ -1,4 +1,4 @@
-"""DQN and DDPG: shapes, per-sample TD errors, importance weights, exploration, targets, state."""
+"""DQN (plain, double, dueling) and DDPG: shapes, per-sample TD errors, importance weights, exploration, targets, state."""
 
 from __future__ import annotations
 
@@ -267,3 +267,60 @@ def test_default_trainer_and_its_hidden_size_keywords():
 
     assert set(hidden_kwargs(Wide, (4,))) == {"actor_hidden", "critic_hidden"}
     assert DQN(OBS, DISC, **hidden_kwargs(DQN, (8,))).hidden_sizes == (8,)
+
+
+# ----------------------------------------------------------------------------- dueling DQN
+def test_dueling_q_is_value_plus_centred_advantage_and_trains_with_torch():
+    from pearl_core.algorithms.dqn import DuelingQNet
+
+    torch.manual_seed(0)
+    t = DQN(OBS, DISC, hidden_sizes=(16, 8), dueling=True, seed=0)
+    assert isinstance(t.q_net, DuelingQNet) and isinstance(t.target_net, DuelingQNet)
+    assert t.engine == "torch"
+    x = torch.from_numpy(np.random.default_rng(0).uniform(-1, 1, (5, 4)).astype(np.float32))
+    h = t.q_net.trunk(x)
+    a = t.q_net.advantage(h)
+    expect = t.q_net.value(h) + a - a.mean(dim=1, keepdim=True)
+    torch.testing.assert_close(t.q_net(x), expect)
+    # the advantages average to zero per state, so mean_a Q(s, a) is V(s)
+    torch.testing.assert_close(t.q_net(x).mean(dim=1), t.q_net.value(h).squeeze(1))
+    with pytest.raises(SpecError, match="needs a ReLU MLP on the CPU \\(found dueling heads\\)"):
+        DQN(OBS, DISC, dueling=True, engine="numpy")
+    from pearl_core.trainer_check import check_trainer
+
+    assert check_trainer(DQN, OBS, DISC, dueling=True, hidden_sizes=(16, 8)).dueling
+
+
+def test_dueling_double_dqn_td_errors_match_the_bellman_target_and_weights_round_trip():
+    torch.manual_seed(1)
+    t = DQN(OBS, DISC, hidden_sizes=(16, 16), dueling=True, double_dqn=True, gamma=0.9, seed=0)
+    with torch.no_grad():  # make the two networks disagree
+        for p in t.target_net.parameters():
+            p.add_(torch.randn_like(p))
+    b = smoke_batch(OBS, DISC, n=8, seed=3)
+    with torch.no_grad():
+        nxt = torch.from_numpy(b.next_obs)
+        a_star = t.q_net(nxt).argmax(dim=1, keepdim=True)
+        q_next = t.target_net(nxt).gather(1, a_star).squeeze(1).numpy()
+        y = b.reward + 0.9 * q_next * ~b.done
+        q = t.q_net(torch.from_numpy(b.obs)).gather(1, torch.from_numpy(b.action)[:, None]).squeeze(1)
+    t.target_update_every = 10**6  # the first update must not overwrite the perturbed target
+    t.updates = 1
+    res = t.update_policy(b, np.ones(8, np.float32))
+    np.testing.assert_allclose(res.td_errors, np.abs(q.numpy() - y), rtol=1e-5, atol=1e-6)
+    other = DQN(OBS, DISC, hidden_sizes=(16, 16), dueling=True, seed=5)
+    other.set_weights(t.get_weights())
+    obs = np.random.default_rng(2).uniform(-1, 1, (6, 4)).astype(np.float32)
+    np.testing.assert_array_equal(other.get_action(obs, explore=False), t.get_action(obs, explore=False))
+    with pytest.raises(SpecError, match="missing"):
+        DQN(OBS, DISC, hidden_sizes=(16, 16)).set_weights(t.get_weights())  # a plain net's keys differ
+
+
+def test_dueling_workload_counts_both_heads():
+    from pearl_core.composer import workload_for_env
+
+    wl = workload_for_env("CartPole-v1", 32, hidden_sizes=(64, 64), trainer_kwargs={"dueling": True})
+    names = [ly.name for ly in wl.layers if ly.group == "q_net"]
+    assert names == ["q_net.trunk.0", "q_net.trunk.2", "q_net.value", "q_net.advantage"]
+    macs = 4 * 64 + 64 * 64 + 64 * 1 + 64 * 2
+    assert wl.train_flops == 32 * (2 * 2 * macs + 4 * macs)

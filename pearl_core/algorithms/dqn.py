@@ -41,6 +41,13 @@ each copy into a Polyak step ``target <- (1 - tau) target + tau online``.
 Per-sample TD errors ``|Q(s, a) - y|`` with ``y = r + gamma * (1 - done) * Q'(s', a*)``
 are returned for prioritized replay; the Huber loss of each sample is
 multiplied by its importance weight before averaging.
+
+Dueling heads (``dueling=True``, Wang et al. 2016): the hidden layers are shared and
+end in two linear heads, a state value ``V(s)`` and advantages ``A(s, a)``, combined as
+``Q(s, a) = V(s) + A(s, a) - mean_a A(s, a)`` (the mean keeps ``V`` and ``A``
+identifiable); the target network has the same shape. It combines with double DQN.
+Dueling networks train with the torch engine (the numpy and native engines run plain
+ReLU MLPs).
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from pearl_core.algorithms.common import (CountedTrainer, adam, check_hidden, check_positive, check_unit,
                                           hard_update, mlp, polyak_update)
@@ -57,9 +65,24 @@ from pearl_core.errors import InvalidValueError, KernelUnavailableError, SpecErr
 from pearl_core.replay.storage import TRANSITION_FIELDS
 from pearl_core.trainer import UpdateResult
 
-__all__ = ["DQN"]
+__all__ = ["DQN", "DuelingQNet"]
 
 ENGINES = ("auto", "native", "numpy", "torch")
+
+
+class DuelingQNet(nn.Module):
+    """Shared ReLU hidden layers, then a value head and an advantage head: ``Q = V + A - mean(A)``."""
+
+    def __init__(self, in_features: int, hidden: Sequence[int], n_actions: int):
+        super().__init__()
+        self.trunk = nn.Sequential(*mlp(in_features, hidden[:-1], hidden[-1]), nn.ReLU())
+        self.value = nn.Linear(hidden[-1], 1)
+        self.advantage = nn.Linear(hidden[-1], n_actions)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.trunk(x)
+        a = self.advantage(h)
+        return self.value(h) + a - a.mean(dim=1, keepdim=True)
 
 
 class DQN(CountedTrainer):
@@ -74,6 +97,8 @@ class DQN(CountedTrainer):
         gamma: discount factor in ``[0, 1]``.
         double_dqn: pick ``a*`` with the online net and evaluate it with the target
             net (van Hasselt et al.); ``False`` uses ``max_a Q_target(s', a)``.
+        dueling: dueling heads (value and advantage streams, :class:`DuelingQNet`)
+            after the hidden layers; trains with the torch engine.
         huber_delta: Huber (smooth L1) threshold.
         max_grad_norm: clip the global gradient norm to this (``None``: no clipping).
         target_update_every: learner updates between target updates.
@@ -116,6 +141,7 @@ class DQN(CountedTrainer):
         adam_eps: float = 1e-8,
         gamma: float = 0.99,
         double_dqn: bool = False,
+        dueling: bool = False,
         huber_delta: float = 1.0,
         max_grad_norm: float | None = 10.0,
         target_update_every: int = 128,
@@ -157,11 +183,13 @@ class DQN(CountedTrainer):
             eps_decay_steps if eps_decay_steps is not None else max(1, int(self.eps_fraction * self.total_env_steps))
         )
         self.double_dqn = bool(double_dqn)
+        self.dueling = bool(dueling)
         self.device = torch.device(device)
 
         in_features = int(np.prod(self.input_shape))
-        self.q_net = mlp(in_features, self.hidden_sizes, self.n_actions).to(self.device)
-        self.target_net = mlp(in_features, self.hidden_sizes, self.n_actions).to(self.device)
+        net = DuelingQNet if self.dueling else mlp
+        self.q_net = net(in_features, self.hidden_sizes, self.n_actions).to(self.device)
+        self.target_net = net(in_features, self.hidden_sizes, self.n_actions).to(self.device)
         hard_update(self.target_net, self.q_net)
         self.target_net.requires_grad_(False)
         self.optimizer = adam(self.q_net.parameters(), check_positive(lr, o, "lr"), adam_eps)
@@ -335,7 +363,8 @@ def _choose_engine(trainer: DQN, engine: str, learner_kernels: Any, device: str)
                         "or None, e.g. pearl_core.plugins.kernel_lookup('cpu').")
     fits = supports(trainer.q_net, trainer.device)
     if engine in ("numpy", "native") and not fits:
-        raise SpecError(f"DQN: engine={engine!r} needs a ReLU MLP on the CPU (device={device!r}). "
+        what = "dueling heads" if trainer.dueling else f"device={device!r}"
+        raise SpecError(f"DQN: engine={engine!r} needs a ReLU MLP on the CPU (found {what}). "
                         "Fix: engine='torch' or 'auto'.")
     wants_native = learner_kernels is not None and fits and engine in ("auto", "native")
     native = learner_kernels("dqn_mlp") if wants_native else None
