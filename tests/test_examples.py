@@ -1,5 +1,7 @@
 """Examples run end to end with tiny budgets (they check the wiring, not learning)."""
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +20,20 @@ def test_train_dqn_cartpole_runs(tmp_path):
     assert "composed plan" in out.stdout and "throughput:" in out.stdout
     assert "stopped by max_env_steps" in out.stdout
     assert any((tmp_path / "run").iterdir())
+
+
+@pytest.mark.slow
+def test_sac_pendulum_example_composes_and_trains(tmp_path):
+    cmd = [sys.executable, str(ROOT / "examples" / "sac_pendulum.py"), "--hidden", "32,32", "--no-profile",
+           "--log-dir", str(tmp_path / "run"), "--", "--max-env-steps", "1300", "--quiet"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                         env={**os.environ, "PEARL_CACHE_DIR": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "Choice:" in out.stdout and "wrote " in out.stdout
+    assert "pearl_core.algorithms.sac:SAC" in (tmp_path / "run" / "runtime.py").read_text()
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["stop_reason"] == "max_env_steps" and result["env_steps"] >= 1300
+    assert result["updates"] == result["env_steps"] - 1000  # one update per env step after learning starts
 
 
 def test_replay_demo_runs():
