@@ -1,17 +1,25 @@
-"""Learning benchmark of the serial runtime with the built-in trainers.
+"""Learning benchmark of the built-in trainers, in the serial runtime (the oracle) or the parallel one.
 
 * DQN on CartPole-v1 with stable-baselines3's tuned settings (rl-baselines3-zoo),
   prioritized and uniform replay; solved when a greedy evaluation of 20 episodes,
   run every 5k env steps, averages >= 475; budget 100k env steps.
 * DDPG on Pendulum-v1; solved when the mean return of the last 20 training
   episodes is >= -200; budget 40k env steps.
+* SAC and TD3 on Pendulum-v1 (their trainers' defaults: the zoo's Pendulum-v1 values,
+  256-256 networks), batch 256, one update per env step given as one burst of 200 per
+  episode, learning starts at 1k env steps (the zoo's are 100 for SAC, 10k for TD3, with
+  uniform random actions meanwhile; PEARL's actors act with the untrained policy and its
+  noise instead); solved as DDPG; budget 20k env steps (the issue's bar).
 
-Runs one experiment at a time (the machine is shared) and prints a table; each
+``--runtime`` picks the serial runtime (``serial``), or the parallel runtime in setting 1
+(``par1``) or 2 (``par2``) with one actor and one learner thread; several run one after the
+other. Runs one experiment at a time (the machine is shared) and prints a table; each
 finished run is also appended as a JSON line to ``--jsonl`` so partial results
 survive an interrupted sweep::
 
-    python benchmarks/learning_serial.py                       # everything, seeds 0 1 2
+    python benchmarks/learning_serial.py --algo dqn ddpg       # seeds 0 1 2, serial
     python benchmarks/learning_serial.py --algo dqn --replay uniform --seeds 0
+    python benchmarks/learning_serial.py --algo sac td3 --runtime serial par2
 """
 
 from __future__ import annotations
@@ -54,27 +62,46 @@ DDPG_PENDULUM = dict(
 )
 
 
-def make_config(algo: str, replay: str, seed: int, log_root: Path, trainer_kwargs: dict) -> RunConfig:
-    base = DQN_CARTPOLE if algo == "dqn" else DDPG_PENDULUM
+def _pendulum(trainer: str) -> dict:
+    return dict(env_id="Pendulum-v1", trainer=f"pearl_core.algorithms:{trainer}", batch_size=256,
+                learning_starts=1_000, replay_ratio=1.0, train_every=200,
+                stop=StopCriteria(mean_return=-200.0, window=20, max_env_steps=20_000))
+
+
+CONFIGS = {"dqn": DQN_CARTPOLE, "ddpg": DDPG_PENDULUM, "sac": _pendulum("SAC"), "td3": _pendulum("TD3")}
+RUNTIMES = ("serial", "par1", "par2")
+
+
+def make_config(algo: str, replay: str, seed: int, log_root: Path, trainer_kwargs: dict,
+                runtime: str = "serial") -> RunConfig:
     defaults = DQN_TRAINER_KWARGS if algo == "dqn" else {}
     return RunConfig(
-        **base,
+        **CONFIGS[algo],
         trainer_kwargs={**defaults, **trainer_kwargs},
         replay=ReplayConfig(kind=replay, capacity=100_000),
         seed=seed,
-        log_dir=str(log_root / f"{algo}-{replay}-seed{seed}"),
+        log_dir=str(log_root / f"{algo}-{replay}-{runtime}-seed{seed}"),
     )
 
 
-def run_one(algo: str, replay: str, seed: int, log_root: Path, progress: bool, trainer_kwargs: dict) -> dict:
-    cfg = make_config(algo, replay, seed, log_root, trainer_kwargs)
+def run_one(algo: str, replay: str, seed: int, log_root: Path, progress: bool, trainer_kwargs: dict,
+            runtime: str = "serial") -> dict:
+    cfg = make_config(algo, replay, seed, log_root, trainer_kwargs, runtime)
     t = time.perf_counter()
-    res = SerialRuntime(cfg, RuntimePlan(rm_threads=1, learner_threads=1), progress=progress,
-                        tensorboard=False, display_every_s=30.0).run()
+    common = dict(progress=progress, tensorboard=False, display_every_s=30.0)
+    if runtime == "serial":
+        res = SerialRuntime(cfg, RuntimePlan(rm_threads=1, learner_threads=1), **common).run()
+    else:
+        from pearl_core.runtime.config import Setting
+        from pearl_core.runtime.parallel import ParallelRuntime
+
+        plan = RuntimePlan(setting=Setting(int(runtime[-1])), n_actors=1, rm_threads=1, learner_threads=1)
+        res = ParallelRuntime(cfg, plan, **common).run()
     return {
         "algo": algo,
         "env": cfg.env_id,
         "replay": replay,
+        "runtime": runtime,
         "seed": seed,
         "solved_at_env_steps": res.solved_at_env_steps,
         "solved_at_wall_s": res.solved_at_wall_s,
@@ -95,28 +122,31 @@ def run_one(algo: str, replay: str, seed: int, log_root: Path, progress: bool, t
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| algo | env | replay | seed | solved at (env steps) | wall s | env steps/s | updates/s | "
+    head = ("| algo | env | replay | runtime | seed | solved at (env steps) | wall s | env steps/s | updates/s | "
             "last evals / final mean return |")
-    lines = [head, "|" + "---|" * 9]
+    lines = [head, "|" + "---|" * 10]
     for r in rows:
         solved = str(r["solved_at_env_steps"]) if r["solved_at_env_steps"] is not None else f"not solved ({r['env_steps']})"
         tail = ", ".join(map(str, r["evals"][-4:])) if r["evals"] else f"{r['final_mean_return']:.1f}"
-        lines.append(f"| {r['algo']} | {r['env']} | {r['replay']} | {r['seed']} | {solved} | {r['wall_s']:.0f} | "
-                     f"{r['env_steps_per_s']:.0f} | {r['updates_per_s']:.0f} | {tail} |")
+        lines.append(f"| {r['algo']} | {r['env']} | {r['replay']} | {r.get('runtime', 'serial')} | {r['seed']} | "
+                     f"{solved} | {r['wall_s']:.0f} | {r['env_steps_per_s']:.0f} | {r['updates_per_s']:.0f} | {tail} |")
     by = {}
     for r in rows:
-        by.setdefault((r["algo"], r["replay"]), []).append(r["solved_at_env_steps"] is not None)
+        by.setdefault((r["algo"], r["replay"], r.get("runtime", "serial")), []).append(r["solved_at_env_steps"] is not None)
     lines.append("")
-    for (algo, replay), ok in by.items():
-        lines.append(f"{algo} / {replay}: solved {sum(ok)}/{len(ok)}")
+    for (algo, replay, runtime), ok in by.items():
+        lines.append(f"{algo} / {replay} / {runtime}: solved {sum(ok)}/{len(ok)}")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--algo", choices=("dqn", "ddpg", "all"), default="all")
+    p.add_argument("--algo", nargs="+", choices=("dqn", "ddpg", "sac", "td3", "all"), default=["all"],
+                   help="all: dqn and ddpg (the earlier sweeps' set)")
     p.add_argument("--replay", nargs="+", choices=("prioritized", "uniform"), default=["prioritized", "uniform"],
-                   help="replay kinds for DQN (DDPG runs the first one)")
+                   help="replay kinds for DQN, SAC and TD3 (DDPG runs the first one)")
+    p.add_argument("--runtime", nargs="+", choices=RUNTIMES, default=["serial"],
+                   help="serial runtime, or the parallel one in setting 1 or 2")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--log-root", type=Path, default=Path("runs/bench_learning"))
     p.add_argument("--jsonl", type=Path, default=None, help="append one JSON line per finished run")
@@ -125,14 +155,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="also write the table (markdown) to this file")
     args = p.parse_args(argv)
 
-    jobs = []
-    if args.algo in ("dqn", "all"):
-        jobs += [("dqn", rp, s) for rp in args.replay for s in args.seeds]
-    if args.algo in ("ddpg", "all"):
-        jobs += [("ddpg", args.replay[0], s) for s in args.seeds]
+    algos = ["dqn", "ddpg"] if "all" in args.algo else args.algo
+    jobs = []  # seed-major: every configuration of seed 0, then of seed 1, ...
+    for s in args.seeds:
+        for algo in algos:
+            for rp in (args.replay[:1] if algo == "ddpg" else args.replay):
+                jobs += [(algo, rp, s, rt) for rt in args.runtime]
     rows = []
-    for algo, replay, seed in jobs:
-        row = run_one(algo, replay, seed, args.log_root, args.progress, args.trainer_kwargs)
+    for algo, replay, seed, runtime in jobs:
+        row = run_one(algo, replay, seed, args.log_root, args.progress, args.trainer_kwargs, runtime)
         rows.append(row)
         print(json.dumps(row), flush=True)
         if args.jsonl is not None:
