@@ -50,15 +50,15 @@ per-burst overhead), budget 20k env steps.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from pearl_core.algorithms.common import (BoxActions, CountedTrainer, adam, check_hidden, check_positive, check_unit,
-                                          hard_update, mlp, polyak_update, reward_done_weights)
+from pearl_core.algorithms.common import adam, check_hidden, check_positive, mlp, polyak_update
+from pearl_core.algorithms.twin_critic import TwinCriticTrainer
 from pearl_core.errors import SpecError
 from pearl_core.trainer import UpdateResult
 
@@ -89,7 +89,7 @@ class LogAlpha(nn.Module):
         self.value = nn.Parameter(torch.tensor(float(value)))
 
 
-class SAC(CountedTrainer):
+class SAC(TwinCriticTrainer):
     """SAC: squashed Gaussian actor, twin soft critics with Polyak targets, automatic entropy tuning.
 
     Args:
@@ -107,9 +107,6 @@ class SAC(CountedTrainer):
             follows torch's global seed).
         device: torch device of the networks.
     """
-
-    action_kind = "continuous"
-    acting_net = "actor"
 
     def __init__(
         self,
@@ -130,14 +127,8 @@ class SAC(CountedTrainer):
         device: str = "cpu",
     ):
         o = "SAC"
-        self.device = torch.device(device)
-        self.box = BoxActions.of(observation_space, action_space, o, self.device, actor='tanh-squashed actor')
-        self.input_shape, self.action_shape = self.box.input_shape, self.box.action_shape
-        self.action_low, self.action_high = self.box.low, self.box.high
-        self.gamma = check_unit(gamma, o, "gamma")
-        self.tau = check_unit(tau, o, "tau", open_low=True)
-        self.max_grad_norm = check_positive(max_grad_norm, o, "max_grad_norm", allow_none=True)
-
+        self._setup(o, observation_space, action_space, device=device, gamma=gamma, tau=tau,
+                    max_grad_norm=max_grad_norm, seed=seed, actor="tanh-squashed actor")
         obs_dim, act_dim = self.box.obs_dim, self.box.act_dim
         self.auto_alpha = isinstance(ent_coef, str)
         if self.auto_alpha and ent_coef != "auto":
@@ -146,29 +137,14 @@ class SAC(CountedTrainer):
         alpha0 = 1.0 if self.auto_alpha else check_positive(ent_coef, o, "ent_coef")
         self.target_entropy = -float(act_dim) if target_entropy is None else _finite(target_entropy, "target_entropy")
         a_hidden = check_hidden(actor_hidden, o, "actor_hidden")
-        c_hidden = check_hidden(critic_hidden, o, "critic_hidden")
         self.actor = mlp(obs_dim, a_hidden, 2 * act_dim).to(self.device)
-        self.critic1 = mlp(obs_dim + act_dim, c_hidden, 1).to(self.device)
-        self.critic2 = mlp(obs_dim + act_dim, c_hidden, 1).to(self.device)
-        self.critic1_target = mlp(obs_dim + act_dim, c_hidden, 1).to(self.device)
-        self.critic2_target = mlp(obs_dim + act_dim, c_hidden, 1).to(self.device)
-        for target, source in ((self.critic1_target, self.critic1), (self.critic2_target, self.critic2)):
-            hard_update(target, source)
-            target.requires_grad_(False)
+        self._twin_critics(o, critic_hidden, critic_lr)
         self.log_alpha = LogAlpha(math.log(alpha0)).to(self.device).requires_grad_(self.auto_alpha)
         self._actor_params = list(self.actor.parameters())
-        self._critic_params = list(self.critic1.parameters()) + list(self.critic2.parameters())
         self.actor_optimizer = adam(self._actor_params, check_positive(actor_lr, o, "actor_lr"))
-        self.critic_optimizer = adam(self._critic_params, check_positive(critic_lr, o, "critic_lr"))
         alpha_lr = check_positive(alpha_lr, o, "alpha_lr")
         self.alpha_optimizer = adam(self.log_alpha.parameters(), alpha_lr) if self.auto_alpha else None
         self._targets = list(self.critic1_target.parameters()) + list(self.critic2_target.parameters())
-        act_seed, learn_seed = np.random.SeedSequence(seed).spawn(2)
-        self._rng = np.random.default_rng(act_seed)
-        self._gen = torch.Generator(device=self.device)
-        self._gen.manual_seed(int(learn_seed.generate_state(1, np.uint64)[0]))
-        self.updates = 0
-        self.env_steps = 0
 
     @property
     def alpha(self) -> float:
@@ -210,48 +186,22 @@ class SAC(CountedTrainer):
         log_prob = log_prob - 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
         return torch.tanh(u), log_prob.sum(dim=1)
 
-    def _min_q(self, obs: torch.Tensor, act: torch.Tensor, target: bool) -> torch.Tensor:
-        q1, q2 = (self.critic1_target, self.critic2_target) if target else (self.critic1, self.critic2)
-        sa = torch.cat([obs, act], dim=1)
-        return torch.minimum(q1(sa), q2(sa)).squeeze(1)
-
     def update_policy(self, batch, weights: np.ndarray) -> UpdateResult:
         """One step of both critics, the actor and (if ``"auto"``) ``alpha``; then a Polyak step."""
-        obs = self._as_input(batch.obs)
-        next_obs = self._as_input(batch.next_obs)
-        n = obs.shape[0]
-        act = self.box.normalise(batch.action, n)
-        rew, done, w = reward_done_weights(batch, weights, self.device)
+        obs, next_obs, act, rew, done, w = self._inputs(batch, weights)
         alpha = self.log_alpha.value.detach().exp()
-
         with torch.no_grad():
             next_act, next_log_prob = self.sample(next_obs)
             soft_next = self._min_q(next_obs, next_act, target=True) - alpha * next_log_prob
             target = torch.where(done, rew, rew + self.gamma * soft_next)
-        sa = torch.cat([obs, act], dim=1)
-        q1 = self.critic1(sa).squeeze(1)
-        q2 = self.critic2(sa).squeeze(1)
-        td1, td2 = q1 - target, q2 - target
-        critic_loss = (w * (td1.square() + td2.square())).mean()
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        if self.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self._critic_params, self.max_grad_norm, foreach=True)
-        self.critic_optimizer.step()
+        td, metrics = self._critic_step(obs, act, target, w)
 
         pi_act, log_prob = self.sample(obs)
         actor_loss = (alpha * log_prob - self._min_q(obs, pi_act, target=False)).mean()
-        # Gradients for the actor only: the critics' weight gradients are never needed here.
-        grads = torch.autograd.grad(actor_loss, self._actor_params)
-        for p, g in zip(self._actor_params, grads):
-            p.grad = g
-        if self.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self._actor_params, self.max_grad_norm, foreach=True)
-        self.actor_optimizer.step()
+        self._actor_step(actor_loss)
 
         log_prob = log_prob.detach()
-        metrics = {"critic_loss": float(critic_loss.detach()), "q_mean": float(q1.detach().mean()),
-                   "actor_loss": float(actor_loss.detach()), "entropy": float(-log_prob.mean())}
+        metrics.update(actor_loss=float(actor_loss.detach()), entropy=float(-log_prob.mean()))
         if self.alpha_optimizer is not None:
             alpha_loss = -(self.log_alpha.value * (log_prob + self.target_entropy)).mean()
             self.alpha_optimizer.zero_grad(set_to_none=True)
@@ -261,17 +211,4 @@ class SAC(CountedTrainer):
         metrics["alpha"] = self.alpha
         polyak_update(self._targets, self._critic_params, self.tau)
         self.updates += 1
-        td = (td1.detach().abs() + td2.detach().abs()).mul_(0.5)
         return UpdateResult(td_errors=td.cpu().numpy(), metrics=metrics)
-
-    # -- checkpoints -------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """Networks, ``log_alpha``, optimizers, counters, the exploration stream and the learner's generator."""
-        out = super().state_dict()
-        out["learner_rng"] = self._gen.get_state()
-        return out
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        super().load_state_dict(state)
-        if "learner_rng" in state:
-            self._gen.set_state(state["learner_rng"])

@@ -45,21 +45,21 @@ explore with the (untrained) policy and its noise from the first step.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
-from pearl_core.algorithms.common import (BoxActions, CountedTrainer, adam, check_hidden, check_positive, check_unit,
-                                          hard_update, mlp, polyak_update, reward_done_weights,
-                                          tanh_actor_actions)
+from pearl_core.algorithms.common import (adam, check_hidden, check_positive, check_unit, hard_update, mlp,
+                                          polyak_update, tanh_actor_actions)
+from pearl_core.algorithms.twin_critic import TwinCriticTrainer
 from pearl_core.trainer import UpdateResult
 
 __all__ = ["TD3"]
 
 
-class TD3(CountedTrainer):
+class TD3(TwinCriticTrainer):
     """TD3: twin critics, target policy smoothing, delayed actor and target updates.
 
     Args:
@@ -78,9 +78,6 @@ class TD3(CountedTrainer):
         seed: seeds the exploration and smoothing noise (network init follows torch's global seed).
         device: torch device of the networks.
     """
-
-    action_kind = "continuous"
-    acting_net = "actor"
 
     def __init__(
         self,
@@ -102,44 +99,25 @@ class TD3(CountedTrainer):
         device: str = "cpu",
     ):
         o = "TD3"
-        self.device = torch.device(device)
-        self.box = BoxActions.of(observation_space, action_space, o, self.device)
-        self.input_shape, self.action_shape = self.box.input_shape, self.box.action_shape
-        self.action_low, self.action_high = self.box.low, self.box.high
-        self.gamma = check_unit(gamma, o, "gamma")
-        self.tau = check_unit(tau, o, "tau", open_low=True)
+        self._setup(o, observation_space, action_space, device=device, gamma=gamma, tau=tau,
+                    max_grad_norm=max_grad_norm, seed=seed)
         self.noise_std = check_unit(noise_std, o, "noise_std", high=10.0)
         self.target_noise = check_unit(target_noise, o, "target_noise", high=10.0)
         self.target_noise_clip = check_unit(target_noise_clip, o, "target_noise_clip", high=10.0)
         self.policy_delay = check_positive(policy_delay, o, "policy_delay", integer=True)
-        self.max_grad_norm = check_positive(max_grad_norm, o, "max_grad_norm", allow_none=True)
-
         obs_dim, act_dim = self.box.obs_dim, self.box.act_dim
         a_hidden = check_hidden(actor_hidden, o, "actor_hidden")
-        c_hidden = check_hidden(critic_hidden, o, "critic_hidden")
         self.actor = nn.Sequential(mlp(obs_dim, a_hidden, act_dim), nn.Tanh()).to(self.device)
         self.actor_target = nn.Sequential(mlp(obs_dim, a_hidden, act_dim), nn.Tanh()).to(self.device)
-        self.critic1 = mlp(obs_dim + act_dim, c_hidden, 1).to(self.device)
-        self.critic2 = mlp(obs_dim + act_dim, c_hidden, 1).to(self.device)
-        self.critic1_target = mlp(obs_dim + act_dim, c_hidden, 1).to(self.device)
-        self.critic2_target = mlp(obs_dim + act_dim, c_hidden, 1).to(self.device)
+        self._twin_critics(o, critic_hidden, critic_lr)
+        hard_update(self.actor_target, self.actor)
+        self.actor_target.requires_grad_(False)
+        self._actor_params = list(self.actor.parameters())
+        self.actor_optimizer = adam(self._actor_params, check_positive(actor_lr, o, "actor_lr"))
         online = (self.actor, self.critic1, self.critic2)
         targets = (self.actor_target, self.critic1_target, self.critic2_target)
-        for target, source in zip(targets, online):
-            hard_update(target, source)
-            target.requires_grad_(False)
-        self._actor_params = list(self.actor.parameters())
-        self._critic_params = list(self.critic1.parameters()) + list(self.critic2.parameters())
-        self.actor_optimizer = adam(self._actor_params, check_positive(actor_lr, o, "actor_lr"))
-        self.critic_optimizer = adam(self._critic_params, check_positive(critic_lr, o, "critic_lr"))
         self._online = [p for net in online for p in net.parameters()]
         self._targets = [p for net in targets for p in net.parameters()]
-        act_seed, learn_seed = np.random.SeedSequence(seed).spawn(2)
-        self._rng = np.random.default_rng(act_seed)
-        self._gen = torch.Generator(device=self.device)
-        self._gen.manual_seed(int(learn_seed.generate_state(1, np.uint64)[0]))
-        self.updates = 0
-        self.env_steps = 0
 
     # -- acting ------------------------------------------------------------------
     def get_action(self, obs: np.ndarray, explore: bool) -> np.ndarray:
@@ -166,51 +144,15 @@ class TD3(CountedTrainer):
 
     def update_policy(self, batch, weights: np.ndarray) -> UpdateResult:
         """One step of both critics; every ``policy_delay``-th update also an actor and a Polyak step."""
-        obs = self._as_input(batch.obs)
-        next_obs = self._as_input(batch.next_obs)
-        n = obs.shape[0]
-        act = self.box.normalise(batch.action, n)
-        rew, done, w = reward_done_weights(batch, weights, self.device)
-
+        obs, next_obs, act, rew, done, w = self._inputs(batch, weights)
         with torch.no_grad():
-            next_sa = torch.cat([next_obs, self.target_actions(next_obs)], dim=1)
-            q_next = torch.minimum(self.critic1_target(next_sa), self.critic2_target(next_sa)).squeeze(1)
+            q_next = self._min_q(next_obs, self.target_actions(next_obs), target=True)
             target = torch.where(done, rew, rew + self.gamma * q_next)
-        sa = torch.cat([obs, act], dim=1)
-        q1 = self.critic1(sa).squeeze(1)
-        q2 = self.critic2(sa).squeeze(1)
-        td1, td2 = q1 - target, q2 - target
-        critic_loss = (w * (td1.square() + td2.square())).mean()
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        if self.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self._critic_params, self.max_grad_norm, foreach=True)
-        self.critic_optimizer.step()
-
-        metrics = {"critic_loss": float(critic_loss.detach()), "q_mean": float(q1.detach().mean())}
+        td, metrics = self._critic_step(obs, act, target, w)
         self.updates += 1
         if self.updates % self.policy_delay == 0:
             actor_loss = -self.critic1(torch.cat([obs, self.actor(obs)], dim=1)).mean()
-            # Gradients for the actor only: the critics' weight gradients are never needed here.
-            grads = torch.autograd.grad(actor_loss, self._actor_params)
-            for p, g in zip(self._actor_params, grads):
-                p.grad = g
-            if self.max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(self._actor_params, self.max_grad_norm, foreach=True)
-            self.actor_optimizer.step()
+            self._actor_step(actor_loss)
             polyak_update(self._targets, self._online, self.tau)
             metrics["actor_loss"] = float(actor_loss.detach())
-        td = (td1.detach().abs() + td2.detach().abs()).mul_(0.5)
         return UpdateResult(td_errors=td.cpu().numpy(), metrics=metrics)
-
-    # -- checkpoints -------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """Networks, optimizers, counters, the exploration stream and the smoothing-noise generator."""
-        out = super().state_dict()
-        out["smoothing_rng"] = self._gen.get_state()
-        return out
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        super().load_state_dict(state)
-        if "smoothing_rng" in state:
-            self._gen.set_state(state["smoothing_rng"])
