@@ -62,23 +62,17 @@ A contestant whose library is missing (``stable-baselines3``, ``sbx-rl``; ``pip 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-PEARL = {
-    "pearl-serial-uniform": ("serial", "uniform", None),
-    "pearl-serial-per": ("serial", "prioritized", None),
-    "pearl-par1-uniform": ("parallel", "uniform", 1),
-    "pearl-par1-per": ("parallel", "prioritized", 1),
-    "pearl-par2-uniform": ("parallel", "uniform", 2),
-    "pearl-par2-per": ("parallel", "prioritized", 2),
-}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # e2e_common, also when loaded by path
+
+from e2e_common import PEARL, drop_missing_peers, import_sbx, keep_run, machine, parse_learner_threads  # noqa: E402
+from e2e_common import fmt as _fmt, median as _median, pick_contestants, ratio_cells, report_head  # noqa: E402
+from e2e_common import timed_learn, timed_pearl_run, warm_up_process  # noqa: E402
 PEERS = ("sb3-uniform", "sbx-uniform")  # other libraries, each optional
 CONTESTANTS = (*PEERS, *PEARL)
 
@@ -96,9 +90,9 @@ HEADER = "| contestant | seed | solved at (env steps) | wall-to-solved s | env s
 
 def run_pearl(name: str, seed: int, budget: int, eval_every: int, eval_episodes: int, log_root: Path,
               n_actors: int, envs_per_actor: int, learner_threads: dict[int, int] | None = None) -> dict:
-    from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
+    from pearl_core.runtime.config import ReplayConfig, RunConfig, StopCriteria
 
-    kind, replay, setting = PEARL[name]
+    _, replay, _ = PEARL[name]
     cfg = RunConfig(
         env_id="CartPole-v1",
         trainer="pearl_core.algorithms:DQN",
@@ -113,26 +107,10 @@ def run_pearl(name: str, seed: int, budget: int, eval_every: int, eval_episodes:
         seed=seed,
         log_dir=str(log_root / f"{name}-seed{seed}"),
     )
-    common = dict(progress=False, tensorboard=False, plot=False)
-    t0 = time.perf_counter()  # a stopwatch, as for SB3: from building the runtime to run() returning
-    if kind == "serial":
-        from pearl_core.runtime.serial import SerialRuntime
-
-        plan = RuntimePlan(rm_threads=1, learner_threads=1)
-        rt = SerialRuntime(cfg, plan, **common)
-    else:
-        from pearl_core.runtime.parallel import ParallelRuntime
-
-        threads = (learner_threads or {}).get(setting, 1)
-        plan = RuntimePlan(setting=setting, n_actors=n_actors, envs_per_actor=envs_per_actor,
-                           learner_threads=threads, rm_threads=1)
-        rt = ParallelRuntime(cfg, plan, **common)
-    t_run = time.perf_counter()
-    res = rt.run()
-    wall = time.perf_counter() - t0
-    # The run's own clock starts once its processes are up (res.startup_s before it); the
-    # stopwatch figures count that start-up, and the shutdown after, as SB3's do.
-    before_clock = (t_run - t0) + res.startup_s
+    # A stopwatch, as for SB3: from building the runtime to run() returning. The run's own clock
+    # starts once its processes are up (res.startup_s before it); the stopwatch figures count that
+    # start-up, and the shutdown after, as SB3's do.
+    res, wall, before_clock, plan = timed_pearl_run(cfg, name, n_actors, envs_per_actor, learner_threads)
     return {
         "solved_at": res.solved_at_env_steps,
         "wall_to_solved_s": None if res.solved_at_wall_s is None else before_clock + res.solved_at_wall_s,
@@ -146,8 +124,7 @@ def run_pearl(name: str, seed: int, budget: int, eval_every: int, eval_episodes:
         "updates_per_s": res.updates / wall,
         "samples_per_s": res.updates * BATCH / wall,
         "evals": [round(m, 1) for _, m, _ in res.eval_history],
-        "plan": {"setting": setting, "n_actors": n_actors, "envs_per_actor": envs_per_actor,
-                 "learner_threads": plan.learner_threads} if kind == "parallel" else {"serial": True},
+        "plan": plan,
     }
 
 
@@ -205,22 +182,6 @@ def _peer_result(cb, steps: int, updates: int, wall: float, plan: dict) -> dict:
     }
 
 
-def _pin_threads(threads: int):
-    """Torch and numpy's BLAS on ``threads`` threads; returns the restore callable."""
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    blas = threadpool_limits(limits=threads, user_api="blas")
-
-    def restore() -> None:
-        torch.set_num_threads(before)
-        blas.restore_original_limits()
-
-    return restore
-
-
 def run_sb3(seed: int, budget: int, eval_every: int, eval_episodes: int, sb3_threads: int) -> dict:
     import gymnasium as gym
     from stable_baselines3 import DQN
@@ -251,15 +212,6 @@ SBX_NO_MAX_GRAD_NORM = ("sbx.DQN has no max_grad_norm argument (SBX's DQN does n
                         "through policy_kwargs['optimizer_class']")
 SBX_AS_SHIPPED = ("sbx.DQN has no max_grad_norm argument; run as shipped (--sbx-no-clip): no gradient "
                   "clipping, unlike SB3's max_grad_norm=10")
-
-
-def import_sbx():
-    """Import sbx on JAX's CPU backend (unless ``JAX_PLATFORMS`` says otherwise); raises if it is
-    missing or broken. Costs seconds the first time (jax, flax, optax, tensorflow-probability)."""
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    import sbx
-
-    return sbx
 
 
 def _sbx_dqn(seed: int, budget: int, clip: bool, learning_starts: int = 1_000):
@@ -293,21 +245,9 @@ def _timed_learn(build, seed: int, budget: int, eval_every: int, eval_episodes: 
                  plan: dict) -> dict:
     """A peer's run (SB3, SBX): threads pinned, then a stopwatch from ``build()`` (the model's
     construction) to ``learn()`` returning, with the solved callback."""
-    restore = _pin_threads(threads)
-    try:
-        t0 = time.perf_counter()
-        model = build()
-        cb = _greedy_eval_stop(seed, eval_every, eval_episodes, t0)
-        model.learn(total_timesteps=budget, callback=cb)
-        wall = time.perf_counter() - t0
-        steps, updates = model.num_timesteps, model._n_updates
-    finally:
-        restore()
-    return _peer_result(cb, steps, updates, wall, plan)
-
-
-def _fmt(v, spec: str = ".0f") -> str:
-    return "-" if v is None else format(v, spec)
+    model, cb, wall = timed_learn(build, lambda t0: _greedy_eval_stop(seed, eval_every, eval_episodes, t0),
+                                  budget, threads)
+    return _peer_result(cb, model.num_timesteps, model._n_updates, wall, plan)
 
 
 def table(rows: list[dict]) -> str:
@@ -317,26 +257,6 @@ def table(rows: list[dict]) -> str:
         lines.append(f"| {r['contestant']} | {r['seed']} | {solved} | {_fmt(r['wall_to_solved_s'], '.1f')} | "
                      f"{r['env_steps_per_s']:.0f} | {r['updates_per_s']:.0f} | {r['samples_per_s']:.0f} |")
     return "\n".join(lines)
-
-
-def _median(xs: list) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
-def ratio_cells(m: dict, base: dict | None) -> tuple[str, str]:
-    """The two ratio cells of a summary row against a baseline's medians (``sps``, ``wall``):
-    env steps/s as a speed-up (target >= 3x) and wall-to-solved as a fraction (target <= 0.5);
-    "-" where the baseline is absent or either side has no figure (e.g. never solved)."""
-    sps_ratio = wall_ratio = "-"
-    if base is not None:
-        if base["sps"] and m["sps"] is not None:
-            x = m["sps"] / base["sps"]
-            sps_ratio = f"{x:.2f}x ({'met' if x >= 3 else 'not met'})"
-        if base["wall"] and m["wall"] is not None:
-            x = m["wall"] / base["wall"]
-            wall_ratio = f"{x:.2f} ({'met' if x <= 0.5 else 'not met'})"
-    return sps_ratio, wall_ratio
 
 
 def summary(rows: list[dict]) -> str:
@@ -374,60 +294,25 @@ def summary(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def machine() -> str:
-    try:
-        load = os.getloadavg()
-        load_s = f"load average {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f}"
-    except OSError:
-        load_s = "load average n/a"
-    import torch
-
-    try:
-        import stable_baselines3
-        sb3 = stable_baselines3.__version__
-    except ImportError:
-        sb3 = "not installed"
-    # SBX only if this process imported it (a contestant): importing jax costs seconds
-    sbx = sys.modules.get("sbx")
-    sbx_s = ""
-    if sbx is not None:
-        import jax
-
-        sbx_s = f", sbx-rl {sbx.__version__}, jax {jax.__version__} ({jax.default_backend()})"
-    return (f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-            f"torch {torch.__version__}, stable-baselines3 {sb3}{sbx_s}; {load_s}")
-
-
 def report(args, rows: list[dict], started: str, load_start: str, done: bool, notes: list[str] = ()) -> str:
     """The markdown report; ``notes`` are lines printed under the tables (skipped contestants,
     settings a peer library lacks)."""
-    status = "complete" if done else f"PARTIAL ({len(rows)} runs finished)"
     notes_s = "".join(f"\n{n}\n" for n in notes)
-    return (f"command: `{' '.join(['python', *sys.argv])}`\n\n"
-            f"started {started} UTC; status: {status}\n\n"
-            f"machine at start: {load_start}\n\nmachine now: {machine()}\n\n"
-            f"{table(rows)}\n\n{summary(rows)}\n{notes_s}")
+    return f"{report_head(started, load_start, len(rows), done)}{table(rows)}\n\n{summary(rows)}\n{notes_s}"
 
 
 def warm_up(names: list[str], budget: int = 100_000, sbx_clip: bool = True) -> None:
-    """Load, before any stopwatch, what a contestant's first run would otherwise load inside it:
-    torch's optimizer machinery (the first ``torch.optim.Adam`` imports ``torch._dynamo``, ~1.4 s
-    here) for everybody, and PEARL's worker fork server (which imports torch once for all the
-    workers it forks, ~3 s; :mod:`pearl_core.runtime.procs`). Both are one-off costs of a Python
-    process, like ``import stable_baselines3``, which is not timed either.
+    """Load, before any stopwatch, what a contestant's first run would otherwise load inside it
+    (:func:`e2e_common.warm_up_process`: torch's optimizer machinery, PEARL's worker fork server).
+    Both are one-off costs of a Python process, like ``import stable_baselines3``, which is not
+    timed either.
 
     For SBX: ``import sbx`` (jax, flax, optax, tensorflow-probability; ~3 s) and a throwaway
     model that trains once (one 128-step train scan after 256 env steps) and plays one greedy
     episode, so XLA's first compiles in the process (~2.5 s on the dev VM) are paid here. A
     fresh model's own compiles are not cached across models (the jitted functions close over
     the model's network) and stay in each run (~0.7 s; module docstring)."""
-    import torch
-
-    torch.optim.Adam([torch.zeros(1, requires_grad=True)])
-    if any(n.startswith("pearl-par") for n in names):
-        from pearl_core.runtime.procs import worker_context
-
-        worker_context(early=True)
+    warm_up_process(names)
     if "sbx-uniform" in names:
         import gymnasium as gym
         from stable_baselines3.common.evaluation import evaluate_policy
@@ -461,41 +346,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-root", type=Path, default=None, help="PEARL run logs (default: a temp dir)")
     args = p.parse_args(argv)
 
-    if args.contestants == "all":
-        names = list(CONTESTANTS)
-    elif args.contestants == "pearl":
-        names = list(PEARL)
-    else:
-        names = [c.strip() for c in args.contestants.split(",") if c.strip()]
-    bad = [c for c in names if c not in CONTESTANTS]
-    if bad:
-        p.error(f"unknown contestant(s) {bad}; choose from {', '.join(CONTESTANTS)}")
-    notes: list[str] = []  # lines under the report's tables
-    if "sb3-uniform" in names:
-        try:
-            import stable_baselines3  # noqa: F401
-        except ImportError:
-            print("stable-baselines3 is not installed (pip install -e .[bench]); skipping sb3-uniform",
-                  file=sys.stderr)
-            names.remove("sb3-uniform")
-            notes.append("skipped sb3-uniform: stable-baselines3 is not installed (pip install -e '.[rl,bench]')")
+    names = pick_contestants(p, args.contestants, CONTESTANTS)
+    notes = drop_missing_peers(names, "sb3-uniform", "sbx-uniform")  # lines under the report's tables
     if "sbx-uniform" in names:
-        try:
-            import_sbx()
-        except Exception as exc:  # noqa: BLE001 - missing or broken (a jax/jaxlib mismatch...): skip, never crash
-            why = f"sbx-rl is not importable ({type(exc).__name__}: {exc}); pip install -e '.[rl,bench]'"
-            print(f"{why}; skipping sbx-uniform", file=sys.stderr)
-            names.remove("sbx-uniform")
-            notes.append(f"skipped sbx-uniform: {why}")
-        else:
-            notes.append(f"sbx-uniform: {SBX_AS_SHIPPED if args.sbx_no_clip else SBX_NO_MAX_GRAD_NORM}; "
+        notes.append(f"sbx-uniform: {SBX_AS_SHIPPED if args.sbx_no_clip else SBX_NO_MAX_GRAD_NORM}; "
                          "its per-model jit compiles count in its wall time")
     budget, eval_every, eval_episodes = (3_000, 1_500, 2) if args.quick else (args.budget, EVAL_EVERY, EVAL_EPISODES)
-    try:
-        learner_threads = {int(s): int(t) for s, t in (x.split(":") for x in args.learner_threads.split(",") if x)}
-        assert set(learner_threads) <= {1, 2} and all(t >= 1 for t in learner_threads.values())
-    except (ValueError, AssertionError):
-        p.error(f"--learner-threads {args.learner_threads!r}: expected setting:threads pairs, e.g. 1:1,2:2")
+    learner_threads = parse_learner_threads(p, args.learner_threads)
 
     warm_up(names, budget, sbx_clip=not args.sbx_no_clip)
     started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
@@ -513,17 +370,8 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     r = run_pearl(name, seed, budget, eval_every, eval_episodes, log_root,
                                   args.n_actors, args.envs_per_actor, learner_threads)
-                r = {"contestant": name, "seed": seed, **r, "load1": os.getloadavg()[0]}
-                rows.append(r)
-                print(f"[e2e] {json.dumps(r)}", file=sys.stderr, flush=True)
-                if args.jsonl is not None:
-                    args.jsonl.parent.mkdir(parents=True, exist_ok=True)
-                    with open(args.jsonl, "a", encoding="utf-8") as fh:
-                        fh.write(json.dumps(r) + "\n")
-                if args.out is not None:
-                    args.out.parent.mkdir(parents=True, exist_ok=True)
-                    args.out.write_text(report(args, rows, started, load_start, done=False, notes=notes),
-                                        encoding="utf-8")
+                keep_run(rows, {"contestant": name, "seed": seed, **r}, args.jsonl, args.out,
+                         lambda: report(args, rows, started, load_start, done=False, notes=notes))
     text = report(args, rows, started, load_start, done=True, notes=notes)
     print(text)
     if args.out is not None:
