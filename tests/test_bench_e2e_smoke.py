@@ -1,7 +1,7 @@
 """Smoke test: ``benchmarks/e2e_dqn.py --quick`` trains a few thousand steps and prints its table.
 
 Only the PEARL serial contestant runs, so the test needs the ``rl`` extra but not
-stable-baselines3 (``make test`` installs ``.[rl,test]`` only).
+stable-baselines3 (``make test`` installs ``.[rl,test,envs]``, not ``bench``).
 """
 
 from __future__ import annotations
