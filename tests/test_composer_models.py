@@ -91,6 +91,30 @@ def test_double_dqn_counts_its_extra_forward_pass_and_layer_passes_default_to_on
     assert (ly.forwards, ly.weight_grads, ly.input_grads, ly.passes) == (1.0, 0.0, 0.0, 1.0)
 
 
+@pytest.mark.parametrize("passes,match", [
+    ({"qnet": (1, 1, 1)}, "names 'qnet', which holds no nn.Linear"),
+    ({"q_net": (1.0, -1.0, 1.0)}, "expected three finite numbers >= 0"),
+    ({"q_net": "fast"}, "expected three finite numbers >= 0"),
+    ({"q_net": (1.0, 1.0)}, "expected three finite numbers >= 0"),
+    ([("q_net", (1, 1, 1))], "expected a mapping network name"),
+])
+def test_bad_learner_passes_are_refused_with_the_network_named(passes, match):
+    from pearl_core.algorithms import DQN
+
+    class Declares(DQN):
+        def learner_passes(self):
+            return passes
+
+    with pytest.raises(SpecError, match=match):
+        learner_layers(Declares(*_cartpole_spaces(), hidden_sizes=(8,)))
+
+
+def _cartpole_spaces():
+    from pearl_core.envs import env_spaces
+
+    return env_spaces("CartPole-v1")
+
+
 def test_bad_programs_give_clear_errors():
     with pytest.raises(SpecError, match="environment 'NoSuchEnv-v0' cannot be created"):
         workload_for_env("NoSuchEnv-v0", 32)

@@ -236,11 +236,11 @@ def learner_layers(trainer: Any) -> tuple[LearnerLayer, ...]:
     from pearl_core.trainer import layer_specs
 
     input_shape = tuple(getattr(trainer, "input_shape", ()) or ())
-    declared = getattr(trainer, "learner_passes", None)
-    passes = dict(declared() if callable(declared) else {})
+    specs = layer_specs(trainer)
+    passes = _declared_passes(trainer, {spec.name.partition(".")[0] for spec in specs})
     spatial: dict[str, tuple[int, int]] = {}
     out: list[LearnerLayer] = []
-    for spec in layer_specs(trainer):
+    for spec in specs:
         group, _, rest = spec.name.partition(".")
         mod = getattr(trainer, group)
         if rest:
@@ -264,6 +264,35 @@ def learner_layers(trainer: Any) -> tuple[LearnerLayer, ...]:
                                 positions, float(f), None if w is None else float(w),
                                 None if x is None else float(x)))
     return tuple(out)
+
+
+def _declared_passes(trainer: Any, groups: set[str]) -> dict[str, tuple[float, float, float]]:
+    """The trainer's :meth:`~pearl_core.trainer.Trainer.learner_passes`, checked.
+
+    Raises:
+        SpecError: not a mapping of network names (attributes holding layers) to three finite
+            numbers >= 0.
+    """
+    declared = getattr(trainer, "learner_passes", None)
+    got = declared() if callable(declared) else {}
+    owner = f"{type(trainer).__name__}.learner_passes()"
+    if not isinstance(got, Mapping):
+        raise SpecError(f"{owner} returned {got!r}; expected a mapping network name -> (forward, weight-gradient, "
+                        "input-gradient) passes, e.g. {'critic': (2.0, 1.0, 2.0)}.")
+    out = {}
+    for name, value in got.items():
+        if name not in groups:
+            raise SpecError(f"{owner} names {name!r}, which holds no nn.Linear/nn.Conv2d layer of the trainer; "
+                            f"expected one of {sorted(groups)}.")
+        try:
+            nums = tuple(float(v) for v in value)
+        except (TypeError, ValueError):
+            nums = ()
+        if len(nums) != 3 or not all(math.isfinite(v) and v >= 0 for v in nums):
+            raise SpecError(f"{owner}[{name!r}] = {value!r}; expected three finite numbers >= 0: forward, "
+                            "weight-gradient and input-gradient passes per update, e.g. (1.0, 1.0, 1.0).")
+        out[name] = nums
+    return out
 
 
 def workload_for_env(
