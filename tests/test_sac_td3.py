@@ -22,6 +22,8 @@ from pearl_core.runtime.serial import SerialRuntime
 from pearl_core.runtime.wiring import build_trainer
 from pearl_core.trainer_check import check_trainer, smoke_batch
 
+from cpu_backend import needs_cpu_backend
+
 OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 DISC = gym.spaces.Discrete(3)
 BOX = gym.spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([3.0, 0.5], np.float32))
@@ -415,16 +417,6 @@ def test_hidden_size_keywords_and_the_default_trainer():
 
 
 # ------------------------------------------------------------------------------ serial runtime
-def _cpu_backend_ok() -> bool:
-    try:
-        pearl_core.get_backend("cpu")
-        return True
-    except pearl_core.PearlError:
-        return False
-
-
-needs_cpu_backend = pytest.mark.skipif(not _cpu_backend_ok(),
-                                       reason="the pearl-cpu backend is not built/installed here")
 
 
 def pendulum_config(tmp_path, name: str) -> RunConfig:

@@ -18,16 +18,10 @@ from pearl_core.runtime.checkpoint import load_checkpoint
 from pearl_core.runtime.serial import RunResult, SerialRuntime
 from pearl_core.runtime.step import UpdateSchedule
 
-
-def _cpu_backend_ok() -> bool:
-    try:
-        pearl_core.get_backend("cpu")
-        return True
-    except pearl_core.PearlError:
-        return False
+from cpu_backend import needs_cpu_backend
 
 
-pytestmark = pytest.mark.skipif(not _cpu_backend_ok(), reason="the pearl-cpu backend is not built/installed here")
+pytestmark = needs_cpu_backend
 
 TINY_DQN = {"hidden_sizes": [16], "eps_decay_steps": 300, "target_update_every": 20}
 

@@ -28,16 +28,8 @@ from pearl_core.runtime.wiring import (
     runtime_hparams,
 )
 
+from cpu_backend import needs_cpu_backend
 
-def _cpu_backend_ok() -> bool:
-    try:
-        pearl_core.get_backend("cpu")
-        return True
-    except pearl_core.PearlError:
-        return False
-
-
-needs_cpu = pytest.mark.skipif(not _cpu_backend_ok(), reason="the pearl-cpu backend is not built/installed here")
 
 #: CartPole-v1's storage layout (what StorageSpec.from_spaces gives; no environment is built at import).
 SPEC = StorageSpec(obs_shape=(4,), obs_dtype=np.float32, action_shape=(), action_dtype=np.int64)
@@ -134,7 +126,7 @@ def test_build_uniform_replay():
     assert isinstance(r, UniformReplay) and r.capacity == 50
 
 
-@needs_cpu
+@needs_cpu_backend
 def test_build_prioritized_replay_on_the_plans_backend():
     cfg = config(replay=ReplayConfig(capacity=64, fanout=4, alpha=0.7), replay_ratio=0.25,
                  stop=StopCriteria(max_env_steps=4000))
@@ -158,7 +150,7 @@ def fill(replay, n, start=0):
     replay.add(obs, ids % 2, ids.astype(np.float32), obs + 0.5, ids % 3 == 0)
 
 
-@needs_cpu
+@needs_cpu_backend
 @pytest.mark.parametrize("n, kind", [(30, "prioritized"), (100, "prioritized"), (64, "uniform")])
 def test_replay_state_round_trip(n, kind):
     cfg = config(replay=ReplayConfig(kind=kind, capacity=64, beta_steps=10))
@@ -273,7 +265,7 @@ def test_evaluator_batches_inference_and_is_seeded():
 
 
 # ------------------------------------------------------------ prioritized replay is live
-@needs_cpu
+@needs_cpu_backend
 def test_prioritized_replay_is_live_learner_updates_move_the_tree_and_sampling_follows(cartpole):
     torch.manual_seed(0)
     cfg = config(replay=ReplayConfig(capacity=40, fanout=4, alpha=1.0, eps=1e-3, beta=0.4, beta_steps=1000),
