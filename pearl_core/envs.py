@@ -3,61 +3,278 @@
 Actors, the learner, the evaluator, the composer's workload model and the
 profiler all build their environments here, so an unknown id, a missing
 dependency or a broken constructor reads the same wherever it is found.
+
+**Families** register themselves: an id under ``ALE/`` imports ``ale_py`` (the
+Atari ROMs ship in its wheel) and one under ``MinAtar/`` imports ``minatar.gym``
+before the id is looked up, so ``make_env("ALE/Pong-v5")`` works in any process
+without the user importing anything first.
+
+**Options** (``RunConfig.env_kwargs`` / ``env_wrappers``, the Composer's
+``set_actors(env_id, env_kwargs=..., wrappers=...)``): ``kwargs`` go to
+``gymnasium.make``; ``wrappers`` is a sequence applied in order, each a preset
+name from :data:`PRESETS` or an import path ``"package.module:callable"`` called
+as ``callable(env) -> env`` (import paths, not objects, so the options cross
+process boundaries and are written into generated programs). ``wrappers=None``
+applies the family's default presets (:func:`default_wrappers`); ``()`` applies
+none.
+
+**Presets**:
+
+* ``"atari"`` — the DQN conventions (Mnih et al. 2015, as stable-baselines3's
+  ``AtariWrapper`` applies them), on an ALE v5 env made with ``frameskip=1``
+  (the preset skips frames itself; ALE v5's other defaults stand, sticky
+  actions with probability 0.25 among them): up to 30 no-op actions after
+  reset, frame skip 4 with the max over the last two frames, 84x84 grey
+  frames, a stack of the last 4 frames (``(4, 84, 84)`` ``uint8``, channels
+  first); for training also episodic life (a lost life ends the episode for the
+  learner; the game itself resets only when it is over) and rewards clipped to
+  their sign. Evaluation environments (``evaluation=True``) keep the whole game
+  and its real score.
+* ``"minatar"`` — MinAtar's ``(10, 10, C)`` boolean grid as ``(C, 10, 10)``
+  ``uint8`` (channels first, as PEARL's image trainers read them).
 """
 
 from __future__ import annotations
 
 import difflib
-from typing import Any
+import importlib
+import json
+from typing import Any, Callable, Mapping, Sequence
 
 from pearl_core.errors import SpecError
 
-__all__ = ["env_spaces", "make_env"]
+__all__ = ["PRESETS", "check_env_options", "default_wrappers", "env_spaces", "make_env"]
+
+#: id prefix -> (the module whose import registers the family, the package that installs it, its default presets).
+_FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "ALE/": ("ale_py", "ale-py", ("atari",)),
+    "MinAtar/": ("minatar.gym", "minatar", ("minatar",)),
+}
 
 
-def make_env(env_id: str, seed: int | None = None, **kwargs: Any):
-    """``gymnasium.make(env_id, **kwargs)`` with its action and observation spaces seeded.
+def _family(env_id: str) -> tuple[str, str, tuple[str, ...]] | None:
+    for prefix, fam in _FAMILIES.items():
+        if isinstance(env_id, str) and env_id.startswith(prefix):
+            return fam
+    return None
 
+
+def _register_family(env_id: str, gym) -> None:
+    """Import the package that registers ``env_id``'s family (ALE, MinAtar), once per process."""
+    fam = _family(env_id)
+    if fam is None or env_id in gym.registry:
+        return
+    module, package, _ = fam
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        raise SpecError(f"environment {env_id!r} cannot be created: its family needs the package {package!r}, "
+                        f"which is not installed ({exc}). Fix: pip install 'pearl-core[pixels]' (or "
+                        f"pip install {package}).") from exc
+    if module == "ale_py":
+        gym.register_envs(mod)
+    else:  # minatar.gym registers its ids when asked
+        mod.register_envs()
+
+
+def default_wrappers(env_id: str) -> tuple[str, ...]:
+    """The presets an id's family applies when ``wrappers=None`` (``("atari",)`` for ``ALE/...``)."""
+    fam = _family(env_id)
+    return fam[2] if fam is not None else ()
+
+
+# --------------------------------------------------------------------------- presets
+
+
+def _episodic_life(env):
+    """A lost life ends the episode for the learner; ``reset`` restarts the game only once it is over
+    (otherwise it takes one no-op step from where the life was lost)."""
+    import gymnasium as gym
+
+    class EpisodicLife(gym.Wrapper):
+        def __init__(self, env):
+            super().__init__(env)
+            self.lives = 0
+            self.game_over = True
+
+        def step(self, action):
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            self.game_over = terminated or truncated
+            lives = self.env.unwrapped.ale.lives()
+            if 0 < lives < self.lives:
+                terminated = True
+            self.lives = lives
+            return obs, reward, terminated, truncated, info
+
+        def reset(self, **kwargs):
+            if self.game_over:
+                obs, info = self.env.reset(**kwargs)
+            else:
+                obs, _, terminated, truncated, info = self.env.step(0)
+                if terminated or truncated:  # the no-op ended the game: start a new one
+                    obs, info = self.env.reset(**kwargs)
+            self.lives = self.env.unwrapped.ale.lives()
+            self.game_over = False
+            return obs, info
+
+    return EpisodicLife(env)
+
+
+def _atari(env, evaluation: bool):
+    import numpy as np
+    from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation, TransformReward
+
+    frameskip = env.unwrapped._frameskip if hasattr(env.unwrapped, "_frameskip") else None
+    if frameskip != 1:
+        raise SpecError(f"wrapper preset 'atari' needs an ALE env made with frameskip=1 (it skips 4 frames itself, "
+                        f"taking the max of the last two); found frameskip={frameskip!r}. Fix: drop 'frameskip' "
+                        "from env_kwargs (the preset sets it), or use wrappers=() for the env as it is.")
+    env = AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84, terminal_on_life_loss=False,
+                             grayscale_obs=True, scale_obs=False)
+    if not evaluation:
+        env = _episodic_life(env)
+        env = TransformReward(env, lambda r: float(np.sign(r)))
+    return FrameStackObservation(env, 4)
+
+
+def _minatar(env, evaluation: bool):
+    import gymnasium as gym
+    import numpy as np
+
+    space = env.observation_space
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 3:
+        raise SpecError(f"wrapper preset 'minatar' expects MinAtar's (10, 10, C) grid; found {space}. "
+                        "Fix: use it on a 'MinAtar/...' id only.")
+    h, w, c = space.shape
+
+    class ChannelsFirst(gym.ObservationWrapper):
+        def __init__(self, env):
+            super().__init__(env)
+            self.observation_space = gym.spaces.Box(0, 1, (c, h, w), np.uint8)
+
+        def observation(self, obs):
+            return np.ascontiguousarray(np.moveaxis(np.asarray(obs, dtype=np.uint8), -1, 0))
+
+    return ChannelsFirst(env)
+
+
+#: Preset name -> ``(function(env, evaluation) -> env, keyword arguments it needs at make time)``.
+PRESETS: Mapping[str, tuple[Callable[[Any, bool], Any], Mapping[str, Any]]] = {
+    "atari": (_atari, {"frameskip": 1}),
+    "minatar": (_minatar, {}),
+}
+
+
+def check_env_options(kwargs: Any, wrappers: Any, label: str = "RunConfig",
+                      error: type[Exception] = SpecError) -> tuple[dict[str, Any], tuple[str, ...] | None]:
+    """``(kwargs, wrappers)`` normalised: a JSON-valued dict with str keys; ``None`` or a tuple of preset
+    names / ``"package.module:callable"`` paths. Raises ``error`` naming the field, expected vs found, the fix."""
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+        raise error(f"{label}.env_kwargs = {kwargs!r:.80} is invalid; expected a mapping with str keys "
+                    "(keyword arguments of gymnasium.make). Fix: e.g. env_kwargs={'max_episode_steps': 500}.")
+    try:
+        json.dumps(dict(kwargs), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise error(f"{label}.env_kwargs = {kwargs!r:.80} is invalid; expected JSON values only ({exc}). "
+                    "Fix: pass plain values (str, numbers, bool, None, lists, dicts).") from None
+    if wrappers is None:
+        return dict(kwargs), None
+    if isinstance(wrappers, str) or not isinstance(wrappers, Sequence):
+        raise error(f"{label}.env_wrappers = {wrappers!r:.80} is invalid; expected a list of preset names "
+                    f"({sorted(PRESETS)}) or import paths 'package.module:callable'. Fix: e.g. wrappers=['atari'].")
+    for w in wrappers:
+        ok = isinstance(w, str) and (w in PRESETS or (w.count(":") == 1 and all(p.strip() for p in w.split(":"))))
+        if not ok:
+            raise error(f"{label}.env_wrappers: {w!r} is invalid; expected a preset name ({sorted(PRESETS)}) or an "
+                        "import path 'package.module:callable' (called as callable(env) -> env). "
+                        "Fix: e.g. 'gymnasium.wrappers:FlattenObservation'.")
+    return dict(kwargs), tuple(wrappers)
+
+
+def _import_wrapper(path: str, env_id: str) -> Callable[[Any], Any]:
+    module, _, name = path.partition(":")
+    try:
+        obj = importlib.import_module(module)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise SpecError(f"environment {env_id!r}: wrapper {path!r} cannot be imported ({type(exc).__name__}: {exc}). "
+                        "Fix: give an importable 'package.module:callable'.") from exc
+    if not callable(obj):
+        raise SpecError(f"environment {env_id!r}: wrapper {path!r} is {type(obj).__name__}, not callable; expected "
+                        "callable(env) -> env.")
+    return obj
+
+
+def make_env(env_id: str, seed: int | None = None, *, kwargs: Mapping[str, Any] | None = None,
+             wrappers: Sequence[str] | None = None, evaluation: bool = False):
+    """``gymnasium.make(env_id, **kwargs)`` with ``wrappers`` applied and its spaces seeded.
+
+    ``wrappers=None`` applies the family's default presets (see the module docstring);
+    ``evaluation`` builds an evaluation environment (presets keep the real episode and score).
     The environment is not reset; reset it with ``seed`` (the runtime's
     collector and evaluator do) so its dynamics are seeded too.
 
     Raises:
         SpecError: gymnasium is not installed, ``env_id`` is not registered
             (close registered ids are listed), the environment needs a package
-            that is not installed, or its constructor failed.
+            that is not installed, its constructor failed, or a wrapper is not
+            importable or fails.
     """
     try:
         import gymnasium as gym
     except ImportError as exc:  # pragma: no cover - the rl extra is installed in dev
         raise SpecError("environments need gymnasium, which is not installed. "
                         "Fix: pip install 'pearl-core[rl]'.") from exc
+    kwargs, wrappers = check_env_options(kwargs, wrappers)
+    if isinstance(env_id, str):
+        _register_family(env_id, gym)
     if not isinstance(env_id, str) or env_id not in gym.registry:
         close = difflib.get_close_matches(str(env_id), list(gym.registry), n=5, cutoff=0.5)
         hint = f"Close matches: {close}." if close else \
             "Fix: use a registered id such as 'CartPole-v1' (gymnasium.pprint_registry() lists them)."
         raise SpecError(f"environment {env_id!r} cannot be created: {env_id!r} is not a registered gymnasium "
                         f"environment id. {hint} If a package registers it, import that package first.")
+    names = default_wrappers(env_id) if wrappers is None else wrappers
+    make_kwargs: dict[str, Any] = {}
+    for w in names:
+        if w in PRESETS:
+            make_kwargs.update(PRESETS[w][1])
+    make_kwargs.update(kwargs)
     try:
-        env = gym.make(env_id, **kwargs)
+        env = gym.make(env_id, **make_kwargs)
     except gym.error.DependencyNotInstalled as exc:
         raise SpecError(f"environment {env_id!r} cannot be created: it needs a package that is not installed "
                         f"({exc}). Fix: install that package (see the message) or choose another id.") from exc
     except Exception as exc:  # noqa: BLE001 - environment constructors raise any type
         raise SpecError(f"environment {env_id!r} cannot be created ({type(exc).__name__}: {exc}). "
                         "Fix: check its keyword arguments and dependencies, or choose another id.") from exc
+    try:
+        for w in names:
+            env = PRESETS[w][0](env, evaluation) if w in PRESETS else _import_wrapper(w, env_id)(env)
+    except SpecError:
+        env.close()
+        raise
+    except Exception as exc:  # noqa: BLE001 - a user's wrapper raises any type
+        env.close()
+        raise SpecError(f"environment {env_id!r}: wrapping it with {list(names)} failed ({type(exc).__name__}: "
+                        f"{exc}). Fix: check the wrappers and the env's keyword arguments.") from exc
     if seed is not None:
         env.action_space.seed(int(seed))
         env.observation_space.seed(int(seed))
     return env
 
 
-def env_spaces(env_id: str) -> tuple[Any, Any]:
-    """``(observation_space, action_space)`` of ``env_id``; the environment is built and closed.
+def env_spaces(env_id: str, *, kwargs: Mapping[str, Any] | None = None, wrappers: Sequence[str] | None = None
+               ) -> tuple[Any, Any]:
+    """``(observation_space, action_space)`` of ``env_id`` with these options; the environment is built and closed.
 
     Raises:
         SpecError: as :func:`make_env`.
     """
-    env = make_env(env_id)
+    env = make_env(env_id, kwargs=kwargs, wrappers=wrappers)
     try:
         return env.observation_space, env.action_space
     finally:

@@ -36,6 +36,20 @@ def test_sac_pendulum_example_composes_and_trains(tmp_path):
     assert result["updates"] == result["env_steps"] - 1000  # one update per env step after learning starts
 
 
+@pytest.mark.slow
+def test_dqn_pixels_example_composes_and_trains(tmp_path):
+    pytest.importorskip("minatar", reason="the pixels example needs the 'pixels' extra (make test installs it)")
+    cmd = [sys.executable, str(ROOT / "examples" / "dqn_pixels.py"), "--steps", "1200", "--hidden", "32",
+           "--no-profile", "--log-dir", str(tmp_path / "run"), "--", "--quiet"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                         env={**os.environ, "PEARL_CACHE_DIR": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "'MinAtar/Breakout-v1'" in (tmp_path / "run" / "runtime.py").read_text()
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["stop_reason"] == "max_env_steps" and result["env_steps"] >= 1200
+    assert result["updates"] > 0
+
+
 def test_replay_demo_runs():
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "replay_demo.py")],
                          capture_output=True, text=True, timeout=600)

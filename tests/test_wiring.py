@@ -212,7 +212,7 @@ class Const:
 
 
 def test_collector_reports_episodes_and_only_termination_is_done():
-    envs = [make_env("CartPole-v1", 0, max_episode_steps=5), make_env("CartPole-v1", 1)]
+    envs = [make_env("CartPole-v1", 0, kwargs={"max_episode_steps": 5}), make_env("CartPole-v1", 1)]
     col = Collector(envs, [0, 1])
     seen = []
     for _ in range(12):

@@ -48,6 +48,17 @@ end in two linear heads, a state value ``V(s)`` and advantages ``A(s, a)``, comb
 identifiable); the target network has the same shape. It combines with double DQN.
 Dueling networks train with the torch engine (the numpy and native engines run plain
 ReLU MLPs).
+
+Image observations (a 3-D ``Box``, e.g. ``ALE/...`` with the ``"atari"`` preset's
+``(4, 84, 84)`` frames or MinAtar's ``(C, 10, 10)`` grids) get a convolutional
+encoder (``encoder="auto"`` or ``"cnn"``, :mod:`pearl_core.algorithms.cnn`): the
+Nature-DQN stack for images of 36x36 and larger, the MinAtar paper's one 3x3
+convolution for smaller ones, then the fully connected ``hidden_sizes`` (default
+512, resp. 128). Observations stay ``uint8`` in storage and are converted and
+scaled on the learner's device. Convolutional networks train with the torch engine.
+Defaults for Atari (rl-baselines3-zoo's ``atari`` DQN entry): ``lr=1e-4,
+target_update_every=1000, eps_final=0.01, eps_fraction=0.1``, batch 32,
+``replay_ratio=0.25`` (train_freq 4), buffer 100k, learning_starts 100k.
 """
 
 from __future__ import annotations
@@ -59,6 +70,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pearl_core.algorithms.cnn import ImageInput, conv_encoder, default_head
 from pearl_core.algorithms.common import (CountedTrainer, adam, check_hidden, check_positive, check_unit,
                                           hard_update, mlp, polyak_update)
 from pearl_core.errors import InvalidValueError, KernelUnavailableError, SpecError
@@ -89,9 +101,12 @@ class DQN(CountedTrainer):
     """DQN with a target network, optional double-DQN targets and an ε-greedy schedule.
 
     Args:
-        observation_space: a ``Box`` (observations are flattened into the MLP).
+        observation_space: a ``Box`` (flattened into an MLP, or an image into a CNN: ``encoder``).
         action_space: a ``Discrete`` space.
-        hidden_sizes: MLP hidden layer sizes.
+        hidden_sizes: hidden layer sizes of the MLP, or of the fully connected head after a
+            convolutional encoder (``None``: 256-256 for an MLP, 512 after the Nature-DQN
+            encoder, 128 after the small one).
+        encoder: ``"auto"`` (a CNN for 3-D observations, else an MLP), ``"mlp"`` or ``"cnn"``.
         lr: Adam learning rate.
         adam_eps: Adam epsilon.
         gamma: discount factor in ``[0, 1]``.
@@ -136,7 +151,8 @@ class DQN(CountedTrainer):
         observation_space,
         action_space,
         *,
-        hidden_sizes: Sequence[int] = (256, 256),
+        hidden_sizes: Sequence[int] | None = None,
+        encoder: str = "auto",
         lr: float = 2.3e-3,
         adam_eps: float = 1e-8,
         gamma: float = 0.99,
@@ -168,7 +184,17 @@ class DQN(CountedTrainer):
         self.input_shape = tuple(int(d) for d in observation_space.shape)
         self.n_actions = int(action_space.n)
         self.action_start = int(action_space.start)
-        self.hidden_sizes = check_hidden(hidden_sizes, o)
+        if encoder not in ("auto", "mlp", "cnn"):
+            raise SpecError(f"DQN: encoder = {encoder!r}; expected 'auto', 'mlp' or 'cnn'.")
+        self.encoder = ("cnn" if len(self.input_shape) == 3 else "mlp") if encoder == "auto" else encoder
+        self._image = ImageInput(observation_space, o) if self.encoder == "cnn" else None
+        conv_kind = None
+        if self._image is not None:
+            #: the (C, H, W) shape the network sees (the composer's workload model reads it)
+            self.image_shape = self._image.chw
+            conv_kind = conv_encoder(self.image_shape)[2]
+        self.hidden_sizes = check_hidden(
+            hidden_sizes if hidden_sizes is not None else (default_head(conv_kind) if conv_kind else (256, 256)), o)
         self.gamma = check_unit(gamma, o, "gamma")
         self.tau = check_unit(tau, o, "tau", open_low=True)
         self.eps_start = check_unit(eps_start, o, "eps_start")
@@ -186,10 +212,8 @@ class DQN(CountedTrainer):
         self.dueling = bool(dueling)
         self.device = torch.device(device)
 
-        in_features = int(np.prod(self.input_shape))
-        net = DuelingQNet if self.dueling else mlp
-        self.q_net = net(in_features, self.hidden_sizes, self.n_actions).to(self.device)
-        self.target_net = net(in_features, self.hidden_sizes, self.n_actions).to(self.device)
+        self.q_net = self._network().to(self.device)
+        self.target_net = self._network().to(self.device)
         hard_update(self.target_net, self.q_net)
         self.target_net.requires_grad_(False)
         self.optimizer = adam(self.q_net.parameters(), check_positive(lr, o, "lr"), adam_eps)
@@ -199,6 +223,20 @@ class DQN(CountedTrainer):
         self._rng = np.random.default_rng(seed)
         self.updates = 0
         self.env_steps = 0
+
+    def _network(self) -> nn.Module:
+        """The Q-network: an MLP over the flattened observation, or a convolutional encoder and an MLP head."""
+        head = DuelingQNet if self.dueling else mlp
+        if self._image is None:
+            return head(int(np.prod(self.input_shape)), self.hidden_sizes, self.n_actions)
+        encoder, features, _ = conv_encoder(self.image_shape)
+        return nn.Sequential(encoder, head(features, self.hidden_sizes, self.n_actions))
+
+    def _as_input(self, obs) -> torch.Tensor:
+        """The network's input: ``(n, features)`` for an MLP, ``(n, C, H, W)`` scaled for a CNN."""
+        if self._image is not None:
+            return self._image.tensor(obs, self.device)
+        return super()._as_input(obs)
 
     # -- acting ------------------------------------------------------------------
     @property
@@ -271,7 +309,7 @@ class DQN(CountedTrainer):
     def _batch_input(self, obs) -> torch.Tensor:
         """``(n, features)`` float32 on :attr:`device`: a tensor is reshaped and converted on its device
         (no copy when it is float32 there already); host arrays go as before (``as_input``)."""
-        if isinstance(obs, torch.Tensor):
+        if isinstance(obs, torch.Tensor) and self._image is None:
             return obs.reshape(obs.shape[0], -1).to(device=self.device, dtype=torch.float32)
         return self._as_input(obs)
 
@@ -363,7 +401,8 @@ def _choose_engine(trainer: DQN, engine: str, learner_kernels: Any, device: str)
                         "or None, e.g. pearl_core.plugins.kernel_lookup('cpu').")
     fits = supports(trainer.q_net, trainer.device)
     if engine in ("numpy", "native") and not fits:
-        what = "dueling heads" if trainer.dueling else f"device={device!r}"
+        what = ("a convolutional encoder" if trainer._image is not None else
+                "dueling heads" if trainer.dueling else f"device={device!r}")
         raise SpecError(f"DQN: engine={engine!r} needs a ReLU MLP on the CPU (found {what}). "
                         "Fix: engine='torch' or 'auto'.")
     wants_native = learner_kernels is not None and fits and engine in ("auto", "native")

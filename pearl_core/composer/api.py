@@ -44,7 +44,7 @@ import dataclasses
 import difflib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pearl_core import validation
 from pearl_core.composer.algorithm import METRICS
@@ -53,7 +53,7 @@ from pearl_core.composer.detect import detect_hardware
 from pearl_core.composer.plan import PlacementPlan
 from pearl_core.composer.runtimegen import literal, refuse_while_loading, trainer_reference, write_program
 from pearl_core.composer.spec import HardwareSpec
-from pearl_core.envs import env_spaces
+from pearl_core.envs import check_env_options, env_spaces
 from pearl_core.errors import ComposerError, InvalidValueError, SpecError, TrainerError
 from pearl_core.fileio import atomic_write
 from pearl_core.runtime.config import check_field
@@ -123,6 +123,7 @@ class Composer:
         self.cache_dir = cache_dir
         self.registry = registry
         self._env_id: str | None = None
+        self._env_options: tuple[dict[str, Any], tuple[str, ...] | None] = ({}, None)
         self._spaces: tuple[Any, Any] | None = None
         self._n_actors = 1
         self._envs_per_actor = 1
@@ -137,27 +138,36 @@ class Composer:
 
     # ------------------------------------------------------------------ setters
     def set_actors(self, env_id: str, n_actors: int = 1, *, envs_per_actor: int = 1,
-                   insert_batch: int | None = None) -> "Composer":
+                   insert_batch: int | None = None, env_kwargs: Mapping[str, Any] | None = None,
+                   wrappers: Sequence[str] | None = None) -> "Composer":
         """The environment (a gymnasium id) and the actor processes that step it.
 
         Args:
-            env_id: e.g. ``"CartPole-v1"``; checked by creating it once.
+            env_id: e.g. ``"CartPole-v1"``; checked by creating it once. ``"ALE/..."``
+                (Atari, with the ``"atari"`` preset's wrappers) and ``"MinAtar/..."`` ids
+                register their families themselves (:mod:`pearl_core.envs`).
             n_actors: actor processes (on the host CPU).
             envs_per_actor: environments each actor steps together (batched inference).
             insert_batch: ``BS_i`` for the cost models, experiences inserted per
                 learner iteration (default ``round(1 / replay_ratio)``).
+            env_kwargs: keyword arguments of ``gymnasium.make`` (plain values: they are
+                written into the generated program).
+            wrappers: applied in order, each a preset (``"atari"``, ``"minatar"``) or an
+                import path ``"package.module:callable"``; ``None``: the id's family
+                presets; ``[]``: none.
         """
         w = "Composer.set_actors"
         env_id = _field(w, "RunConfig", "env_id", env_id)
+        env_kwargs, wrappers = check_env_options(env_kwargs, wrappers, w, ComposerError)
         n_actors = _field(w, "RuntimePlan", "n_actors", n_actors)
         envs_per_actor = _field(w, "RuntimePlan", "envs_per_actor", envs_per_actor)
         if insert_batch is not None:
             insert_batch = _int(w, "insert_batch", insert_batch, 1, "leave it None to derive it from the replay ratio")
-        spaces = _env_spaces(env_id, w)
-        if self._trainer is not None and self._env_id != env_id:
+        spaces = _env_spaces(env_id, w, env_kwargs, wrappers)
+        if self._trainer is not None and (self._env_id, self._env_options) != (env_id, (env_kwargs, wrappers)):
             # The trainer was checked against the previous environment: check it against this one too.
             _check_trainer(self._trainer, spaces, self._trainer_kwargs, "Composer.set_actors", env_id)
-        self._env_id, self._spaces = env_id, spaces
+        self._env_id, self._spaces, self._env_options = env_id, spaces, (env_kwargs, wrappers)
         self._n_actors, self._envs_per_actor, self._insert_batch = n_actors, envs_per_actor, insert_batch
         return self
 
@@ -283,6 +293,7 @@ class Composer:
         path, _ = trainer_reference(self._trainer)
         try:
             return RunConfig(env_id=self._env_id, trainer=path, trainer_kwargs=dict(self._trainer_kwargs),
+                             env_kwargs=dict(self._env_options[0]), env_wrappers=self._env_options[1],
                              replay=self._replay, stop=self._stop or StopCriteria(max_env_steps=100_000),
                              **self._learner, **self._run)
         except SpecError as exc:
@@ -298,7 +309,8 @@ class Composer:
                                 trainer_kwargs=self._trainer_kwargs, replay=self._replay.kind,
                                 capacity=self._replay.capacity, fanout=self._replay.fanout,
                                 n_actors=self._n_actors, insert_batch=insert_batch,
-                                envs_per_actor=self._envs_per_actor)
+                                envs_per_actor=self._envs_per_actor, env_kwargs=self._env_options[0],
+                                env_wrappers=self._env_options[1])
 
     def run(self, profile: bool = True, *, save: "str | os.PathLike[str] | None" = None,
             place: "Mapping[str, str] | None" = None, runnable: bool = False) -> Composition:
@@ -485,9 +497,10 @@ def print_plan(plan: "Composition | PlacementPlan") -> None:
 
 
 # ----------------------------------------------------------------------------- helpers
-def _env_spaces(env_id: str, where: str) -> tuple[Any, Any]:
+def _env_spaces(env_id: str, where: str, kwargs: Mapping[str, Any] | None = None,
+                wrappers: Sequence[str] | None = None) -> tuple[Any, Any]:
     try:
-        return env_spaces(env_id)
+        return env_spaces(env_id, kwargs=kwargs, wrappers=wrappers)
     except SpecError as exc:
         raise ComposerError(f"{where}: {exc}") from exc
 

@@ -74,7 +74,7 @@ def learner_threads_yield(wl: Workload) -> bool:
     from pearl_core.runtime.wiring import build_trainer
 
     config = run_config_for(wl)
-    return bool(build_trainer(config, *env_spaces(config.env_id), check=False).threads_yield)
+    return bool(build_trainer(config, *env_spaces(config.env_id, **config.env_options), check=False).threads_yield)
 
 
 def _main() -> int:

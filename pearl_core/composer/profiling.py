@@ -302,7 +302,7 @@ def run_config_for(wl: Workload, *, seed: int = 0) -> "RunConfig":
         raise SpecError("profiling needs the workload's env_id and trainer (import path); this workload has "
                         f"env_id={wl.env_id!r}, trainer={wl.trainer!r}. Fix: build it with workload_for_env().")
     return RunConfig(env_id=wl.env_id, trainer=wl.trainer, trainer_kwargs=dict(wl.trainer_kwargs),
-                     replay=ReplayConfig(wl.replay, capacity=wl.capacity, fanout=wl.fanout),
+                     env_kwargs=dict(wl.env_kwargs), env_wrappers=wl.env_wrappers, replay=ReplayConfig(wl.replay, capacity=wl.capacity, fanout=wl.fanout),
                      batch_size=wl.batch_size, seed=seed)
 
 
@@ -331,7 +331,7 @@ def filled_replay(wl: Workload, plan_kwargs: dict[str, Any] | None = None, *, fi
     from pearl_core.runtime.config import RuntimePlan
     from pearl_core.runtime.wiring import build_replay
 
-    obs_space, act_space = env_spaces(wl.env_id)
+    obs_space, act_space = env_spaces(wl.env_id, **wl.env_options)
     config = run_config_for(wl, seed=seed)
     replay = build_replay(config, RuntimePlan(**(plan_kwargs or {})), StorageSpec.from_spaces(obs_space, act_space))
     rng = np.random.default_rng(seed)
@@ -430,7 +430,7 @@ def profile_worker_loop(wl: Workload, plan_kwargs: dict[str, Any] | None = None,
     alone).
     """
     trainer, replay = _trainer_and_replay(wl, seed, plan_kwargs=plan_kwargs)
-    rows = _synthetic_rows(*env_spaces(wl.env_id), int(wl.insert_batch or wl.n_actors),
+    rows = _synthetic_rows(*env_spaces(wl.env_id, **wl.env_options), int(wl.insert_batch or wl.n_actors),
                            np.random.default_rng(seed))
     parts: dict[str, list[float]] = {"sample": [], "learner": [], "update": [], "insert": []}
     clock = time.perf_counter
@@ -464,7 +464,7 @@ def profile_actor_step(wl: Workload, *, iterations: int = 500, seed: int = 0) ->
     from pearl_core.runtime.wiring import build_trainer
 
     k = int(wl.envs_per_actor)
-    envs = [make_env(wl.env_id, seed=seed + i) for i in range(k)]
+    envs = [make_env(wl.env_id, seed=seed + i, **wl.env_options) for i in range(k)]
     config = run_config_for(wl, seed=seed)
     try:
         trainer = build_trainer(config, envs[0].observation_space, envs[0].action_space, check=False)

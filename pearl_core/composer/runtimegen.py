@@ -412,7 +412,7 @@ def _fields_block(obj: Any, where: str, nested: dict[str, str] | None = None, in
             inner = _fields_block(value, f"{where}.{f.name}", None, indent + "    ")
             lines.append(f"{indent}{f.name}={nested[f.name]}(\n{inner}\n{indent}),")
             continue
-        if f.name == "trainer_kwargs":
+        if f.name in ("trainer_kwargs", "env_kwargs"):
             value = dict(value)
         code = f"Setting.{value.name}" if isinstance(value, Setting) else literal(value, f"{where}.{f.name}")
         lines.append(f"{indent}{f.name}={code},")

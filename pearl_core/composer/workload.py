@@ -101,7 +101,9 @@ class Workload:
         envs_per_actor: environments each actor steps together (one batched
             policy forward per vector step); the runtime plan records it.
         layers: the learner's layers (:func:`learner_layers`).
-        env_id: environment id, for reports.
+        env_id: environment id (profiling makes its environments from it).
+        env_kwargs, env_wrappers: the environment's options (``RunConfig.env_kwargs`` /
+            ``env_wrappers``, :func:`pearl_core.envs.make_env`).
         reward_bytes, done_bytes: stored sizes of a reward (float32) and a done flag (bool).
         index_bytes, priority_bytes: one index (int64) and one priority (float64)
             as exchanged with the replay manager.
@@ -129,9 +131,16 @@ class Workload:
     weight_bytes: int = 4
     trainer: str = ""
     trainer_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    env_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    env_wrappers: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        from pearl_core.envs import check_env_options
+
         o = "Workload"
+        env_kwargs, env_wrappers = check_env_options(self.env_kwargs, self.env_wrappers, o)
+        object.__setattr__(self, "env_kwargs", env_kwargs)
+        object.__setattr__(self, "env_wrappers", env_wrappers)
         if not isinstance(self.trainer, str):
             raise SpecError(f"{o}: trainer = {self.trainer!r} is invalid; expected an import path 'pkg.module:Class'.")
         if not isinstance(self.trainer_kwargs, Mapping):
@@ -213,7 +222,14 @@ class Workload:
         out = dataclasses.asdict(self)
         out["layers"] = [ly.to_dict() for ly in self.layers]
         out["trainer_kwargs"] = dict(self.trainer_kwargs)
+        out["env_kwargs"] = dict(self.env_kwargs)
+        out["env_wrappers"] = None if self.env_wrappers is None else list(self.env_wrappers)
         return out
+
+    @property
+    def env_options(self) -> dict[str, Any]:
+        """``make_env``/``env_spaces`` keyword arguments of the workload's environment."""
+        return {"kwargs": self.env_kwargs, "wrappers": self.env_wrappers}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Workload":
@@ -235,7 +251,8 @@ def learner_layers(trainer: Any) -> tuple[LearnerLayer, ...]:
 
     from pearl_core.trainer import layer_specs
 
-    input_shape = tuple(getattr(trainer, "input_shape", ()) or ())
+    # an image trainer's network may see another axis order than the observation's (channels last)
+    input_shape = tuple(getattr(trainer, "image_shape", None) or getattr(trainer, "input_shape", ()) or ())
     specs = layer_specs(trainer)
     passes = _declared_passes(trainer, {spec.name.partition(".")[0] for spec in specs})
     spatial: dict[str, tuple[int, int]] = {}
@@ -308,6 +325,8 @@ def workload_for_env(
     n_actors: int = 1,
     insert_batch: int | None = None,
     envs_per_actor: int = 1,
+    env_kwargs: Mapping[str, Any] | None = None,
+    env_wrappers: Sequence[str] | None = None,
 ) -> Workload:
     """Build a :class:`Workload` for a gymnasium environment and a trainer class.
 
@@ -326,7 +345,7 @@ def workload_for_env(
     from pearl_core.envs import env_spaces
     from pearl_core.replay.storage import StorageSpec
 
-    obs_space, act_space = env_spaces(env_id)
+    obs_space, act_space = env_spaces(env_id, kwargs=env_kwargs, wrappers=env_wrappers)
     layout = StorageSpec.from_spaces(obs_space, act_space)
     obs_bytes = int(math.prod(layout.obs_shape)) * layout.obs_dtype.itemsize
     action_bytes = int(math.prod(layout.action_shape)) * layout.action_dtype.itemsize
@@ -346,7 +365,9 @@ def workload_for_env(
         raise SpecError(f"trainer {cls.__name__} declares no nn.Linear/nn.Conv2d layers; the cost models need them.")
     return Workload(batch_size=batch_size, obs_bytes=obs_bytes, action_bytes=action_bytes, replay=replay,
                     capacity=capacity, fanout=fanout, n_actors=n_actors, insert_batch=insert_batch,
-                    envs_per_actor=envs_per_actor, layers=layers, env_id=env_id, trainer=trainer_path(cls), trainer_kwargs=_json_kwargs(kwargs))
+                    envs_per_actor=envs_per_actor, layers=layers, env_id=env_id, trainer=trainer_path(cls),
+                    trainer_kwargs=_json_kwargs(kwargs), env_kwargs=dict(env_kwargs or {}),
+                    env_wrappers=None if env_wrappers is None else tuple(env_wrappers))
 
 
 def trainer_path(cls: type) -> str:

@@ -409,7 +409,9 @@ class Evaluator:
     @classmethod
     def for_config(cls, config: RunConfig, n_envs: int | None = None) -> "Evaluator":
         """The evaluator of a run: ``stop.eval_episodes`` episodes, seeds from ``config.seed``."""
-        return cls(config.env_id, config.stop.eval_episodes, config.seed + EVAL_SEED_OFFSET, n_envs)
+        options = config.env_options
+        return cls(config.env_id, config.stop.eval_episodes, config.seed + EVAL_SEED_OFFSET, n_envs,
+                   env_fn=lambda s: make_env(config.env_id, s, evaluation=True, **options))
 
     def evaluate(self, trainer: Trainer) -> EvalResult:
         """Play ``n_episodes`` greedy episodes; returns their returns and lengths."""

@@ -184,7 +184,7 @@ class _Actor:
         self.mark = ctrl.heartbeat(me)  # mark(phase, arg): alive, and what it is doing (the host's watchdog)
         # The trainer's module first: a package that registers its environments on import works here too.
         load_trainer_class(spec.config.trainer)
-        envs = [make_env(spec.config.env_id, s) for s in env_seeds]
+        envs = [make_env(spec.config.env_id, s, **spec.config.env_options) for s in env_seeds]
         self.collector = Collector(envs, env_seeds, env_id=spec.config.env_id, on_nonfinite=spec.config.on_nonfinite,
                                    where=f"actor {me}", mark=self.mark)
         # The host checked the trainer class already; actors skip the smoke test.

@@ -281,7 +281,7 @@ def check_network_shapes(config: RunConfig, ck: Checkpoint) -> None:
     from pearl_core.envs import env_spaces
     from pearl_core.runtime.wiring import build_trainer
 
-    trainer = build_trainer(config, *env_spaces(config.env_id), check=False)
+    trainer = build_trainer(config, *env_spaces(config.env_id, **config.env_options), check=False)
     current = trainer.state_dict() if hasattr(trainer, "state_dict") else {"weights": trainer.get_weights()}
     err = _shape_error(ck.trainer_state, current, f" The checkpoint was written with trainer_kwargs "
                        f"{dict(ck.config.trainer_kwargs)}; the config has {dict(config.trainer_kwargs)}.")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from pearl_core import validation as v
+from pearl_core.envs import check_env_options
 from pearl_core.errors import SpecError
 
 __all__ = ["LIMITS", "ReplayConfig", "RunConfig", "RuntimePlan", "Setting", "StopCriteria", "check_field"]
@@ -256,7 +257,12 @@ class RunConfig(_Serialisable):
     """What to train.
 
     Attributes:
-        env_id: a gymnasium environment id, e.g. ``"CartPole-v1"``.
+        env_id: a gymnasium environment id, e.g. ``"CartPole-v1"`` (``"ALE/..."`` and ``"MinAtar/..."``
+            ids register their families themselves, :mod:`pearl_core.envs`).
+        env_kwargs: keyword arguments of ``gymnasium.make`` (JSON values only).
+        env_wrappers: wrappers applied in order, each a preset name (``"atari"``, ``"minatar"``) or an
+            import path ``"package.module:callable"``; ``None`` (default) applies the id's family
+            presets (``"atari"`` for ``ALE/...``), ``()`` none (:func:`pearl_core.envs.make_env`).
         trainer: import path of the trainer class, ``"package.module:ClassName"``.
         trainer_kwargs: hyper-parameters passed to the trainer (JSON values only).
         replay: the replay configuration.
@@ -281,6 +287,8 @@ class RunConfig(_Serialisable):
     env_id: str
     trainer: str
     trainer_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    env_wrappers: tuple[str, ...] | None = None
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     batch_size: int = 64
     learning_starts: int = 1_000
@@ -314,6 +322,15 @@ class RunConfig(_Serialisable):
                             f"(str, int, float, bool, None, lists and dicts of them) ({exc}). Fix: pass plain values "
                             "(a list instead of an array, no NaN or inf).") from exc
         object.__setattr__(self, "trainer_kwargs", dict(kwargs))
+        env_kwargs, env_wrappers = check_env_options(self.env_kwargs, self.env_wrappers)
+        object.__setattr__(self, "env_kwargs", env_kwargs)
+        object.__setattr__(self, "env_wrappers", env_wrappers)
+
+    @property
+    def env_options(self) -> dict[str, Any]:
+        """``make_env``/``env_spaces`` keyword arguments of this run's environments:
+        ``make_env(cfg.env_id, seed, **cfg.env_options)``."""
+        return {"kwargs": self.env_kwargs, "wrappers": self.env_wrappers}
 
 
 @dataclass(frozen=True)

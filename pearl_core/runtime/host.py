@@ -111,7 +111,7 @@ class Host(HostFaults):
         st = session.state
         # Everything that can reject the config happens before anything is written to log_dir.
         load_trainer_class(cfg.trainer)  # first: a package that registers its environments on import
-        spaces = env_spaces(cfg.env_id)
+        spaces = env_spaces(cfg.env_id, **cfg.env_options)
         # Checked here, before any worker starts: a broken trainer, or a learner placement no backend
         # can run, fails fast with a clear message. The host's copy (evaluation, checks) is on the CPU.
         self.trainer = build_trainer(cfg, *spaces)

@@ -120,7 +120,7 @@ class _Worker:
         self.mark = ctrl.heartbeat(ctrl.learner_slot)  # mark(phase, arg) for the host's stall watchdog
         self.weights = WeightBuffer.attach(spec.weights)
         load_trainer_class(spec.config.trainer)  # first: a package that registers its environments on import
-        self.spaces = env_spaces(spec.config.env_id)
+        self.spaces = env_spaces(spec.config.env_id, **spec.config.env_options)
         # Same seed as the host's copy: identical initial networks. The host ran the checks.
         # On the plan's learner device, through the backend that owns it (pearl_core.placement).
         self.trainer = build_trainer(spec.config, *self.spaces, check=False, plan=spec.plan)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any
 
 from pearl_core.errors import SpecError
 from pearl_core.runtime.config import RunConfig, RuntimePlan
@@ -37,12 +38,12 @@ __all__ = ["ENVS_PER_CORE", "check_machine", "host_memory_bytes", "row_bytes"]
 ENVS_PER_CORE = 64
 
 
-def row_bytes(env_id: str) -> int:
+def row_bytes(env_id: str, **env_options: Any) -> int:
     """Bytes of one stored transition of ``env_id`` (its observation and action layout)."""
     from pearl_core.envs import env_spaces
     from pearl_core.replay.storage import StorageSpec
 
-    spec = StorageSpec.from_spaces(*env_spaces(env_id))
+    spec = StorageSpec.from_spaces(*env_spaces(env_id, **env_options))
     return sum(math.prod(shape) * dtype.itemsize for shape, dtype in spec.fields().values())
 
 
@@ -91,7 +92,7 @@ def check_machine(config: RunConfig, plan: RuntimePlan, *, row: int | None = Non
                         f"{ENVS_PER_CORE} per core ({ENVS_PER_CORE * cores:,}). Fix: about one actor per core "
                         f"(n_actors={max(1, cores - 1)}) and fewer envs_per_actor.")
     _check_log_dir(config.log_dir)
-    row = row_bytes(config.env_id) if row is None else row
+    row = row_bytes(config.env_id, **config.env_options) if row is None else row
     available = memory_available_bytes() if memory_bytes is None else memory_bytes
     if available is None:
         return

@@ -59,7 +59,7 @@ class Preflight:
 
     def _spaces_of_env(self) -> tuple[Any, Any]:
         if self._spaces is None:
-            self._spaces = env_spaces(self.config.env_id)
+            self._spaces = env_spaces(self.config.env_id, **self.config.env_options)
         return self._spaces
 
     def _cached(self, key: tuple, check) -> str | None:

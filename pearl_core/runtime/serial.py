@@ -112,7 +112,7 @@ class _Run:
         self.collector = None
         try:  # everything that can reject the config, before anything is written to log_dir
             load_trainer_class(cfg.trainer)  # first: a package that registers its environments on import
-            envs += [make_env(cfg.env_id, s) for s in seeds]
+            envs += [make_env(cfg.env_id, s, **cfg.env_options) for s in seeds]
             self.collector = Collector(envs, seeds, env_id=cfg.env_id, on_nonfinite=cfg.on_nonfinite)
             env = envs[0]
             self.spaces = (env.observation_space, env.action_space)

@@ -13,7 +13,7 @@
 #   hardware      'golden': 'cpu0 (cpu)'
 #   metric        'throughput'
 #
-# Plan sha256 d3ab6e4c033b24a6124050a65ed0b8638dc0aadf854fdf460c1632760e08a67f
+# Plan sha256 607c36ccd2bb474375e314b9d55d68ab98c594a49d2fa752e3c5cfa32e9f4a6a
 #   RM on 'cpu0', learner on 'cpu0', Data Storage on 'cpu0', setting 2 (co-located)
 #   predicted 1,025.0 us per iteration, 62,439 samples/s, 65.0 W; 1 feasible candidate(s)
 #   backends ('cpu',)
@@ -38,7 +38,7 @@ from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, Sett
 from pearl_core.runtime.wiring import load_trainer_class
 
 PEARL_VERSION = '0.1.0'
-PLAN_HASH = 'd3ab6e4c033b24a6124050a65ed0b8638dc0aadf854fdf460c1632760e08a67f'
+PLAN_HASH = '607c36ccd2bb474375e314b9d55d68ab98c594a49d2fa752e3c5cfa32e9f4a6a'
 
 # Backends that drive the chosen devices; get_backend imports each plugin and checks it can run here.
 BACKENDS = ('cpu',)
@@ -48,6 +48,8 @@ RUN_CONFIG = RunConfig(
     env_id='CartPole-v1',
     trainer='pearl_core.algorithms:DQN',
     trainer_kwargs={'total_env_steps': 50000},
+    env_kwargs={},
+    env_wrappers=None,
     replay=ReplayConfig(
         kind='prioritized',
         capacity=100000,
@@ -375,6 +377,8 @@ PLAN_JSON = (
     '  "capacity": 100000,\n'
     '  "done_bytes": 1,\n'
     '  "env_id": "CartPole-v1",\n'
+    '  "env_kwargs": {},\n'
+    '  "env_wrappers": null,\n'
     '  "envs_per_actor": 1,\n'
     '  "fanout": 16,\n'
     '  "index_bytes": 8,\n'
