@@ -260,14 +260,22 @@ def check_route_taken(trainer: Any, route: LearnerRoute) -> None:
 
 # --------------------------------------------------------------------------- Data Storage
 def make_storage(spec: "StorageSpec", capacity: int, device: str, *, registry: "PluginRegistry | None" = None,
-                 backends: Mapping[str, str] | None = None) -> "DataStorage":
-    """The Data Storage on ``device``: the owning backend's ``make_storage``, or host memory on a ``cpu`` device."""
+                 backends: Mapping[str, str] | None = None, frames: str = "off") -> "DataStorage":
+    """The Data Storage on ``device``: the owning backend's ``make_storage``, or host memory on a ``cpu`` device.
+
+    ``frames`` (``ReplayConfig.frame_storage``): in host memory, ``"on"`` stores observation frames once
+    each (:class:`~pearl_core.replay.frames.FrameStorage`), ``"auto"`` does where the observations are
+    stacked image frames (:func:`~pearl_core.replay.frames.frame_storage_fits`), ``"off"`` never.
+    """
+    from pearl_core.replay.frames import FrameStorage, frame_storage_fits
     from pearl_core.replay.storage import DataStorage
 
     name, backend = backend_for_device(device, "Data Storage", registry=registry, backends=backends)
     storage = backend.make_storage(spec, capacity, device) if backend is not None else None
     if storage is None:
         if device_kind(device) == HOST_KIND:
+            if frames == "on" or (frames == "auto" and frame_storage_fits(spec)):
+                return FrameStorage(spec, capacity)
             return DataStorage(spec, capacity)
         raise PlacementError(f"Data Storage on {device!r}: backend {name!r} offers no device-resident storage "
                              "(make_storage returned None). Fix: place the Data Storage in host memory "

@@ -310,7 +310,7 @@ class Composer:
                                 capacity=self._replay.capacity, fanout=self._replay.fanout,
                                 n_actors=self._n_actors, insert_batch=insert_batch,
                                 envs_per_actor=self._envs_per_actor, env_kwargs=self._env_options[0],
-                                env_wrappers=self._env_options[1])
+                                env_wrappers=self._env_options[1], frame_storage=self._replay.frame_storage)
 
     def run(self, profile: bool = True, *, save: "str | os.PathLike[str] | None" = None,
             place: "Mapping[str, str] | None" = None, runnable: bool = False) -> Composition:

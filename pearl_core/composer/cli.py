@@ -88,7 +88,9 @@ def render_plan(plan: "PlacementPlan | Composition", console: Console) -> None:
                   + ", ".join(f"{d['name']} ({d['kind']})" for d in plan.spec["device"])
                   + f"; host {plan.spec['host']}")
     console.print(f"[bold]Workload[/bold] {escape(w.env_id or '?')}: BS {w.batch_size}, BS_i {w.insert_batch}, "
-                  f"{w.n_actors} actor(s) x {w.envs_per_actor} env(s), experience {w.experience_bytes} B, {w.replay} replay "
+                  f"{w.n_actors} actor(s) x {w.envs_per_actor} env(s), experience {w.experience_bytes} B"
+                  + (f" ({w.stored_bytes} B stored)" if w.stored_bytes and w.stored_bytes != w.experience_bytes else "")
+                  + f", {w.replay} replay "
                   f"(capacity {w.capacity}, fanout {w.fanout}, {w.tree_levels} levels), "
                   f"{len(w.layers)} layers, {w.train_flops / 1e6:,.2f} MFLOP per step")
     console.print(f"[bold]Metric[/bold] {dec.metric}; cells "

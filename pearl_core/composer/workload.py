@@ -104,6 +104,9 @@ class Workload:
         env_id: environment id (profiling makes its environments from it).
         env_kwargs, env_wrappers: the environment's options (``RunConfig.env_kwargs`` /
             ``env_wrappers``, :func:`pearl_core.envs.make_env`).
+        stored_bytes: host bytes one transition takes in a host Data Storage (0: unknown): the
+            experience's bytes, or far fewer where stacked frames are stored once each
+            (``ReplayConfig.frame_storage``, :mod:`pearl_core.replay.frames`).
         reward_bytes, done_bytes: stored sizes of a reward (float32) and a done flag (bool).
         index_bytes, priority_bytes: one index (int64) and one priority (float64)
             as exchanged with the replay manager.
@@ -133,6 +136,7 @@ class Workload:
     trainer_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     env_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     env_wrappers: tuple[str, ...] | None = None
+    stored_bytes: int = 0
 
     def __post_init__(self) -> None:
         from pearl_core.envs import check_env_options
@@ -158,7 +162,7 @@ class Workload:
             object.__setattr__(self, "insert_batch", self.n_actors)
         _pos_int(o, "insert_batch", self.insert_batch)
         _pos_int(o, "envs_per_actor", self.envs_per_actor)
-        for name in ("reward_bytes", "done_bytes", "index_bytes", "priority_bytes", "weight_bytes"):
+        for name in ("reward_bytes", "done_bytes", "index_bytes", "priority_bytes", "weight_bytes", "stored_bytes"):
             _pos_int(o, name, getattr(self, name), 0)
         layers = tuple(LearnerLayer(**ly) if isinstance(ly, Mapping) else ly for ly in self.layers)
         if not all(isinstance(ly, LearnerLayer) for ly in layers):
@@ -327,6 +331,7 @@ def workload_for_env(
     envs_per_actor: int = 1,
     env_kwargs: Mapping[str, Any] | None = None,
     env_wrappers: Sequence[str] | None = None,
+    frame_storage: str = "auto",
 ) -> Workload:
     """Build a :class:`Workload` for a gymnasium environment and a trainer class.
 
@@ -345,8 +350,11 @@ def workload_for_env(
     from pearl_core.envs import env_spaces
     from pearl_core.replay.storage import StorageSpec
 
+    from pearl_core.replay.frames import frame_storage_fits, storage_row_bytes
+
     obs_space, act_space = env_spaces(env_id, kwargs=env_kwargs, wrappers=env_wrappers)
     layout = StorageSpec.from_spaces(obs_space, act_space)
+    frames = frame_storage == "on" or (frame_storage == "auto" and frame_storage_fits(layout))
     obs_bytes = int(math.prod(layout.obs_shape)) * layout.obs_dtype.itemsize
     action_bytes = int(math.prod(layout.action_shape)) * layout.action_dtype.itemsize
     cls = _resolve_trainer(trainer, act_space)
@@ -367,7 +375,8 @@ def workload_for_env(
                     capacity=capacity, fanout=fanout, n_actors=n_actors, insert_batch=insert_batch,
                     envs_per_actor=envs_per_actor, layers=layers, env_id=env_id, trainer=trainer_path(cls),
                     trainer_kwargs=_json_kwargs(kwargs), env_kwargs=dict(env_kwargs or {}),
-                    env_wrappers=None if env_wrappers is None else tuple(env_wrappers))
+                    env_wrappers=None if env_wrappers is None else tuple(env_wrappers),
+                    stored_bytes=storage_row_bytes(layout, frames))
 
 
 def trainer_path(cls: type) -> str:

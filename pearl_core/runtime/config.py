@@ -96,6 +96,7 @@ _RULES: dict[str, dict[str, Any]] = {
         "beta_steps": _optional(_count(1, "learner updates to anneal beta over, or None to anneal over the run")),
         "eps": lambda x, label, err: v.positive_number(x, label, fix="e.g. eps=1e-6", error=err),
         "stratified": lambda x, label, err: v.boolean(x, label, error=err),
+        "frame_storage": lambda x, label, err: v.one_of(x, label, ("auto", "on", "off"), error=err),
     },
     "StopCriteria": {
         "mean_return": _optional(lambda x, label, err: v.number(x, label, fix="a finite return threshold, or None",
@@ -205,6 +206,12 @@ class ReplayConfig(_Serialisable):
 
     ``beta_steps=None`` anneals β to ``beta_final`` over the learner updates the
     run is expected to make (``max_env_steps * replay_ratio``), or 100k updates.
+
+    ``frame_storage``: ``"auto"`` (default) stores stacked image frames once each
+    (:class:`~pearl_core.replay.frames.FrameStorage`) when the observations are
+    stacks of frames of at least 32x32 of an integer dtype (the ``"atari"``
+    preset's ``(4, 84, 84)``) and the Data Storage is in host memory; ``"on"`` for
+    any observation in host memory, ``"off"`` never.
     """
 
     kind: str = "prioritized"
@@ -216,6 +223,7 @@ class ReplayConfig(_Serialisable):
     beta_steps: int | None = None
     eps: float = 1e-6
     stratified: bool = True
+    frame_storage: str = "auto"
 
     def __post_init__(self):
         _check_fields(self)

@@ -23,7 +23,6 @@ memory and is not counted)::
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
@@ -38,13 +37,17 @@ __all__ = ["ENVS_PER_CORE", "check_machine", "host_memory_bytes", "row_bytes"]
 ENVS_PER_CORE = 64
 
 
-def row_bytes(env_id: str, **env_options: Any) -> int:
-    """Bytes of one stored transition of ``env_id`` (its observation and action layout)."""
+def row_bytes(env_id: str, frame_storage: str = "off", **env_options: Any) -> int:
+    """Host bytes of one stored transition of ``env_id`` (its observation and action layout; with
+    ``frame_storage`` ``"on"``, or ``"auto"`` for stacked frames, as :class:`~pearl_core.replay.frames.FrameStorage`
+    keeps it)."""
     from pearl_core.envs import env_spaces
+    from pearl_core.replay.frames import frame_storage_fits, storage_row_bytes
     from pearl_core.replay.storage import StorageSpec
 
     spec = StorageSpec.from_spaces(*env_spaces(env_id, **env_options))
-    return sum(math.prod(shape) * dtype.itemsize for shape, dtype in spec.fields().values())
+    frames = frame_storage == "on" or (frame_storage == "auto" and frame_storage_fits(spec))
+    return storage_row_bytes(spec, frames)
 
 
 def host_memory_bytes(config: RunConfig, plan: RuntimePlan, row: int) -> dict[str, int]:
@@ -92,7 +95,9 @@ def check_machine(config: RunConfig, plan: RuntimePlan, *, row: int | None = Non
                         f"{ENVS_PER_CORE} per core ({ENVS_PER_CORE * cores:,}). Fix: about one actor per core "
                         f"(n_actors={max(1, cores - 1)}) and fewer envs_per_actor.")
     _check_log_dir(config.log_dir)
-    row = row_bytes(config.env_id, **config.env_options) if row is None else row
+    if row is None:
+        frames = config.replay.frame_storage if plan.storage_device == "cpu" else "off"
+        row = row_bytes(config.env_id, frames, **config.env_options)
     available = memory_available_bytes() if memory_bytes is None else memory_bytes
     if available is None:
         return

@@ -226,7 +226,8 @@ def build_replay(
     rc = config.replay
     if rng is None:
         rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), 0x5E1EC7]))
-    storage = make_storage(storage_spec, rc.capacity, plan.storage_device, backends=plan.backends)
+    storage = make_storage(storage_spec, rc.capacity, plan.storage_device, backends=plan.backends,
+                           frames=rc.frame_storage)
     if state is not None:
         _restore_storage(storage, state)
     if rc.kind == "uniform":
@@ -272,8 +273,9 @@ def replay_state(replay: ReplayManager) -> dict[str, Any]:
     storage = replay.storage
     n = storage.size
     out: dict[str, Any] = {"size": n, "cursor": storage.cursor, "capacity": storage.capacity}
+    rows = storage.gather(np.arange(n, dtype=np.int64)) if n else None  # a frame storage rebuilds only these
     for name in TRANSITION_FIELDS:
-        out[name] = np.array(storage.field(name)[:n])
+        out[name] = getattr(rows, name) if rows is not None else np.array(storage.field(name)[:0])
     if isinstance(replay, PrioritizedReplay):
         out["priorities"] = replay.priorities(np.arange(n, dtype=np.int64)) if n else np.zeros(0)
         out["sample_steps"] = replay.steps

@@ -14,7 +14,7 @@
 #   metric        'throughput'
 #   script        '/home/me/train.py'
 #
-# Plan sha256 607c36ccd2bb474375e314b9d55d68ab98c594a49d2fa752e3c5cfa32e9f4a6a
+# Plan sha256 238845632346637066aaf379bafd0ff85cccadc3d10bd180e397883a69c5687e
 #   RM on 'cpu0', learner on 'cpu0', Data Storage on 'cpu0', setting 2 (co-located)
 #   predicted 1,025.0 us per iteration, 62,439 samples/s, 65.0 W; 1 feasible candidate(s)
 #   backends ('cpu',)
@@ -52,7 +52,7 @@ except Exception as exc:  # noqa: BLE001 - reported by main(), not as a tracebac
     USER_SCRIPT_ERROR = script_load_error(USER_SCRIPT, exc)
 
 PEARL_VERSION = '0.1.0'
-PLAN_HASH = '607c36ccd2bb474375e314b9d55d68ab98c594a49d2fa752e3c5cfa32e9f4a6a'
+PLAN_HASH = '238845632346637066aaf379bafd0ff85cccadc3d10bd180e397883a69c5687e'
 
 # Backends that drive the chosen devices; get_backend imports each plugin and checks it can run here.
 BACKENDS = ('cpu',)
@@ -74,6 +74,7 @@ RUN_CONFIG = RunConfig(
         beta_steps=None,
         eps=1e-06,
         stratified=True,
+        frame_storage='auto',
     ),
     batch_size=64,
     learning_starts=1000,
@@ -448,6 +449,7 @@ PLAN_JSON = (
     '  "priority_bytes": 8,\n'
     '  "replay": "prioritized",\n'
     '  "reward_bytes": 4,\n'
+    '  "stored_bytes": 0,\n'
     '  "trainer": "",\n'
     '  "trainer_kwargs": {},\n'
     '  "weight_bytes": 4\n'
