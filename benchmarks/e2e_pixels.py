@@ -569,7 +569,8 @@ def notes_for(args, names: list[str], cases: list[Case]) -> list[str]:
     if peers:
         out.append(f"threads: {' and '.join(peers)} run torch and BLAS on {args.sb3_threads} thread(s) "
                    f"(`--sb3-threads`; JAX's XLA pool is its default); PEARL's learner on 1 (serial) and "
-                   f"`--learner-threads {args.learner_threads}` (parallel).")
+                   f"`--learner-threads {args.learner_threads}` (parallel). On a busy machine more torch threads than free "
+                   "cores can slow SB3 down many-fold: check the load average above.")
     out.append("evaluation time counts in every wall time and rate (column 'eval s': the seconds spent in it).")
     if args.quick:
         out.append(f"--quick: smoke settings, not the defaults: {QUICK} (no learning expected).")
