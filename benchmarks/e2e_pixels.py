@@ -39,7 +39,8 @@ channels first; for ``MinAtar/...`` the "minatar" preset, ``(C, 10, 10)`` ``uint
   channels-first image space (no ``VecTransposeImage``) scaled by 1/255
   (``normalize_images=True``). SBX's ``CnnPolicy`` is the same stack in flax (its own
   ``NatureCNN``: the same three convolutions, ``Dense(512)``, ReLU, ``Dense(n_actions)``;
-  channels first in, /255 inside).
+  channels first in, /255 inside) once it is given ``net_arch=[512]``: without it SBX's
+  ``DQNPolicy`` sets the FC width to 256, overriding its CNN network's own 512.
 * MinAtar: PEARL's small encoder (16 3x3/1, ReLU) and FC 128, a linear Q head; inputs
   0/1, not scaled. SB3's ``NatureCNN`` cannot take 10x10 grids (and wants ``high=255``):
   SB3 gets :class:`MinAtarExtractor`, the same layers as an SB3 features extractor, with
@@ -560,8 +561,8 @@ def notes_for(args, names: list[str], cases: list[Case]) -> list[str]:
         out.append("sbx: `sbx.DQN` on JAX's CPU backend with SB3's arguments above, one for one; max_grad_norm=10 "
                    "goes in as optax.chain(clip_by_global_norm(10), adam) through policy_kwargs['optimizer_class'] "
                    "(sbx.DQN has no max_grad_norm argument). Atari: its own `CnnPolicy` (NatureCNN, "
-                   "net_arch=[512]); MinAtar: a `CnnPolicy` subclass with PEARL's MinAtar network in flax. Its "
-                   "per-model jit compiles count in its wall time.")
+                   "net_arch=[512]: without it SBX's FC layer would be 256 wide); MinAtar: a `CnnPolicy` subclass "
+                   "with PEARL's MinAtar network in flax. Its per-model jit compiles count in its wall time.")
     if any(n.startswith("pearl-par") for n in names):
         out.append("pearl-par*: the parallel runtime trains continuously at the replay ratio (its actors are "
                    "throttled to keep it) instead of once every 4 env steps, acts with weights published every "
@@ -569,8 +570,8 @@ def notes_for(args, names: list[str], cases: list[Case]) -> list[str]:
     if peers:
         out.append(f"threads: {' and '.join(peers)} run torch and BLAS on {args.sb3_threads} thread(s) "
                    f"(`--sb3-threads`; JAX's XLA pool is its default); PEARL's learner on 1 (serial) and "
-                   f"`--learner-threads {args.learner_threads}` (parallel). On a busy machine more torch threads than free "
-                   "cores can slow SB3 down many-fold: check the load average above.")
+                   f"`--learner-threads {args.learner_threads}` (parallel). On a busy machine more torch threads "
+                   "than free cores can slow SB3 down many-fold: check the load average above.")
     out.append("evaluation time counts in every wall time and rate (column 'eval s': the seconds spent in it).")
     if args.quick:
         out.append(f"--quick: smoke settings, not the defaults: {QUICK} (no learning expected).")
