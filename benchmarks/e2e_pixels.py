@@ -393,7 +393,7 @@ def peer_model(name: str, case: Case, seed: int, learning_starts: int | None = N
     from pearl_core.envs import make_env
 
     env = make_env(case.env_id, seed)
-    kw = dict(learning_rate=ZOO.lr, buffer_size=buffer or case.buffer, batch_size=ZOO.batch, gamma=ZOO.gamma,
+    kw = dict(learning_rate=ZOO.lr, buffer_size=buffer or case.buffer, batch_size=ZOO.batch, gamma=ZOO.gamma, tau=1.0,
               learning_starts=case.learning_starts if learning_starts is None else learning_starts,
               target_update_interval=ZOO.target_update_interval, train_freq=ZOO.train_freq,
               gradient_steps=ZOO.gradient_steps, exploration_fraction=ZOO.exploration_fraction,
