@@ -5,7 +5,7 @@ which `make test` installs). MinAtar's 10x10 grids go to the small encoder (one 
 hidden units: the MinAtar paper's network); Atari ids get the `"atari"` preset (no-op reset, frame skip 4
 with max-pooling, 84x84 grey, 4-frame stack, episodic life and clipped rewards while training) and the
 Nature-DQN encoder. Hyper-parameters follow rl-baselines3-zoo's Atari DQN (batch 32, lr 1e-4, one update
-per 4 env steps, target copy every 1000 updates, epsilon 1 -> 0.01 over the first 10%); the budget here
+per 4 env steps, target copy every 1000 env steps = 250 updates, epsilon 1 -> 0.01 over the first 10%); the budget here
 is small (`--steps`): this shows the mechanism, not a trained agent.
 Arguments after `--` go to the generated program, e.g. `-- --max-env-steps 2000`.
 """
@@ -29,7 +29,7 @@ if __name__ == "__main__":  # the generated program spawns actors: keep entry po
     composer.set_actors(args.env, n_actors=1)
     kwargs = {} if args.hidden is None else {"hidden_sizes": [int(h) for h in args.hidden.split(",")]}
     composer.set_train_function(DQN, batch_size=32, replay_ratio=0.25, learning_starts=min(5_000, args.steps // 4),
-                                lr=1e-4, target_update_every=1_000, eps_final=0.01, eps_fraction=0.1,
+                                lr=1e-4, target_update_every=250, eps_final=0.01, eps_fraction=0.1,
                                 total_env_steps=args.steps, **kwargs)
     composer.set_replay("uniform", capacity=100_000)
     composer.set_stop(max_env_steps=args.steps, eval_every=max(1, args.steps // 5), eval_episodes=5)

@@ -28,8 +28,10 @@ none.
   frames, a stack of the last 4 frames (``(4, 84, 84)`` ``uint8``, channels
   first); for training also episodic life (a lost life ends the episode for the
   learner; the game itself resets only when it is over) and rewards clipped to
-  their sign. Evaluation environments (``evaluation=True``) keep the whole game
-  and its real score.
+  their sign; in games whose actions include FIRE, FIRE (then action 2) after
+  every reset, as games such as Breakout wait for it. Evaluation environments
+  (``evaluation=True``) keep the whole game and its real score (FIRE after the
+  game's reset too).
 * ``"minatar"`` — MinAtar's ``(10, 10, C)`` boolean grid as ``(C, 10, 10)``
   ``uint8`` (channels first, as PEARL's image trainers read them).
 """
@@ -120,6 +122,23 @@ def _episodic_life(env):
     return EpisodicLife(env)
 
 
+def _fire_reset(env):
+    """After every reset, FIRE then action 2 (games that wait for FIRE to start); a step that ends the
+    episode resets again."""
+    import gymnasium as gym
+
+    class FireReset(gym.Wrapper):
+        def reset(self, **kwargs):
+            self.env.reset(**kwargs)
+            for action in (1, 2):
+                obs, _, terminated, truncated, info = self.env.step(action)
+                if terminated or truncated:
+                    obs, info = self.env.reset(**kwargs)
+            return obs, info
+
+    return FireReset(env)
+
+
 def _atari(env, evaluation: bool):
     import numpy as np
     from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation, TransformReward
@@ -133,6 +152,10 @@ def _atari(env, evaluation: bool):
                              grayscale_obs=True, scale_obs=False)
     if not evaluation:
         env = _episodic_life(env)
+    meanings = env.unwrapped.get_action_meanings()
+    if len(meanings) >= 3 and meanings[1] == "FIRE":
+        env = _fire_reset(env)
+    if not evaluation:
         env = TransformReward(env, lambda r: float(np.sign(r)))
     return FrameStackObservation(env, 4)
 

@@ -83,6 +83,7 @@ def test_atari_preset_stacks_four_frames_and_clips_rewards_for_training_only():
         return names
 
     assert "TransformReward" in wrappers(train) and "EpisodicLife" in wrappers(train)
+    assert "FireReset" in wrappers(train) and "FireReset" in wrappers(evaluate)  # Pong's actions include FIRE
     assert "TransformReward" not in wrappers(evaluate) and "EpisodicLife" not in wrappers(evaluate)
 
 

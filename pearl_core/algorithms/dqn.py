@@ -56,8 +56,9 @@ Nature-DQN stack for images of 36x36 and larger, the MinAtar paper's one 3x3
 convolution for smaller ones, then the fully connected ``hidden_sizes`` (default
 512, resp. 128). Observations stay ``uint8`` in storage and are converted and
 scaled on the learner's device. Convolutional networks train with the torch engine.
-Defaults for Atari (rl-baselines3-zoo's ``atari`` DQN entry): ``lr=1e-4,
-target_update_every=1000, eps_final=0.01, eps_fraction=0.1``, batch 32,
+Values for Atari (rl-baselines3-zoo's ``atari`` DQN entry): ``lr=1e-4,
+target_update_every=250`` (the zoo's copy every 1000 env steps, counted here in updates
+at one update per 4 env steps), ``eps_final=0.01, eps_fraction=0.1``, batch 32,
 ``replay_ratio=0.25`` (train_freq 4), buffer 100k, learning_starts 100k.
 """
 
