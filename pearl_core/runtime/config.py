@@ -39,6 +39,7 @@ LIMITS: Mapping[str, int] = {
     "threads": v.MAX_THREADS,   # learner / RM threads (the hardware spec's cap on cores too)
     "n_actors": 16_384,         # actor processes
     "envs_per_actor": 65_536,   # environments stepped together by one actor
+    "n_step": 1_000,            # environment steps summed into one transition (each env keeps n pending)
 }
 
 
@@ -95,6 +96,8 @@ _RULES: dict[str, dict[str, Any]] = {
         "beta_steps": _optional(_count(1, "learner updates to anneal beta over, or None to anneal over the run")),
         "eps": lambda x, label, err: v.positive_number(x, label, fix="e.g. eps=1e-6", error=err),
         "stratified": lambda x, label, err: v.boolean(x, label, error=err),
+        "n_step": _count(1, "environment steps per stored transition: 1 for one-step returns (the default), "
+                            "e.g. n_step=3 for 3-step returns", LIMITS["n_step"]),
     },
     "StopCriteria": {
         "mean_return": _optional(lambda x, label, err: v.number(x, label, fix="a finite return threshold, or None",
@@ -204,6 +207,14 @@ class ReplayConfig(_Serialisable):
 
     ``beta_steps=None`` anneals β to ``beta_final`` over the learner updates the
     run is expected to make (``max_env_steps * replay_ratio``), or 100k updates.
+
+    ``n_step`` (default 1): n-step returns. The actors sum each environment's last
+    ``n`` rewards, ``R_t = sum_{j<k} gamma^j r_{t+j}``, and store ``(s_t, a_t, R_t,
+    s_{t+k}, done, k)`` with ``k = n`` (fewer at an episode's end), so uniform and
+    prioritized replay both hold n-step transitions and the learner bootstraps with
+    ``gamma ** k``. It lives here because it decides what the replay holds. The
+    trainer must declare ``supports_n_step = True`` for ``n_step > 1`` (the built-in
+    DQN, DDPG, TD3 and SAC do); ``gamma`` is the trainer's.
     """
 
     kind: str = "prioritized"
@@ -215,6 +226,7 @@ class ReplayConfig(_Serialisable):
     beta_steps: int | None = None
     eps: float = 1e-6
     stratified: bool = True
+    n_step: int = 1
 
     def __post_init__(self):
         _check_fields(self)
