@@ -2,6 +2,9 @@
 
 * :class:`Collector` — steps ``n`` environments together with one batched
   ``get_action`` call: the serial runtime's loop body and every actor process's.
+* :class:`NStepAggregator` — turns each environment's one-step transitions into
+  n-step ones (``RunConfig.replay.n_step``), where they are produced, so every
+  replay (uniform or prioritized) and every runtime stores them alike.
 * :class:`InsertBuffer` — stages transitions so they reach the replay in batches.
 * :class:`Evaluator` — greedy evaluation on separately seeded environments.
 
@@ -21,6 +24,7 @@ training start state by construction.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from typing import Any, Callable, Sequence
@@ -30,7 +34,7 @@ import numpy as np
 from pearl_core.envs import make_env
 from pearl_core.errors import DataError, SpecError
 from pearl_core.replay.base import ReplayManager
-from pearl_core.replay.storage import StorageSpec, transition_rows
+from pearl_core.replay.storage import STEPS_DTYPE, StorageSpec, transition_rows
 from pearl_core.runtime.config import RunConfig
 from pearl_core.runtime.messages import Phase
 from pearl_core.trainer import Trainer
@@ -43,6 +47,7 @@ __all__ = [
     "EvalResult",
     "Evaluator",
     "InsertBuffer",
+    "NStepAggregator",
     "StepOutput",
     "actor_env_seeds",
 ]
@@ -111,8 +116,12 @@ class StepOutput:
     state, so the learner still bootstraps from ``next_obs`` (the true final
     observation, not the reset one).
 
-    The arrays hold the transitions kept: one row per environment, less the
-    ``dropped`` ones (``on_nonfinite="drop"``).
+    With one-step transitions (``n_step=1``) the arrays hold the transitions kept: one
+    row per environment, less the ``dropped`` ones (``on_nonfinite="drop"``), and
+    ``steps`` is all ones. With ``n_step > 1`` they hold the n-step transitions whose
+    window closed at this step (:class:`NStepAggregator`): none for an environment's
+    first ``n - 1`` steps, up to ``n`` for one whose episode ended. ``env_steps`` is the
+    environment steps taken and kept either way.
     """
 
     obs: np.ndarray
@@ -122,10 +131,108 @@ class StepOutput:
     done: np.ndarray
     episodes: tuple[EpisodeStats, ...]
     dropped: int = 0
+    steps: np.ndarray | None = None
+    env_steps: int | None = None
 
-    def transition(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def __post_init__(self) -> None:
+        if self.steps is None:
+            object.__setattr__(self, "steps", np.ones(len(self.reward), STEPS_DTYPE))
+        if self.env_steps is None:
+            object.__setattr__(self, "env_steps", len(self.reward))
+
+    def transition(self) -> tuple[np.ndarray, ...]:
         """The transition fields in :meth:`ReplayManager.add` order."""
         return transition_rows(self)
+
+
+class NStepAggregator:
+    """Each environment's last ``n`` one-step transitions, emitted as n-step transitions.
+
+    For environment ``i`` it keeps the pending ``(s_t, a_t, r_t, s_{t+1})`` of the
+    current episode, oldest first. When ``n`` are pending the oldest leaves as
+    ``(s_t, a_t, R_t = sum_{j<n} gamma^j r_{t+j}, s_{t+n}, done=False, k=n)``. When
+    the episode ends every pending one leaves, the oldest first, with ``k < n`` for
+    all but possibly the first: ``terminated`` gives ``done=True`` (no bootstrap),
+    a truncation ``done=False`` (the learner bootstraps from the true final
+    observation with ``gamma ** k``). Every step enters exactly one transition as
+    its first step, so nothing is lost or duplicated. ``R_t`` is summed in float64,
+    oldest reward first, and stored as float32.
+
+    A step dropped for NaN/inf (``on_nonfinite="drop"``) breaks its environment's
+    window: the pending ones leave as if truncated at the last good observation
+    (:meth:`push` ``broken``). :meth:`flush` empties every window the same way; the
+    serial runtime calls it at the end of a run so the replay (and the final
+    checkpoint) holds every step taken.
+
+    ``gamma`` is the trainer's (``trainer.gamma``): the same the learner discounts the
+    bootstrap with, ``gamma ** k`` (:attr:`~pearl_core.replay.storage.Batch.steps`).
+
+    Args:
+        n_step: ``n >= 1``; ``1`` passes transitions through unchanged.
+        n_envs: environments, indexed ``0 .. n_envs - 1``.
+    """
+
+    def __init__(self, n_step: int, n_envs: int):
+        if isinstance(n_step, bool) or not isinstance(n_step, (int, np.integer)) or n_step < 1:
+            raise SpecError(f"NStepAggregator: n_step = {n_step!r}; expected an int >= 1. Fix: e.g. n_step=3.")
+        self.n = int(n_step)
+        self._pending: list[collections.deque] = [collections.deque() for _ in range(int(n_envs))]
+
+    def pending(self) -> int:
+        """One-step transitions waiting in the windows (not yet emitted)."""
+        return sum(len(d) for d in self._pending)
+
+    def push(self, gamma: float, env_index: Sequence[int], obs, action, reward, next_obs, terminated,
+             ended, broken: Sequence[int] = ()) -> tuple[list, ...]:
+        """Add one step's transitions; return the n-step ones whose window closed, as row lists.
+
+        Args:
+            gamma: the discount.
+            env_index: the environment of each row.
+            obs, action, reward, next_obs, terminated: the one-step rows.
+            ended: per row, whether the episode ended (terminated or truncated) at this step.
+            broken: environments whose step was dropped: their windows are flushed (truncated) first.
+
+        Returns:
+            ``(obs, action, reward, next_obs, done, steps)`` lists of rows, in environment order
+            (the order of ``broken``, then of the rows), oldest first within an environment.
+        """
+        out: tuple[list, ...] = ([], [], [], [], [], [])
+        for i in broken:
+            self._emit(out, self._pending[i], gamma, None, False, all_of=True)
+        for j, i in enumerate(env_index):
+            d = self._pending[i]
+            d.append((obs[j], np.array(action[j]), float(reward[j]), next_obs[j]))
+            if ended[j]:
+                self._emit(out, d, gamma, next_obs[j], bool(terminated[j]), all_of=True)
+            elif len(d) == self.n:
+                self._emit(out, d, gamma, next_obs[j], False, all_of=False)
+        return out
+
+    def flush(self, gamma: float) -> tuple[list, ...]:
+        """Empty every window as if its episode were truncated now; return the rows as :meth:`push` does."""
+        out: tuple[list, ...] = ([], [], [], [], [], [])
+        for d in self._pending:
+            self._emit(out, d, gamma, None, False, all_of=True)
+        return out
+
+    @staticmethod
+    def _emit(out, d: collections.deque, gamma: float, last_obs, done: bool, *, all_of: bool) -> None:
+        if not d:
+            return
+        if last_obs is None:
+            last_obs = d[-1][3]
+        while d:
+            total, g = 0.0, 1.0
+            for entry in d:
+                total += g * entry[2]
+                g *= gamma
+            s, a = d[0][0], d[0][1]
+            for col, value in zip(out, (s, a, total, last_obs, done, len(d))):
+                col.append(value)
+            d.popleft()
+            if not all_of:
+                return
 
 
 class Collector:
@@ -140,6 +247,8 @@ class Collector:
         where: who steps them, for error messages (``"actor 0"``).
         mark: ``mark(phase, arg)`` called before every ``get_action``, ``env.step`` and
             ``env.reset`` (an actor's heartbeat, :class:`~pearl_core.runtime.messages.Phase`).
+        n_step: environment steps per transition (``RunConfig.replay.n_step``); with ``n > 1``
+            the steps go through an :class:`NStepAggregator` with the trainer's ``gamma``.
 
     The first :meth:`step` resets every environment with its seed; an
     environment whose episode ends is reset (unseeded: its RNG continues) and
@@ -151,7 +260,7 @@ class Collector:
 
     def __init__(self, envs: Sequence[Any], seeds: Sequence[int] | None = None, *, env_id: str | None = None,
                  on_nonfinite: str = "stop", where: str = "the serial runtime",
-                 mark: Callable[[int, int], None] | None = None):
+                 mark: Callable[[int, int], None] | None = None, n_step: int = 1):
         if not envs:
             raise SpecError("Collector needs at least one environment; found none.")
         if on_nonfinite not in ("stop", "drop"):
@@ -176,10 +285,51 @@ class Collector:
         self._bad_run = np.zeros(len(self.envs), np.int64)  # consecutive drops per environment
         self.dropped = 0
         self.last_drop = ""
+        self._agg = NStepAggregator(n_step, len(self.envs)) if n_step != 1 else None
+        self._gamma: float | None = None
 
     @property
     def n_envs(self) -> int:
         return len(self.envs)
+
+    @property
+    def n_step(self) -> int:
+        return 1 if self._agg is None else self._agg.n
+
+    def _discount(self, trainer: Trainer) -> float:
+        gamma = getattr(trainer, "gamma", None)
+        if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.floating, np.integer)) \
+                or not 0.0 <= float(gamma) <= 1.0:
+            raise SpecError(f"{self.where}: n_step = {self.n_step} needs the trainer's discount factor to sum the "
+                            f"rewards, but {type(trainer).__name__}.gamma = {gamma!r}; expected a number in [0, 1]. "
+                            "Fix: give the trainer a gamma attribute, or use n_step=1.")
+        self._gamma = float(gamma)
+        return self._gamma
+
+    def _n_step(self, trainer: Trainer, one: StepOutput, env_index, ended: np.ndarray, broken=()) -> StepOutput:
+        """``one`` (this step's one-step rows of the environments ``env_index``) as the n-step rows it closes."""
+        rows = self._agg.push(self._discount(trainer), env_index, one.obs, one.action, one.reward,  # type: ignore
+                              one.next_obs, one.done, ended[env_index], broken)
+        return self._as_output(rows, one, one.episodes, one.dropped, len(one.reward))
+
+    def _as_output(self, rows, like, episodes, dropped: int, env_steps: int) -> StepOutput:
+        o, a, r, s2, d, k = rows
+        if not r:
+            return StepOutput(like.obs[:0], like.action[:0], np.zeros(0, np.float32), like.next_obs[:0],
+                              np.zeros(0, np.bool_), episodes, dropped, np.zeros(0, STEPS_DTYPE), env_steps)
+        return StepOutput(np.stack(o), np.stack(a), np.asarray(r, np.float32), np.stack(s2), np.asarray(d, np.bool_),
+                          episodes, dropped, np.asarray(k, STEPS_DTYPE), env_steps)
+
+    def flush_pending(self) -> StepOutput | None:
+        """Every environment's pending steps as n-step transitions truncated now (``done=False``; the
+        learner bootstraps from each window's last observation with ``gamma ** k``); ``None`` when there
+        are none (``n_step=1``, or nothing stepped). The serial runtime stores them at the end of a run."""
+        if self._agg is None or self._obs is None or not self._agg.pending():
+            return None
+        rows = self._agg.flush(self._gamma if self._gamma is not None else 1.0)
+        like = StepOutput(self._obs[:0], np.zeros((0, *np.shape(rows[1][0])), np.asarray(rows[1][0]).dtype),
+                          np.zeros(0, np.float32), self._obs[:0], np.zeros(0, np.bool_), ())
+        return self._as_output(rows, like, (), 0, 0)
 
     def _reset_all(self) -> None:
         first = []
@@ -242,12 +392,24 @@ class Collector:
             if self._drop and self.dropped and self._bad_run.any():
                 self._bad_run[:] = 0
             self.episodes_done += len(episodes)
-            return StepOutput(obs, actions, rewards, next_obs, dones, tuple(episodes))
+            if self._agg is None:
+                return StepOutput(obs, actions, rewards, next_obs, dones, tuple(episodes))
+            return self._n_step(trainer, StepOutput(obs, acts, rewards, next_obs, dones, tuple(episodes)),
+                                np.arange(n), self._ended(n, resets))
         keep = self._screen(obs, acts, rewards, next_obs, obs_from_reset, base)  # raises unless dropping
         self.episodes_done += len(episodes)
         k = int(keep.sum())
-        return StepOutput(obs[keep], acts[keep], rewards[keep], next_obs[keep], dones[keep], tuple(episodes),
-                          dropped=n - k)
+        one = StepOutput(obs[keep], acts[keep], rewards[keep], next_obs[keep], dones[keep], tuple(episodes),
+                         dropped=n - k)
+        if self._agg is None:
+            return one
+        return self._n_step(trainer, one, np.flatnonzero(keep), self._ended(n, resets), np.flatnonzero(~keep))
+
+    @staticmethod
+    def _ended(n: int, resets: list[int]) -> np.ndarray:
+        ended = np.zeros(n, np.bool_)
+        ended[resets] = True
+        return ended
 
     def _screen(self, obs, acts, rewards, next_obs, from_reset, base: int) -> np.ndarray:
         """The rows to keep of a step holding a NaN/inf; raises :class:`DataError` unless dropping."""
@@ -317,8 +479,10 @@ class InsertBuffer:
     def __len__(self) -> int:
         return self._n
 
-    def push(self, replay: ReplayManager, obs, action, reward, next_obs, done) -> None:
+    def push(self, replay: ReplayManager, obs, action, reward, next_obs, done, steps=None) -> None:
         """Stage ``k`` rows; whenever the buffer fills it is flushed into ``replay``.
+
+        ``steps`` (the environment steps each row spans, :attr:`StepOutput.steps`) defaults to ones.
 
         Raises:
             DataError: a reward is not finite (as float32): the replay would reject the whole
@@ -333,8 +497,8 @@ class InsertBuffer:
             raise DataError(f"InsertBuffer.push: reward[{pos}] = {r[pos].item()!r} is not finite (as float32); "
                             "expected finite rewards. Nothing of this push was staged. Fix: check the data with "
                             "the Collector (RunConfig.on_nonfinite) before pushing it.")
-        given = (obs, action, reward, next_obs, done)
         k = len(reward)
+        given = (obs, action, reward, next_obs, done, np.ones(k, STEPS_DTYPE) if steps is None else steps)
         start = 0
         while start < k:
             take = min(self.size - self._n, k - start)
