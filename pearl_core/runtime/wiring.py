@@ -200,6 +200,7 @@ def build_trainer(
         trainer = factory(observation_space, action_space, **kwargs)
     if route is not None:
         check_route_taken(trainer, route)
+        check_n_step(type(trainer), config.replay.n_step)  # a backend's device trainer must read steps too
     return trainer
 
 
