@@ -8,9 +8,9 @@ and the learner's layers (from the trainer's ``nn.Linear``/``nn.Conv2d``
 modules, see :func:`learner_layers`).
 
 Experience size (bytes), with the Data Storage's layout
-(:class:`pearl_core.replay.StorageSpec`: reward ``float32``, done ``bool``)::
+(:class:`pearl_core.replay.StorageSpec`: reward ``float32``, done ``bool``, steps ``int32``)::
 
-    E = 2 * obs_bytes + action_bytes + reward_bytes + done_bytes
+    E = 2 * obs_bytes + action_bytes + reward_bytes + done_bytes + steps_bytes
 """
 
 from __future__ import annotations
@@ -103,6 +103,7 @@ class Workload:
         layers: the learner's layers (:func:`learner_layers`).
         env_id: environment id, for reports.
         reward_bytes, done_bytes: stored sizes of a reward (float32) and a done flag (bool).
+        steps_bytes: stored size of the environment steps a transition spans (int32; n-step returns).
         index_bytes, priority_bytes: one index (int64) and one priority (float64)
             as exchanged with the replay manager.
         weight_bytes: one importance weight (float32) sent with a batch.
@@ -124,6 +125,7 @@ class Workload:
     env_id: str = ""
     reward_bytes: int = 4
     done_bytes: int = 1
+    steps_bytes: int = 4
     index_bytes: int = 8
     priority_bytes: int = 8
     weight_bytes: int = 4
@@ -149,7 +151,7 @@ class Workload:
             object.__setattr__(self, "insert_batch", self.n_actors)
         _pos_int(o, "insert_batch", self.insert_batch)
         _pos_int(o, "envs_per_actor", self.envs_per_actor)
-        for name in ("reward_bytes", "done_bytes", "index_bytes", "priority_bytes", "weight_bytes"):
+        for name in ("reward_bytes", "done_bytes", "steps_bytes", "index_bytes", "priority_bytes", "weight_bytes"):
             _pos_int(o, name, getattr(self, name), 0)
         layers = tuple(LearnerLayer(**ly) if isinstance(ly, Mapping) else ly for ly in self.layers)
         if not all(isinstance(ly, LearnerLayer) for ly in layers):
@@ -159,8 +161,8 @@ class Workload:
     # -- derived sizes ---------------------------------------------------------
     @property
     def experience_bytes(self) -> int:
-        """``E = 2*obs + action + reward + done`` bytes (obs and next_obs are both stored)."""
-        return 2 * self.obs_bytes + self.action_bytes + self.reward_bytes + self.done_bytes
+        """``E = 2*obs + action + reward + done + steps`` bytes (obs and next_obs are both stored)."""
+        return 2 * self.obs_bytes + self.action_bytes + self.reward_bytes + self.done_bytes + self.steps_bytes
 
     @property
     def tree_levels(self) -> int:
