@@ -29,9 +29,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from pearl_core.algorithms.common import (BoxActions, CountedTrainer, adam, bootstrap_discount, check_hidden, check_positive, check_unit,
-                                          hard_update, mlp, polyak_update, reward_done_weights,
-                                          tanh_actor_actions)
+from pearl_core.algorithms.common import (BoxActions, CountedTrainer, adam, bootstrap_discount, check_hidden,
+                                          check_positive, check_unit, hard_update, mlp, polyak_update,
+                                          reward_done_weights, tanh_actor_actions)
 from pearl_core.trainer import UpdateResult
 
 __all__ = ["DDPG"]

@@ -40,6 +40,7 @@ single-threaded in each.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,8 @@ import torch
 import torch.nn as nn
 
 __all__ = ["MLPDQNEngine", "supports"]
+
+log = logging.getLogger("pearl_core.algorithms.mlp_engine")
 
 #: torch's fused CPU Adam kernel (private API); ``None`` -> the same rule in numpy.
 _FUSED_ADAM = getattr(torch, "_fused_adam_", None)
@@ -102,6 +105,9 @@ class MLPDQNEngine:
         self.native_factory = native_factory
         self.native = native_factory is not None  # the update runs in the native kernel
         self._kernel: Any = None  # that kernel, bound to the current arrays (see _native_kernel)
+        # Whether the kernel's step takes the optional ``discount`` array (n-step returns); a kernel
+        # written before it does not: n-step batches then run in this module's numpy code.
+        self._kernel_discount = True
         # The kernel runs threads of its own (a ``threads`` attribute, set from torch's count): BLAS then
         # runs single-threaded in each of them.
         self._threads_itself = False
@@ -220,7 +226,7 @@ class MLPDQNEngine:
         ``discount``: per-sample ``float32`` factors of the bootstrap term (``gamma ** k`` of n-step
         transitions) in place of ``gamma``; ``None`` keeps the scalar-``gamma`` path."""
         t = self.t
-        if self.native:
+        if self.native and (discount is None or self._kernel_discount):
             group = t.optimizer.param_groups[0]
             b1, b2 = group["betas"]
             kern = self._native_kernel(obs.shape[0])
@@ -229,9 +235,17 @@ class MLPDQNEngine:
                 return kern.step(
                     obs, act, rew, next_obs, done, w, t.gamma, t.huber_delta, t.max_grad_norm or 0.0, t.double_dqn,
                     float(group["lr"]), float(b1), float(b2), float(group["eps"]))
-            return kern.step(
-                obs, act, rew, next_obs, done, w, t.gamma, t.huber_delta, t.max_grad_norm or 0.0, t.double_dqn,
-                float(group["lr"]), float(b1), float(b2), float(group["eps"]), discount=discount)
+            try:
+                return kern.step(
+                    obs, act, rew, next_obs, done, w, t.gamma, t.huber_delta, t.max_grad_norm or 0.0, t.double_dqn,
+                    float(group["lr"]), float(b1), float(b2), float(group["eps"]), discount=discount)
+            except TypeError as exc:  # the call's signature, before any work: a kernel without ``discount``
+                if "discount" not in str(exc) and "incompatible function arguments" not in str(exc):
+                    raise
+                self._kernel_discount = False
+                log.warning("the native dqn_mlp step %r takes no per-sample discount (n-step returns): n-step "
+                            "batches run in the numpy engine instead (same math, slower). Fix: give the kernel's "
+                            "step an optional discount argument (docs/writing-a-plugin.md).", type(kern).__name__)
         _blas_threads(self._blas_n())
         online, target = self._views()
         last = len(online) - 1

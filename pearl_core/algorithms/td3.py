@@ -51,8 +51,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from pearl_core.algorithms.common import (adam, bootstrap_discount, check_hidden, check_positive, check_unit, hard_update, mlp,
-                                          polyak_update, tanh_actor_actions)
+from pearl_core.algorithms.common import (adam, bootstrap_discount, check_hidden, check_positive, check_unit,
+                                          hard_update, mlp, polyak_update, tanh_actor_actions)
 from pearl_core.algorithms.twin_critic import TwinCriticTrainer
 from pearl_core.trainer import UpdateResult
 
