@@ -245,7 +245,8 @@ class Composer:
 
     @staticmethod
     def _check_n_step(where: str, trainer: "type | None", n_step: int) -> None:
-        """n-step returns need a trainer that declares ``supports_n_step`` (:func:`~pearl_core.runtime.wiring.check_n_step`)."""
+        """n-step returns need a trainer that declares ``supports_n_step``
+        (:func:`~pearl_core.runtime.wiring.check_n_step`)."""
         from pearl_core.runtime.wiring import check_n_step
 
         if trainer is not None:
