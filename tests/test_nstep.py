@@ -481,6 +481,31 @@ def test_serial_dqn_on_cartpole_with_3_step_returns(tmp_path):
     assert (done.sum() * 3 >= (steps < 3).sum() - 2)  # short windows end episodes (or the run)
 
 
+def test_updates_owed_before_any_window_closes_wait_for_rows(tmp_path):
+    cfg = RunConfig(env_id="CartPole-v1", trainer="pearl_core.algorithms:DQN", trainer_kwargs={"hidden_sizes": [16]},
+                    replay=ReplayConfig(capacity=1_000, n_step=5), learning_starts=0, batch_size=8, train_every=1,
+                    replay_ratio=1.0, stop=StopCriteria(max_env_steps=40), log_dir=str(tmp_path / "run"))
+    res = SerialRuntime(cfg, plot=False).run()
+    assert res.env_steps == 40 and res.updates == 40  # the first 4 steps' updates ran once rows existed
+
+
+def test_old_checkpoints_replay_state_without_steps_restores_one_step_rows():
+    from pearl_core.runtime.config import RuntimePlan
+    from pearl_core.runtime.wiring import build_replay, replay_state
+
+    cfg = RunConfig(env_id="CartPole-v1", trainer="pearl_core.algorithms:DQN", replay=ReplayConfig(capacity=8))
+    spec = StorageSpec((4,), np.float32, (), np.int64)
+    src = build_replay(cfg, RuntimePlan(), spec)
+    z = np.zeros((5, 4), np.float32)
+    src.add(z, np.zeros(5, np.int64), np.arange(5.0), z, np.zeros(5, bool), np.int32([3, 3, 3, 2, 1]))
+    state = replay_state(src)
+    assert state["steps"].tolist() == [3, 3, 3, 2, 1]
+    del state["steps"]  # a checkpoint written before n-step returns
+    restored = build_replay(cfg, RuntimePlan(), spec, state=state)
+    assert restored.size == 5 and restored.storage.field("steps")[:5].tolist() == [1] * 5
+    np.testing.assert_array_equal(restored.storage.field("reward")[:5], np.arange(5.0))
+
+
 def test_serial_td3_on_pendulum_with_3_step_returns(tmp_path):
     cfg = RunConfig(env_id="Pendulum-v1", trainer="pearl_core.algorithms:TD3",
                     trainer_kwargs={"actor_hidden": [32, 32], "critic_hidden": [32, 32]},

@@ -168,6 +168,8 @@ class _Run:
         if due <= 0:
             return
         self.inserts.flush(self.replay)
+        if self.replay.size == 0:  # n-step returns: no window has closed yet; the updates owed wait for rows
+            return
         t = time.perf_counter()
         for _ in range(due):
             learner.step()
