@@ -121,26 +121,42 @@ def _getter(src):
     return src.__getitem__ if isinstance(src, abc.Mapping) else src.__getattribute__
 
 
+def _field_of(get, name: str, rows: int):
+    """Field ``name`` via ``get``; a source without ``steps`` (written before n-step returns) holds one-step rows."""
+    if name != "steps":
+        return get(name)
+    try:
+        value = get(name)
+    except (KeyError, AttributeError):
+        value = None
+    return np.ones(rows, STEPS_DTYPE) if value is None else value
+
+
 def transition_rows(src, n: int | None = None) -> tuple[np.ndarray, ...]:
-    """The transition fields of ``src`` (a mapping or a :class:`Batch`), first ``n`` rows, in add order."""
+    """The transition fields of ``src`` (a mapping or a :class:`Batch`), first ``n`` rows, in add order.
+
+    A source without ``steps`` gives ones (one-step transitions)."""
     get = _getter(src)
+    rows = len(get("reward"))
     if n is None:
-        return tuple(get(name) for name in TRANSITION_FIELDS)
-    return tuple(get(name)[:n] for name in TRANSITION_FIELDS)
+        return tuple(_field_of(get, name, rows) for name in TRANSITION_FIELDS)
+    return tuple(_field_of(get, name, rows)[:n] for name in TRANSITION_FIELDS)
 
 
 def copy_rows(dst, src, *, dst_start: int = 0, src_start: int = 0, n: int | None = None) -> None:
     """Copy ``n`` rows of every transition field from ``src`` into ``dst`` (mappings or batches).
 
     ``dst[f][dst_start:dst_start + n] = src[f][src_start:src_start + n]`` for each field ``f``;
-    ``n`` defaults to all of ``src`` from ``src_start``. numpy casts as assignment does.
+    ``n`` defaults to all of ``src`` from ``src_start``. numpy casts as assignment does. A ``src``
+    without ``steps`` copies ones.
     """
     get_dst, get_src = _getter(dst), _getter(src)
+    rows = get_src("reward").shape[0]
     if n is None:
-        n = get_src("reward").shape[0] - src_start
+        n = rows - src_start
     d, s = slice(dst_start, dst_start + n), slice(src_start, src_start + n)
     for name in TRANSITION_FIELDS:
-        get_dst(name)[d] = get_src(name)[s]
+        get_dst(name)[d] = _field_of(get_src, name, rows)[s]
 
 
 def _shape(value, what: str) -> tuple[int, ...]:
