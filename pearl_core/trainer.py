@@ -96,6 +96,12 @@ class Trainer(abc.ABC):
     #: The update's threads yield to other processes (:meth:`use_threads`), so the composer may give
     #: the learner cores the actors use as well. ``False`` for torch's OpenMP pool, which spins.
     threads_yield: bool = False
+    #: The update reads ``batch.steps`` (n-step returns, ``ReplayConfig.n_step > 1``): it bootstraps
+    #: each sample with ``gamma ** batch.steps`` instead of ``gamma`` (e.g. through
+    #: :func:`pearl_core.algorithms.common.bootstrap_discount`), and has a ``gamma`` attribute the
+    #: actors sum the rewards with. A trainer that leaves it ``False`` is refused for ``n_step > 1``
+    #: before a run starts (it would treat n-step returns as one-step ones).
+    supports_n_step: ClassVar[bool] = False
 
     @abc.abstractmethod
     def get_action(self, obs: np.ndarray, explore: bool) -> np.ndarray:
@@ -117,7 +123,9 @@ class Trainer(abc.ABC):
 
         Args:
             batch: a :class:`pearl_core.replay.Batch` (``obs``, ``action``,
-                ``reward``, ``next_obs``, ``done``; leading axis ``B``).
+                ``reward``, ``next_obs``, ``done``, ``steps``; leading axis ``B``);
+                ``steps`` is all ones unless the run uses n-step returns
+                (:attr:`supports_n_step`).
             weights: ``(B,)`` ``float32`` importance weights (all ones for uniform
                 replay); multiply each sample's loss by its weight.
 

@@ -57,7 +57,7 @@ AGILEX = dict(dsp_blocks=4510, ram_blocks=7110, ram_block_bits=20480, logic_ram_
               logic_ram_block_bits=640, clock_hz=250e6)
 
 # The authors' defaults: --train_batch_size 512, --insert_batch_size 256, CartPole-v1
-# (obs 4 x float32, action int64): E = 2*16 + 8 + 4 + 1 = 45 bytes.
+# (obs 4 x float32, action int64): E = 2*16 + 8 + 4 + 1 + 4 = 49 bytes (steps: int32).
 WL = Workload(batch_size=512, obs_bytes=16, action_bytes=8, capacity=8192, fanout=16, insert_batch=256,
               env_id="CartPole-v1")
 
@@ -120,7 +120,7 @@ def test_ranking_matches_the_notes():
 
 def test_ds_placement_costs_by_hand_in_bytes_and_seconds():
     dec = algorithm1(authors_spec(), authors_matrix(), WL, "throughput")
-    bs, bsi, e, i = 512, 256, 45, 8
+    bs, bsi, e, i = 512, 256, 49, 8
 
     def c(pair, n):  # one message over a BW.csv row, SI units
         lat, bw = BW[pair]
@@ -139,7 +139,7 @@ def test_ds_placement_costs_by_hand_in_bytes_and_seconds():
     for dev, cost in expected.items():
         assert dec.ds_option(dev).cost_s == pytest.approx(cost, rel=1e-12), dev
     assert dec.ds_device == "CPU"
-    assert dec.ds_option("CPU").cost_s == pytest.approx(1.005928e-3, rel=1e-6)
+    assert dec.ds_option("CPU").cost_s == pytest.approx(1.006088e-3, rel=1e-6)
     # Same ordering as the authors' printout (CPU < GPU1 < FPGA ~ GPU2), but now in seconds.
     assert expected["CPU"] < expected["GPU1"] < min(expected["GPU2"], expected["FPGA"])
 
@@ -158,8 +158,8 @@ def test_a_tie_is_broken_by_lower_traffic_whatever_the_order(order):
     a, b = dec.candidate("CPU", "GPU1"), dec.candidate("GPU1", "GPU1")
     assert a.iteration_s == pytest.approx(b.iteration_s, rel=1e-12)
     # Setting 1 ships the batch and the TD errors over PCIe; setting 2 ships only the insertions.
-    assert a.traffic_bytes == 512 * (45 + 4) + 512 * 8
-    assert b.traffic_bytes == 256 * (45 + 8 + 8)
+    assert a.traffic_bytes == 512 * (49 + 4) + 512 * 8
+    assert b.traffic_bytes == 256 * (49 + 8 + 8)
     assert (dec.rm_device, dec.learner_device, dec.setting) == ("GPU1", "GPU1", 2)
     assert dec.tie_break == "traffic" and dec.tied_with == (("CPU", "GPU1"),)
 
@@ -230,7 +230,7 @@ def test_power_metric_changes_the_choice_from_the_fast_gpu_to_the_frugal_fpga():
 def test_communication_terms_by_hand_when_cells_are_compute_only():
     spec = authors_spec()
     matrix = AssignmentMatrix(authors_matrix().rows, comm_inclusive=False)
-    bs, bsi, e, i, p, w = 512, 256, 45, 8, 8, 4
+    bs, bsi, e, i, p, w = 512, 256, 49, 8, 8, 4
 
     def c(pair, n):
         lat, bw = BW[pair]
@@ -276,7 +276,7 @@ def test_uniform_replay_sends_no_priorities():
     c = evaluate_candidate(authors_spec(), authors_matrix(), wl, "CPU", "GPU1")
     names = [m.name for msgs in c.messages.values() for m in msgs]
     assert "priority update" not in names
-    assert {m.name: m.nbytes for msgs in c.messages.values() for m in msgs}["training batch"] == 512 * 45
+    assert {m.name: m.nbytes for msgs in c.messages.values() for m in msgs}["training batch"] == 512 * 49
 
 
 # --------------------------------------------------------------------------- infeasible pairs and errors

@@ -35,7 +35,7 @@ TINY = (LearnerLayer("net.0", "linear", 4, 2, 8, 10, True, "net"),)
 # --------------------------------------------------------------------------- workload
 def test_cartpole_dqn_workload_sizes_and_layers():
     wl = workload_for_env("CartPole-v1", 32, hidden_sizes="64,64", n_actors=2)
-    assert wl.experience_bytes == 2 * 16 + 8 + 4 + 1 == 45
+    assert wl.experience_bytes == 2 * 16 + 8 + 4 + 1 + 4 == 49
     assert wl.insert_batch == 2 and wl.tree_levels == 5          # 16**5 >= 100_000 > 16**4
     assert [(ly.in_features, ly.out_features) for ly in wl.layers] == [(4, 64), (64, 64), (64, 2)] * 2
     assert [ly.trainable for ly in wl.layers] == [True] * 3 + [False] * 3    # the target network is frozen

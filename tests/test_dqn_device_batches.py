@@ -87,7 +87,7 @@ def test_an_off_cpu_dqn_takes_the_storages_destinations():
     # a storage without the method, or one that declines, gives host batches
     assert dqn.device_batch_slot(DataStorage(_spec(), 16), 8) is None
     assert dqn.device_batch_slot(_OffersDestinations(_spec(), 16, answer=None), 8) is None
-    with pytest.raises(InvalidValueError, match=r"returned no \['done'\]"):
+    with pytest.raises(InvalidValueError, match=rf"returned no \['{TRANSITION_FIELDS[-1]}'\]"):
         dqn.device_batch_slot(_OffersDestinations(_spec(), 16, answer="incomplete"), 8)
 
 

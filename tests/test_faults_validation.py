@@ -296,9 +296,9 @@ def test_check_machine_refuses_far_more_environments_than_cores(tmp_path, settin
 
 @pytest.mark.parametrize("setting", [1, 2])
 def test_check_machine_refuses_a_replay_beyond_the_available_memory(tmp_path, setting):
-    config = good_config(tmp_path, replay=ReplayConfig(capacity=50_000_000))  # 45 B/row: 2.1 GiB + the tree
-    with pytest.raises(SpecError, match=r"this run needs about [0-9.]+ GiB of host memory \(Data Storage 2\.10 GiB, "
-                                        r"sum tree [0-9.]+ MiB, .*45 bytes per transition of 'CartPole-v1'\) but "
+    config = good_config(tmp_path, replay=ReplayConfig(capacity=50_000_000))  # 49 B/row: 2.3 GiB + the tree
+    with pytest.raises(SpecError, match=r"this run needs about [0-9.]+ GiB of host memory \(Data Storage 2\.28 GiB, "
+                                        r"sum tree [0-9.]+ MiB, .*49 bytes per transition of 'CartPole-v1'\) but "
                                         r"1\.00 GiB is available.*Fix: a smaller replay capacity \(about [0-9,]+ would "
                                         r"fill the memory free now\)"):
         check_machine(config, plan_for(setting), memory_bytes=2**30)
@@ -314,7 +314,8 @@ def test_host_memory_counts_only_what_lives_in_host_memory():
     assert on_device["Data Storage"] == 0 and on_device["sum tree"] == 0
     uniform = host_memory_bytes(good_config(replay=ReplayConfig("uniform", capacity=1000)), RuntimePlan(), 45)
     assert uniform["sum tree"] == 0
-    assert row_bytes("CartPole-v1") == 4 * 4 * 2 + 8 + 4 + 1  # obs, next_obs (float32 x4), action, reward, done
+    assert row_bytes("CartPole-v1") == 4 * 4 * 2 + 8 + 4 + 1 + 4  # obs, next_obs (float32 x4), action, reward,
+    #                                                                done, steps
 
 
 def test_check_machine_refuses_a_log_dir_that_cannot_be_created(tmp_path):

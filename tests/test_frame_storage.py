@@ -151,7 +151,7 @@ def test_the_replay_stores_atari_frames_once_and_the_memory_check_counts_them():
                     replay=ReplayConfig(capacity=1000, frame_storage="off"))
     assert type(build_replay(off, RuntimePlan(), spec).storage) is DataStorage
     plain, framed = row_bytes("ALE/Pong-v5", "off"), row_bytes("ALE/Pong-v5", "auto")
-    assert plain == 2 * 4 * 84 * 84 + 8 + 4 + 1
+    assert plain == 2 * 4 * 84 * 84 + 8 + 4 + 1 + 4  # obs, next_obs, action, reward, done, steps
     assert framed < 0.15 * plain
     # 1M Atari transitions: ~56 GB plain, ~8 GB as frames; the check before a run says so with the fix
     big = RunConfig(env_id="ALE/Pong-v5", trainer="pearl_core.algorithms:DQN",

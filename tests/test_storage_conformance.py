@@ -78,14 +78,14 @@ class IgnoresOut(DataStorage):
 
 
 class WritesBeforeValidating(DataStorage):
-    def add(self, obs, action, reward, next_obs, done):
+    def add(self, obs, action, reward, next_obs, done, steps=None):
         try:  # the observations go in before the other fields are checked
             with np.errstate(all="ignore"):
                 o = np.asarray(obs).astype(self._layout["obs"][1])
             self._arrays["obs"][(self._cursor + np.arange(len(o))) % self._capacity] = o
         except Exception:
             pass
-        return super().add(obs, action, reward, next_obs, done)
+        return super().add(obs, action, reward, next_obs, done, steps)
 
 
 class WriteableField(DataStorage):

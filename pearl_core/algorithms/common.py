@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from pearl_core.errors import SpecError
+from pearl_core.replay.storage import discounts
 from pearl_core.trainer import Trainer
 
 __all__ = [
@@ -18,6 +19,8 @@ __all__ = [
     "CountedTrainer",
     "adam",
     "as_input",
+    "bootstrap_discount",
+    "host_discounts",
     "check_hidden",
     "check_positive",
     "check_unit",
@@ -177,6 +180,36 @@ def reward_done_weights(batch, weights, device: torch.device) -> tuple[torch.Ten
     done = torch.from_numpy(np.asarray(batch.done, dtype=np.bool_)).to(device)
     w = torch.from_numpy(np.asarray(weights, dtype=np.float32)).to(device)
     return rew, done, w
+
+
+def host_discounts(batch, gamma: float) -> np.ndarray | None:
+    """A host batch's per-sample ``float32`` ``gamma ** steps`` (n-step returns), or ``None`` when every
+    sample is one step (no ``steps`` field, or all ones): the caller keeps its scalar-``gamma`` path, so
+    one-step batches are computed exactly as before n-step returns existed."""
+    steps = getattr(batch, "steps", None)
+    if steps is None:
+        return None
+    steps = np.asarray(steps)
+    if steps.size == 0 or int(steps.max()) <= 1:
+        return None
+    return discounts(steps, gamma)
+
+
+def bootstrap_discount(batch, gamma: float, device: torch.device) -> float | torch.Tensor:
+    """What multiplies a sample's bootstrap term in ``y = r + discount * (1 - done) * Q'``: ``gamma ** k``
+    for a transition spanning ``k`` environment steps (:attr:`~pearl_core.replay.storage.Batch.steps`).
+
+    ``gamma`` itself (a float) when every sample is one step, so one-step targets are the very
+    operations they were; else a ``(B,)`` ``float32`` tensor on ``device``. A batch whose ``steps``
+    is a tensor (a device batch) is converted on its device, ``k = 1`` giving exactly ``float32(gamma)``.
+    """
+    steps = getattr(batch, "steps", None)
+    if isinstance(steps, torch.Tensor):
+        k = steps.to(device=device).reshape(-1)
+        disc = torch.full(k.shape, float(gamma), dtype=torch.float64, device=device).pow(k.double()).float()
+        return torch.where(k == 1, torch.tensor(float(gamma), dtype=torch.float32, device=device), disc)
+    disc = host_discounts(batch, gamma)
+    return gamma if disc is None else torch.from_numpy(disc).to(device)
 
 
 def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Optimizer:

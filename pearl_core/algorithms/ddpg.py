@@ -29,9 +29,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from pearl_core.algorithms.common import (BoxActions, CountedTrainer, adam, check_hidden, check_positive, check_unit,
-                                          hard_update, mlp, polyak_update, reward_done_weights,
-                                          tanh_actor_actions)
+from pearl_core.algorithms.common import (BoxActions, CountedTrainer, adam, bootstrap_discount, check_hidden,
+                                          check_positive, check_unit, hard_update, mlp, polyak_update,
+                                          reward_done_weights, tanh_actor_actions)
 from pearl_core.trainer import UpdateResult
 
 __all__ = ["DDPG"]
@@ -59,6 +59,7 @@ class DDPG(CountedTrainer):
 
     action_kind = "continuous"
     acting_net = "actor"
+    supports_n_step = True  # the target bootstraps with gamma ** batch.steps (bootstrap_discount)
 
     def __init__(
         self,
@@ -145,7 +146,7 @@ class DDPG(CountedTrainer):
         with torch.no_grad():
             next_act = self.actor_target(next_obs)
             q_next = self.critic_target(torch.cat([next_obs, next_act], dim=1)).squeeze(1)
-            target = torch.where(done, rew, rew + self.gamma * q_next)
+            target = torch.where(done, rew, rew + bootstrap_discount(batch, self.gamma, self.device) * q_next)
         q = self.critic(torch.cat([obs, act], dim=1)).squeeze(1)
         td = q - target
         critic_loss = (w * td.square()).mean()

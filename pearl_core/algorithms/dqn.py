@@ -72,8 +72,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from pearl_core.algorithms.cnn import ImageInput, conv_encoder, default_head
-from pearl_core.algorithms.common import (CountedTrainer, adam, check_hidden, check_positive, check_unit,
-                                          hard_update, mlp, polyak_update)
+from pearl_core.algorithms.common import (CountedTrainer, adam, bootstrap_discount, check_hidden, check_positive,
+                                          check_unit, hard_update, host_discounts, mlp, polyak_update)
 from pearl_core.errors import InvalidValueError, KernelUnavailableError, SpecError
 from pearl_core.replay.storage import TRANSITION_FIELDS
 from pearl_core.trainer import UpdateResult
@@ -143,6 +143,7 @@ class DQN(CountedTrainer):
 
     action_kind = "discrete"
     acting_net = "q_net"
+    supports_n_step = True  # the target bootstraps with gamma ** batch.steps (bootstrap_discount)
     #: Learner kernels this trainer can run (:meth:`pearl_core.backend.Backend.learner_kernel`): a
     #: backend whose device runs no torch can still host the learner if it offers one of them.
     learner_kernel_names = ("dqn_mlp",)
@@ -364,7 +365,7 @@ class DQN(CountedTrainer):
                 q_next = q_next_all.gather(1, a_star).squeeze(1)
             else:
                 q_next = q_next_all.max(dim=1).values
-            target = torch.where(done, rew, rew + self.gamma * q_next)
+            target = torch.where(done, rew, rew + bootstrap_discount(batch, self.gamma, self.device) * q_next)
         q = self.q_net(obs).gather(1, act.unsqueeze(1)).squeeze(1)
         per_sample = F.huber_loss(q, target, reduction="none", delta=self.huber_delta)
         loss = (per_sample * w).mean()
@@ -385,7 +386,7 @@ class DQN(CountedTrainer):
             act = act - self.action_start
         td, loss, q_mean = self._engine.update(  # type: ignore[union-attr]
             _flat32(batch.obs), act, _vec(batch.reward, np.float32), _flat32(batch.next_obs),
-            _vec(batch.done, np.bool_), _vec(weights, np.float32))
+            _vec(batch.done, np.bool_), _vec(weights, np.float32), host_discounts(batch, self.gamma))
         self.updates += 1
         return UpdateResult(td_errors=td, metrics={"loss": loss, "q_mean": q_mean})
 

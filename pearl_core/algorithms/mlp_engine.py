@@ -16,7 +16,8 @@ Same math, step for step (checked against the torch path in
 ``tests/test_mlp_engine.py``):
 
 1. target: ``y = r + gamma * (1 - done) * Q_target(s')[a*]`` with ``a* = argmax
-   Q_target(s')`` (or ``argmax Q(s')`` for double DQN);
+   Q_target(s')`` (or ``argmax Q(s')`` for double DQN); ``gamma ** k`` per sample for
+   n-step transitions (``discount``);
 2. ``q = Q(s)[a]``, ``delta = q - y``, per-sample Huber loss times the IS weight,
    averaged: ``dL/dq = clip(delta, -k, k) * w / B``;
 3. backward through the layers (``ReLU'`` = activation > 0);
@@ -39,6 +40,7 @@ single-threaded in each.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -46,6 +48,8 @@ import torch
 import torch.nn as nn
 
 __all__ = ["MLPDQNEngine", "supports"]
+
+log = logging.getLogger("pearl_core.algorithms.mlp_engine")
 
 #: torch's fused CPU Adam kernel (private API); ``None`` -> the same rule in numpy.
 _FUSED_ADAM = getattr(torch, "_fused_adam_", None)
@@ -101,6 +105,9 @@ class MLPDQNEngine:
         self.native_factory = native_factory
         self.native = native_factory is not None  # the update runs in the native kernel
         self._kernel: Any = None  # that kernel, bound to the current arrays (see _native_kernel)
+        # Whether the kernel's step takes the optional ``discount`` array (n-step returns); a kernel
+        # written before it does not: n-step batches then run in this module's numpy code.
+        self._kernel_discount = True
         # The kernel runs threads of its own (a ``threads`` attribute, set from torch's count): BLAS then
         # runs single-threaded in each of them.
         self._threads_itself = False
@@ -213,17 +220,32 @@ class MLPDQNEngine:
         return 1 if self._threads_itself else self.learner_threads()
 
     def update(self, obs: np.ndarray, act: np.ndarray, rew: np.ndarray, next_obs: np.ndarray, done: np.ndarray,
-               w: np.ndarray) -> tuple[np.ndarray, float, float]:
-        """One step; returns ``(|delta| per sample (float32), loss, mean q)``."""
+               w: np.ndarray, discount: np.ndarray | None = None) -> tuple[np.ndarray, float, float]:
+        """One step; returns ``(|delta| per sample (float32), loss, mean q)``.
+
+        ``discount``: per-sample ``float32`` factors of the bootstrap term (``gamma ** k`` of n-step
+        transitions) in place of ``gamma``; ``None`` keeps the scalar-``gamma`` path."""
         t = self.t
-        if self.native:
+        if self.native and (discount is None or self._kernel_discount):
             group = t.optimizer.param_groups[0]
             b1, b2 = group["betas"]
             kern = self._native_kernel(obs.shape[0])
             _blas_threads(self._blas_n())
-            return kern.step(
-                obs, act, rew, next_obs, done, w, t.gamma, t.huber_delta, t.max_grad_norm or 0.0, t.double_dqn,
-                float(group["lr"]), float(b1), float(b2), float(group["eps"]))
+            if discount is None:  # the call as it was before n-step returns (a kernel without the argument works)
+                return kern.step(
+                    obs, act, rew, next_obs, done, w, t.gamma, t.huber_delta, t.max_grad_norm or 0.0, t.double_dqn,
+                    float(group["lr"]), float(b1), float(b2), float(group["eps"]))
+            try:
+                return kern.step(
+                    obs, act, rew, next_obs, done, w, t.gamma, t.huber_delta, t.max_grad_norm or 0.0, t.double_dqn,
+                    float(group["lr"]), float(b1), float(b2), float(group["eps"]), discount=discount)
+            except TypeError as exc:  # the call's signature, before any work: a kernel without ``discount``
+                if "discount" not in str(exc) and "incompatible function arguments" not in str(exc):
+                    raise
+                self._kernel_discount = False
+                log.warning("the native dqn_mlp step %r takes no per-sample discount (n-step returns): n-step "
+                            "batches run in the numpy engine instead (same math, slower). Fix: give the kernel's "
+                            "step an optional discount argument (docs/writing-a-plugin.md).", type(kern).__name__)
         _blas_threads(self._blas_n())
         online, target = self._views()
         last = len(online) - 1
@@ -238,8 +260,8 @@ class MLPDQNEngine:
             y = q_next_all[rows, a_star]
         else:
             y = q_next_all.max(axis=1)
-        y[done] = 0.0  # y = r + gamma * (1 - done) * q_next, in place
-        y *= np.float32(t.gamma)
+        y[done] = 0.0  # y = r + gamma * (1 - done) * q_next, in place (gamma ** k per sample: n-step)
+        y *= np.float32(t.gamma) if discount is None else discount
         y += rew
 
         # 2. online forward; h[i] keeps layer i's output (the input of layer i + 1)

@@ -57,7 +57,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from pearl_core.algorithms.common import adam, check_hidden, check_positive, mlp, polyak_update
+from pearl_core.algorithms.common import adam, bootstrap_discount, check_hidden, check_positive, mlp, polyak_update
 from pearl_core.algorithms.twin_critic import TwinCriticTrainer
 from pearl_core.errors import SpecError
 from pearl_core.trainer import UpdateResult
@@ -193,7 +193,7 @@ class SAC(TwinCriticTrainer):
         with torch.no_grad():
             next_act, next_log_prob = self.sample(next_obs)
             soft_next = self._min_q(next_obs, next_act, target=True) - alpha * next_log_prob
-            target = torch.where(done, rew, rew + self.gamma * soft_next)
+            target = torch.where(done, rew, rew + bootstrap_discount(batch, self.gamma, self.device) * soft_next)
         td, metrics = self._critic_step(obs, act, target, w)
 
         pi_act, log_prob = self.sample(obs)

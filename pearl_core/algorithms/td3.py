@@ -51,8 +51,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from pearl_core.algorithms.common import (adam, check_hidden, check_positive, check_unit, hard_update, mlp,
-                                          polyak_update, tanh_actor_actions)
+from pearl_core.algorithms.common import (adam, bootstrap_discount, check_hidden, check_positive, check_unit,
+                                          hard_update, mlp, polyak_update, tanh_actor_actions)
 from pearl_core.algorithms.twin_critic import TwinCriticTrainer
 from pearl_core.trainer import UpdateResult
 
@@ -147,7 +147,7 @@ class TD3(TwinCriticTrainer):
         obs, next_obs, act, rew, done, w = self._inputs(batch, weights)
         with torch.no_grad():
             q_next = self._min_q(next_obs, self.target_actions(next_obs), target=True)
-            target = torch.where(done, rew, rew + self.gamma * q_next)
+            target = torch.where(done, rew, rew + bootstrap_discount(batch, self.gamma, self.device) * q_next)
         td, metrics = self._critic_step(obs, act, target, w)
         self.updates += 1
         if self.updates % self.policy_delay == 0:

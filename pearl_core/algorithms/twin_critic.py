@@ -27,6 +27,7 @@ class TwinCriticTrainer(CountedTrainer):
 
     action_kind = "continuous"
     acting_net = "actor"
+    supports_n_step = True  # the target bootstraps with gamma ** batch.steps (bootstrap_discount)
 
     def _setup(self, owner: str, observation_space, action_space, *, device: str, gamma: float, tau: float,
                max_grad_norm: float | None, seed: int | None, actor: str = "tanh actor") -> None:

@@ -217,6 +217,8 @@ class Composer:
             trainer_reference(trainer)  # a class the generated program can import (clear error otherwise)
         except InvalidValueError as exc:
             raise ComposerError(f"{w}: {exc}") from None
+        if self._replay is not None:
+            self._check_n_step(w, trainer, self._replay.n_step)
         _check_trainer(trainer, self._spaces, trainer_kwargs, w, self._env_id)
         self._trainer, self._trainer_kwargs = trainer, dict(trainer_kwargs)
         self._learner = {"batch_size": batch_size, "replay_ratio": replay_ratio, "learning_starts": learning_starts,
@@ -225,8 +227,18 @@ class Composer:
 
     def set_replay(self, kind: str = "prioritized", capacity: int = 100_000, fanout: int = 16, *,
                    alpha: float = 0.6, beta: float = 0.4, beta_final: float = 1.0, beta_steps: int | None = None,
-                   eps: float = 1e-6) -> "Composer":
-        """Uniform or prioritized replay, its capacity and (prioritized) the sum-tree fanout and α/β."""
+                   eps: float = 1e-6, n_step: int = 1, frame_storage: str = "auto") -> "Composer":
+        """Uniform or prioritized replay, its capacity and (prioritized) the sum-tree fanout and α/β.
+
+        ``frame_storage`` (``"auto"``, ``"on"``, ``"off"``): store stacked image frames once each in a
+        host Data Storage (``"auto"``: for stacks of frames of at least 32x32, the Atari preset's;
+        :mod:`pearl_core.replay.frames`).
+
+        ``n_step`` (default 1): n-step returns. It is a replay setting because it decides what the
+        replay stores (``(s_t, a_t, sum_{j<k} gamma^j r_{t+j}, s_{t+k}, done, k)``, summed by the
+        actors with the trainer's ``gamma``); the trainer must declare ``supports_n_step = True``
+        for ``n_step > 1`` (checked as soon as both are set).
+        """
         from pearl_core.runtime.config import ReplayConfig
 
         w = "Composer.set_replay"
@@ -236,12 +248,27 @@ class Composer:
         beta_steps = _field(w, "ReplayConfig", "beta_steps", beta_steps)
         alpha, beta, beta_final, eps = (_field(w, "ReplayConfig", name, value) for name, value in (
             ("alpha", alpha), ("beta", beta), ("beta_final", beta_final), ("eps", eps)))
+        n_step = _field(w, "ReplayConfig", "n_step", n_step)
+        frame_storage = _field(w, "ReplayConfig", "frame_storage", frame_storage)
+        self._check_n_step(w, self._trainer, n_step)
         try:
             self._replay = ReplayConfig(kind, capacity, fanout, float(alpha), float(beta), float(beta_final),
-                                        beta_steps, float(eps))
+                                        beta_steps, float(eps), n_step=n_step, frame_storage=frame_storage)
         except SpecError as exc:
             raise ComposerError(f"{w}: {exc}") from exc
         return self
+
+    @staticmethod
+    def _check_n_step(where: str, trainer: "type | None", n_step: int) -> None:
+        """n-step returns need a trainer that declares ``supports_n_step``
+        (:func:`~pearl_core.runtime.wiring.check_n_step`)."""
+        from pearl_core.runtime.wiring import check_n_step
+
+        if trainer is not None:
+            try:
+                check_n_step(trainer, n_step)
+            except SpecError as exc:
+                raise ComposerError(f"{where}: {exc}") from None
 
     def set_stop(self, *, eval_return: float | None = None, eval_every: int = 5_000, eval_episodes: int = 20,
                  mean_return: float | None = None, window: int = 20, max_env_steps: int | None = None,

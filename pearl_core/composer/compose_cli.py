@@ -43,6 +43,8 @@ _EXTRA = (
                                    "(cached on disk); --no-profile uses the analytic models only.")),
     ("replay_ratio", float, typer.Option(0.5, "--replay-ratio", help="Learner updates per env step.")),
     ("learning_starts", int, typer.Option(1_000, "--learning-starts", help="Env steps before the first update.")),
+    ("n_step", int, typer.Option(1, "--n-step", help="n-step returns: environment steps summed into one stored "
+                                 "transition (1: one-step; the trainer must support it, as DQN, DDPG, TD3, SAC do).")),
     ("max_env_steps", int, typer.Option(100_000, "--max-env-steps", help="Env-step budget of the run.")),
     ("eval_return", Optional[float], typer.Option(None, "--eval-return", help="Stop when a greedy evaluation "
                                                   "averages at least this (e.g. 475 for CartPole-v1).")),
@@ -128,7 +130,8 @@ def render_outputs(composer: Composer, plan: Composition, output: Path, png: Opt
 
 
 def composer_from_options(o: dict[str, Any]) -> Composer:
-    """A :class:`Composer` set up from ``pearl plan``'s options plus ``replay_ratio`` and ``learning_starts``.
+    """A :class:`Composer` set up from ``pearl plan``'s options plus ``replay_ratio``, ``learning_starts`` and
+    ``n_step`` (default 1 where a command has no ``--n-step``).
 
     Shared by ``pearl compose`` and ``pearl validate``; raises :class:`PearlError` on bad options.
     """
@@ -147,7 +150,7 @@ def composer_from_options(o: dict[str, Any]) -> Composer:
         kwargs.update(hidden_kwargs(trainer, list(hidden_layers(o["hidden"]))))
     composer.set_train_function(trainer, o["batch_size"], replay_ratio=o["replay_ratio"],
                                 learning_starts=o["learning_starts"], **kwargs)
-    composer.set_replay(o["replay"], o["capacity"], o["fanout"])
+    composer.set_replay(o["replay"], o["capacity"], o["fanout"], n_step=o.get("n_step", 1))
     return composer
 
 

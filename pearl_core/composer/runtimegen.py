@@ -445,7 +445,7 @@ def render_program(composition: Composition) -> str:
         f"#   learner       batch {config.batch_size}, replay ratio {config.replay_ratio!r}, learning starts "
         f"{config.learning_starts}",
         f"#   replay        {_comment(config.replay.kind)}, capacity {config.replay.capacity}, fanout "
-        f"{config.replay.fanout}",
+        f"{config.replay.fanout}" + (f", {config.replay.n_step}-step returns" if config.replay.n_step != 1 else ""),
         f"#   stop          {_comment({k: v for k, v in config.stop.to_dict().items() if v is not None})}",
         f"#   hardware      {_comment(spec.get('name') or '')}: {_comment(devices)}",
         f"#   metric        {_comment(dec.metric)}",

@@ -8,9 +8,9 @@ and the learner's layers (from the trainer's ``nn.Linear``/``nn.Conv2d``
 modules, see :func:`learner_layers`).
 
 Experience size (bytes), with the Data Storage's layout
-(:class:`pearl_core.replay.StorageSpec`: reward ``float32``, done ``bool``)::
+(:class:`pearl_core.replay.StorageSpec`: reward ``float32``, done ``bool``, steps ``int32``)::
 
-    E = 2 * obs_bytes + action_bytes + reward_bytes + done_bytes
+    E = 2 * obs_bytes + action_bytes + reward_bytes + done_bytes + steps_bytes
 """
 
 from __future__ import annotations
@@ -108,6 +108,7 @@ class Workload:
             experience's bytes, or far fewer where stacked frames are stored once each
             (``ReplayConfig.frame_storage``, :mod:`pearl_core.replay.frames`).
         reward_bytes, done_bytes: stored sizes of a reward (float32) and a done flag (bool).
+        steps_bytes: stored size of the environment steps a transition spans (int32; n-step returns).
         index_bytes, priority_bytes: one index (int64) and one priority (float64)
             as exchanged with the replay manager.
         weight_bytes: one importance weight (float32) sent with a batch.
@@ -129,6 +130,7 @@ class Workload:
     env_id: str = ""
     reward_bytes: int = 4
     done_bytes: int = 1
+    steps_bytes: int = 4
     index_bytes: int = 8
     priority_bytes: int = 8
     weight_bytes: int = 4
@@ -162,7 +164,8 @@ class Workload:
             object.__setattr__(self, "insert_batch", self.n_actors)
         _pos_int(o, "insert_batch", self.insert_batch)
         _pos_int(o, "envs_per_actor", self.envs_per_actor)
-        for name in ("reward_bytes", "done_bytes", "index_bytes", "priority_bytes", "weight_bytes", "stored_bytes"):
+        for name in ("reward_bytes", "done_bytes", "steps_bytes", "index_bytes", "priority_bytes", "weight_bytes",
+                     "stored_bytes"):
             _pos_int(o, name, getattr(self, name), 0)
         layers = tuple(LearnerLayer(**ly) if isinstance(ly, Mapping) else ly for ly in self.layers)
         if not all(isinstance(ly, LearnerLayer) for ly in layers):
@@ -172,8 +175,8 @@ class Workload:
     # -- derived sizes ---------------------------------------------------------
     @property
     def experience_bytes(self) -> int:
-        """``E = 2*obs + action + reward + done`` bytes (obs and next_obs are both stored)."""
-        return 2 * self.obs_bytes + self.action_bytes + self.reward_bytes + self.done_bytes
+        """``E = 2*obs + action + reward + done + steps`` bytes (obs and next_obs are both stored)."""
+        return 2 * self.obs_bytes + self.action_bytes + self.reward_bytes + self.done_bytes + self.steps_bytes
 
     @property
     def tree_levels(self) -> int:

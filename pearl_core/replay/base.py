@@ -159,13 +159,13 @@ class ReplayManager(abc.ABC):
     def __len__(self) -> int:
         return self._storage.size
 
-    def add(self, obs, action, reward, next_obs, done) -> np.ndarray:
+    def add(self, obs, action, reward, next_obs, done, steps=None) -> np.ndarray:
         """Store a batch of ``n`` transitions; see :meth:`DataStorage.add` for shapes and errors.
 
         Returns:
             The ``int64`` slots written, length ``min(n, capacity)``.
         """
-        return self._storage.add(obs, action, reward, next_obs, done)
+        return self._storage.add(obs, action, reward, next_obs, done, steps)
 
     @abc.abstractmethod
     def sample(self, batch_size: int, out: Mapping[str, np.ndarray] | None = None) -> SampledBatch:

@@ -199,7 +199,7 @@ class PrioritizedReplay(ReplayManager):
         """The running maximum priority new transitions enter with (``>= 1.0``)."""
         return self._max_priority
 
-    def add(self, obs, action, reward, next_obs, done) -> np.ndarray:
+    def add(self, obs, action, reward, next_obs, done, steps=None) -> np.ndarray:
         """Store ``n`` transitions, each at the running max priority.
 
         Shapes, dtypes and errors as :meth:`DataStorage.add`; bad input changes
@@ -208,7 +208,7 @@ class PrioritizedReplay(ReplayManager):
         Returns:
             The ``int64`` slots written, length ``min(n, capacity)``.
         """
-        slots = self._storage.add(obs, action, reward, next_obs, done)
+        slots = self._storage.add(obs, action, reward, next_obs, done, steps)
         if slots.size:
             self._tree.update(slots, np.full(slots.shape[0], self._max_priority))
         return slots

@@ -1,7 +1,7 @@
 """Data Storage (DS): the experiences themselves, in a struct-of-arrays ring buffer.
 
 A :class:`DataStorage` preallocates one array per field of a transition
-``(obs, action, reward, next_obs, done)`` from a :class:`StorageSpec` and a
+``(obs, action, reward, next_obs, done, steps)`` from a :class:`StorageSpec` and a
 capacity, writes batches into consecutive slots (wrapping around), and gathers
 batches by slot index. It knows nothing about priorities: a replay manager
 composes it with a sum tree whose leaf ``i`` describes slot ``i``.
@@ -23,7 +23,7 @@ from pearl_core.errors import InvalidDTypeError, InvalidValueError, SpecError
 from pearl_core.sumtree import check_indices
 
 __all__ = ["TRANSITION_FIELDS", "Batch", "DataStorage", "StorageSpec", "check_filled_indices", "copy_rows",
-           "transition_rows"]
+           "discount_table", "discounts", "transition_rows", "STEPS_DTYPE"]
 
 #: dtype kinds a stored field may have: bool, signed int, unsigned int, float.
 _FIELD_KINDS = "biuf"
@@ -43,7 +43,19 @@ class Batch:
         action: ``(B, *action_shape)`` of ``action_dtype``.
         reward: ``(B,)`` ``float32``.
         next_obs: ``(B, *obs_shape)`` of ``obs_dtype``.
-        done: ``(B,)`` ``bool``.
+        done: ``(B,)`` ``bool``: the episode *terminated* within the transition (no bootstrap).
+        steps: ``(B,)`` ``int32``, ``k >= 1``: the environment steps the transition spans. A
+            one-step transition has ``k = 1``; an n-step one (``RunConfig.n_step``) holds
+            ``reward = sum_{j<k} gamma^j r_{t+j}`` and ``next_obs = s_{t+k}``, and a learner
+            discounts its bootstrap by ``gamma ** k`` (:func:`discounts`). ``None`` (the default
+            when a batch is built by hand) means one step per row: a numpy batch gets ones.
+
+    Why the exponent ``k`` and not the discount ``gamma ** k`` itself: ``gamma`` is a
+    hyper-parameter of the trainer, not of the data. Storing ``k`` keeps every
+    one-step transition independent of ``gamma`` (callers that add five fields, old
+    checkpoints and replays built without a trainer all mean ``k = 1``), and the learner
+    turns ``k`` into ``gamma ** k`` with the same ``gamma`` the actors summed the rewards with
+    (both read it from the trainer built from the same config).
     """
 
     obs: np.ndarray
@@ -51,18 +63,54 @@ class Batch:
     reward: np.ndarray
     next_obs: np.ndarray
     done: np.ndarray
+    steps: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.steps is None and isinstance(self.reward, np.ndarray):
+            object.__setattr__(self, "steps", np.ones(self.reward.shape[0], np.int32))
 
     def __len__(self) -> int:
         return int(self.reward.shape[0])
 
     @classmethod
     def of(cls, arrays: Mapping[str, np.ndarray]) -> "Batch":
-        """A batch over the transition fields of ``arrays`` (extra keys are ignored; no copy)."""
-        return cls(*(arrays[name] for name in TRANSITION_FIELDS))
+        """A batch over the transition fields of ``arrays`` (extra keys are ignored; no copy).
+
+        A mapping without ``steps`` (one-step rows) gets ones, as :class:`Batch` does."""
+        return cls(*(arrays[name] for name in TRANSITION_FIELDS[:-1]), arrays.get("steps"))
 
 
 #: The fields of one transition, in :meth:`DataStorage.add` order. Defined once, by :class:`Batch`.
 TRANSITION_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Batch))
+
+#: The dtype of :attr:`Batch.steps` (the environment steps a transition spans).
+STEPS_DTYPE = np.dtype(np.int32)
+
+
+def discount_table(gamma: float, max_steps: int) -> np.ndarray:
+    """``float32`` ``[gamma ** 0, ..., gamma ** max_steps]``, by repeated multiplication in float64.
+
+    Entry 1 is exactly ``float32(gamma)``, so a one-step transition is discounted bitwise as a
+    learner that multiplies by the scalar ``gamma`` in float32 would.
+    """
+    out = np.empty(int(max_steps) + 1, np.float64)
+    out[0] = 1.0
+    for k in range(1, out.shape[0]):
+        out[k] = out[k - 1] * float(gamma)
+    return out.astype(np.float32)
+
+
+def discounts(steps, gamma: float) -> np.ndarray:
+    """Per-row ``float32`` ``gamma ** steps`` of a host ``steps`` array (``None``: every row one step).
+
+    Returns ``None`` for ``steps is None`` so a caller can keep its scalar-``gamma`` path.
+    """
+    if steps is None:
+        return None
+    k = np.asarray(steps)
+    if k.size == 0:
+        return np.zeros(0, np.float32)
+    return discount_table(gamma, int(k.max()))[k.reshape(-1)]
 
 
 def _getter(src):
@@ -73,26 +121,42 @@ def _getter(src):
     return src.__getitem__ if isinstance(src, abc.Mapping) else src.__getattribute__
 
 
+def _field_of(get, name: str, rows: int):
+    """Field ``name`` via ``get``; a source without ``steps`` (written before n-step returns) holds one-step rows."""
+    if name != "steps":
+        return get(name)
+    try:
+        value = get(name)
+    except (KeyError, AttributeError):
+        value = None
+    return np.ones(rows, STEPS_DTYPE) if value is None else value
+
+
 def transition_rows(src, n: int | None = None) -> tuple[np.ndarray, ...]:
-    """The transition fields of ``src`` (a mapping or a :class:`Batch`), first ``n`` rows, in add order."""
+    """The transition fields of ``src`` (a mapping or a :class:`Batch`), first ``n`` rows, in add order.
+
+    A source without ``steps`` gives ones (one-step transitions)."""
     get = _getter(src)
+    rows = len(get("reward"))
     if n is None:
-        return tuple(get(name) for name in TRANSITION_FIELDS)
-    return tuple(get(name)[:n] for name in TRANSITION_FIELDS)
+        return tuple(_field_of(get, name, rows) for name in TRANSITION_FIELDS)
+    return tuple(_field_of(get, name, rows)[:n] for name in TRANSITION_FIELDS)
 
 
 def copy_rows(dst, src, *, dst_start: int = 0, src_start: int = 0, n: int | None = None) -> None:
     """Copy ``n`` rows of every transition field from ``src`` into ``dst`` (mappings or batches).
 
     ``dst[f][dst_start:dst_start + n] = src[f][src_start:src_start + n]`` for each field ``f``;
-    ``n`` defaults to all of ``src`` from ``src_start``. numpy casts as assignment does.
+    ``n`` defaults to all of ``src`` from ``src_start``. numpy casts as assignment does. A ``src``
+    without ``steps`` copies ones.
     """
     get_dst, get_src = _getter(dst), _getter(src)
+    rows = get_src("reward").shape[0]
     if n is None:
-        n = get_src("reward").shape[0] - src_start
+        n = rows - src_start
     d, s = slice(dst_start, dst_start + n), slice(src_start, src_start + n)
     for name in TRANSITION_FIELDS:
-        get_dst(name)[d] = get_src(name)[s]
+        get_dst(name)[d] = _field_of(get_src, name, rows)[s]
 
 
 def _shape(value, what: str) -> tuple[int, ...]:
@@ -146,8 +210,8 @@ def _space_layout(space, what: str) -> tuple[tuple[int, ...], np.dtype]:
 class StorageSpec:
     """Shape and dtype of one transition's observation and action.
 
-    Rewards are always stored as ``float32`` and done flags as ``bool``, so they
-    need no spec. Shapes exclude the batch axis; ``()`` is a scalar.
+    Rewards are always stored as ``float32``, done flags as ``bool`` and the steps a
+    transition spans as ``int32``, so they need no spec. Shapes exclude the batch axis; ``()`` is a scalar.
 
     Attributes:
         obs_shape: shape of one observation (``obs`` and ``next_obs``).
@@ -198,7 +262,7 @@ class StorageSpec:
         """Per-row ``(shape, dtype)`` of each transition field, in :data:`TRANSITION_FIELDS` order."""
         layout = {"obs": (self.obs_shape, self.obs_dtype), "action": (self.action_shape, self.action_dtype),
                   "reward": ((), np.dtype(np.float32)), "next_obs": (self.obs_shape, self.obs_dtype),
-                  "done": ((), np.dtype(np.bool_))}
+                  "done": ((), np.dtype(np.bool_)), "steps": ((), STEPS_DTYPE)}
         return {name: layout[name] for name in TRANSITION_FIELDS}
 
 
@@ -265,12 +329,13 @@ def _cast(arr: np.ndarray, target: np.dtype, name: str) -> np.ndarray:
 
 
 class DataStorage:
-    """Struct-of-arrays ring buffer of ``(obs, action, reward, next_obs, done)``.
+    """Struct-of-arrays ring buffer of ``(obs, action, reward, next_obs, done, steps)``.
 
-    Layout: five arrays preallocated at construction, ``capacity`` rows each:
+    Layout: one array per transition field, preallocated at construction, ``capacity`` rows each:
     ``obs`` and ``next_obs`` ``(capacity, *obs_shape)`` of ``obs_dtype``,
     ``action`` ``(capacity, *action_shape)`` of ``action_dtype``, ``reward``
-    ``(capacity,)`` ``float32`` and ``done`` ``(capacity,)`` ``bool``.
+    ``(capacity,)`` ``float32``, ``done`` ``(capacity,)`` ``bool`` and ``steps``
+    ``(capacity,)`` ``int32``.
 
     Writes go to consecutive slots starting at :attr:`cursor` and wrap to 0 at
     the end; once full, each write overwrites the oldest rows. Filled slots are
@@ -355,7 +420,7 @@ class DataStorage:
         A device-resident storage returns a host copy instead (it reads the device).
 
         Args:
-            name: one of ``"obs"``, ``"action"``, ``"reward"``, ``"next_obs"``, ``"done"``.
+            name: one of :data:`TRANSITION_FIELDS`.
 
         Raises:
             InvalidValueError: an unknown field name.
@@ -366,7 +431,7 @@ class DataStorage:
         view.flags.writeable = False
         return view
 
-    def add(self, obs, action, reward, next_obs, done) -> np.ndarray:
+    def add(self, obs, action, reward, next_obs, done, steps=None) -> np.ndarray:
         """Write a batch of ``n`` transitions into the next ``n`` slots, wrapping around.
 
         If ``n > capacity`` only the last ``capacity`` rows are kept (as if all
@@ -387,6 +452,8 @@ class DataStorage:
             reward: ``(n,)`` real array-like, finite.
             next_obs: ``(n, *obs_shape)`` array-like.
             done: ``(n,)`` bool (or integer 0/1) array-like.
+            steps: ``(n,)`` integer array-like, each ``>= 1``: the environment steps each
+                transition spans (n-step returns); ``None``: one step each.
 
         Returns:
             The ``int64`` slots written, one per kept row in row order, of length
@@ -395,10 +462,12 @@ class DataStorage:
         Raises:
             InvalidValueError: a field's shape is not ``(n, *field_shape)``, the
                 fields' batch lengths differ, a reward is NaN/inf, or a value
-                does not fit the stored dtype.
+                does not fit the stored dtype, or a ``steps`` value is below 1.
             InvalidDTypeError: a field's dtype cannot be cast safely.
         """
-        rows = self._validate(dict(zip(TRANSITION_FIELDS, (obs, action, reward, next_obs, done))))
+        if steps is None:
+            steps = np.ones(np.shape(reward)[:1], STEPS_DTYPE)
+        rows = self._validate(dict(zip(TRANSITION_FIELDS, (obs, action, reward, next_obs, done, steps))))
         n = rows["reward"].shape[0]
         kept = min(n, self._capacity)
         first = n - kept
@@ -467,7 +536,7 @@ class DataStorage:
         if len(set(lengths.values())) > 1:
             raise InvalidValueError(
                 f"DataStorage.add: the fields have different batch lengths {lengths}; expected one "
-                "length n for all five. Fix: pass the same transitions in every field."
+                "length n for all fields. Fix: pass the same transitions in every field."
             )
         rows = {name: _cast(arr, self._layout[name][1], name) for name, arr in arrays.items()}
         bad = ~np.isfinite(rows["reward"])
@@ -476,5 +545,13 @@ class DataStorage:
             raise InvalidValueError(
                 f"DataStorage.add: reward[{pos}] = {arrays['reward'][pos]!r} is not finite (as float32); "
                 "expected finite rewards. Fix: clip or drop the transition before adding it."
+            )
+        low = rows["steps"] < 1
+        if low.any():
+            pos = int(np.argmax(low))
+            raise InvalidValueError(
+                f"DataStorage.add: steps[{pos}] = {int(rows['steps'][pos])} is below 1; expected the number of "
+                "environment steps each transition spans (1 for a one-step transition, up to n for n-step "
+                "returns). Fix: pass steps=None for one-step transitions."
             )
         return rows

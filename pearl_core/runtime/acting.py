@@ -2,6 +2,9 @@
 
 * :class:`Collector` — steps ``n`` environments together with one batched
   ``get_action`` call: the serial runtime's loop body and every actor process's.
+* :class:`NStepAggregator` — turns each environment's one-step transitions into
+  n-step ones (``RunConfig.replay.n_step``), where they are produced, so every
+  replay (uniform or prioritized) and every runtime stores them alike.
 * :class:`InsertBuffer` — stages transitions so they reach the replay in batches.
 * :class:`Evaluator` — greedy evaluation on separately seeded environments.
 
@@ -30,9 +33,10 @@ import numpy as np
 from pearl_core.envs import make_env
 from pearl_core.errors import DataError, SpecError
 from pearl_core.replay.base import ReplayManager
-from pearl_core.replay.storage import StorageSpec, transition_rows
+from pearl_core.replay.storage import STEPS_DTYPE, StorageSpec, transition_rows
 from pearl_core.runtime.config import RunConfig
 from pearl_core.runtime.messages import Phase
+from pearl_core.runtime.nstep import NStepAggregator
 from pearl_core.trainer import Trainer
 
 __all__ = [
@@ -43,6 +47,7 @@ __all__ = [
     "EvalResult",
     "Evaluator",
     "InsertBuffer",
+    "NStepAggregator",
     "StepOutput",
     "actor_env_seeds",
 ]
@@ -111,8 +116,12 @@ class StepOutput:
     state, so the learner still bootstraps from ``next_obs`` (the true final
     observation, not the reset one).
 
-    The arrays hold the transitions kept: one row per environment, less the
-    ``dropped`` ones (``on_nonfinite="drop"``).
+    With one-step transitions (``n_step=1``) the arrays hold the transitions kept: one
+    row per environment, less the ``dropped`` ones (``on_nonfinite="drop"``), and
+    ``steps`` is all ones. With ``n_step > 1`` they hold the n-step transitions whose
+    window closed at this step (:class:`NStepAggregator`): none for an environment's
+    first ``n - 1`` steps, up to ``n`` for one whose episode ended. ``env_steps`` is the
+    environment steps taken and kept either way.
     """
 
     obs: np.ndarray
@@ -122,8 +131,16 @@ class StepOutput:
     done: np.ndarray
     episodes: tuple[EpisodeStats, ...]
     dropped: int = 0
+    steps: np.ndarray | None = None
+    env_steps: int | None = None
 
-    def transition(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def __post_init__(self) -> None:
+        if self.steps is None:
+            object.__setattr__(self, "steps", np.ones(len(self.reward), STEPS_DTYPE))
+        if self.env_steps is None:
+            object.__setattr__(self, "env_steps", len(self.reward))
+
+    def transition(self) -> tuple[np.ndarray, ...]:
         """The transition fields in :meth:`ReplayManager.add` order."""
         return transition_rows(self)
 
@@ -140,6 +157,8 @@ class Collector:
         where: who steps them, for error messages (``"actor 0"``).
         mark: ``mark(phase, arg)`` called before every ``get_action``, ``env.step`` and
             ``env.reset`` (an actor's heartbeat, :class:`~pearl_core.runtime.messages.Phase`).
+        n_step: environment steps per transition (``RunConfig.replay.n_step``); with ``n > 1``
+            the steps go through an :class:`NStepAggregator` with the trainer's ``gamma``.
 
     The first :meth:`step` resets every environment with its seed; an
     environment whose episode ends is reset (unseeded: its RNG continues) and
@@ -151,7 +170,7 @@ class Collector:
 
     def __init__(self, envs: Sequence[Any], seeds: Sequence[int] | None = None, *, env_id: str | None = None,
                  on_nonfinite: str = "stop", where: str = "the serial runtime",
-                 mark: Callable[[int, int], None] | None = None):
+                 mark: Callable[[int, int], None] | None = None, n_step: int = 1):
         if not envs:
             raise SpecError("Collector needs at least one environment; found none.")
         if on_nonfinite not in ("stop", "drop"):
@@ -176,10 +195,52 @@ class Collector:
         self._bad_run = np.zeros(len(self.envs), np.int64)  # consecutive drops per environment
         self.dropped = 0
         self.last_drop = ""
+        self._agg = NStepAggregator(n_step, len(self.envs)) if n_step != 1 else None
+        self._gamma: float | None = None
 
     @property
     def n_envs(self) -> int:
         return len(self.envs)
+
+    @property
+    def n_step(self) -> int:
+        return 1 if self._agg is None else self._agg.n
+
+    def _discount(self, trainer: Trainer) -> float:
+        gamma = getattr(trainer, "gamma", None)
+        if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.floating, np.integer)) \
+                or not 0.0 <= float(gamma) <= 1.0:
+            raise SpecError(f"{self.where}: n_step = {self.n_step} needs the trainer's discount factor to sum the "
+                            f"rewards, but {type(trainer).__name__}.gamma = {gamma!r}; expected a number in [0, 1]. "
+                            "Fix: give the trainer a gamma attribute, or use n_step=1.")
+        self._gamma = float(gamma)
+        return self._gamma
+
+    def _n_step(self, trainer: Trainer, one: StepOutput, env_index, ended: np.ndarray, broken=()) -> StepOutput:
+        """``one`` (this step's one-step rows of the environments ``env_index``) as the n-step rows it closes."""
+        rows = self._agg.push(self._discount(trainer), env_index, one.obs, one.action, one.reward,  # type: ignore
+                              one.next_obs, one.done, ended[env_index], broken)
+        return self._as_output(rows, one, one.episodes, one.dropped, len(one.reward))
+
+    def _as_output(self, rows, like: StepOutput | None, episodes, dropped: int, env_steps: int) -> StepOutput:
+        """A :class:`StepOutput` of aggregated ``rows``; ``like`` (this step's one-step rows) gives the
+        shapes and dtypes of an empty one."""
+        o, a, r, s2, d, k = rows
+        if not r:
+            assert like is not None
+            return StepOutput(like.obs[:0], like.action[:0], np.zeros(0, np.float32), like.next_obs[:0],
+                              np.zeros(0, np.bool_), episodes, dropped, np.zeros(0, STEPS_DTYPE), env_steps)
+        return StepOutput(np.stack(o), np.stack(a), np.asarray(r, np.float32), np.stack(s2), np.asarray(d, np.bool_),
+                          episodes, dropped, np.asarray(k, STEPS_DTYPE), env_steps)
+
+    def flush_pending(self) -> StepOutput | None:
+        """Every environment's pending steps as n-step transitions truncated now (``done=False``; the
+        learner bootstraps from each window's last observation with ``gamma ** k``); ``None`` when there
+        are none (``n_step=1``, or nothing stepped). The serial runtime stores them at the end of a run."""
+        if self._agg is None or self._obs is None or not self._agg.pending():
+            return None
+        rows = self._agg.flush(self._gamma if self._gamma is not None else 1.0)
+        return self._as_output(rows, None, (), 0, 0)  # at least one row: pending() > 0
 
     def _reset_all(self) -> None:
         first = []
@@ -242,12 +303,24 @@ class Collector:
             if self._drop and self.dropped and self._bad_run.any():
                 self._bad_run[:] = 0
             self.episodes_done += len(episodes)
-            return StepOutput(obs, actions, rewards, next_obs, dones, tuple(episodes))
+            if self._agg is None:
+                return StepOutput(obs, actions, rewards, next_obs, dones, tuple(episodes))
+            return self._n_step(trainer, StepOutput(obs, acts, rewards, next_obs, dones, tuple(episodes)),
+                                np.arange(n), self._ended(n, resets))
         keep = self._screen(obs, acts, rewards, next_obs, obs_from_reset, base)  # raises unless dropping
         self.episodes_done += len(episodes)
         k = int(keep.sum())
-        return StepOutput(obs[keep], acts[keep], rewards[keep], next_obs[keep], dones[keep], tuple(episodes),
-                          dropped=n - k)
+        one = StepOutput(obs[keep], acts[keep], rewards[keep], next_obs[keep], dones[keep], tuple(episodes),
+                         dropped=n - k)
+        if self._agg is None:
+            return one
+        return self._n_step(trainer, one, np.flatnonzero(keep), self._ended(n, resets), np.flatnonzero(~keep))
+
+    @staticmethod
+    def _ended(n: int, resets: list[int]) -> np.ndarray:
+        ended = np.zeros(n, np.bool_)
+        ended[resets] = True
+        return ended
 
     def _screen(self, obs, acts, rewards, next_obs, from_reset, base: int) -> np.ndarray:
         """The rows to keep of a step holding a NaN/inf; raises :class:`DataError` unless dropping."""
@@ -317,8 +390,10 @@ class InsertBuffer:
     def __len__(self) -> int:
         return self._n
 
-    def push(self, replay: ReplayManager, obs, action, reward, next_obs, done) -> None:
+    def push(self, replay: ReplayManager, obs, action, reward, next_obs, done, steps=None) -> None:
         """Stage ``k`` rows; whenever the buffer fills it is flushed into ``replay``.
+
+        ``steps`` (the environment steps each row spans, :attr:`StepOutput.steps`) defaults to ones.
 
         Raises:
             DataError: a reward is not finite (as float32): the replay would reject the whole
@@ -333,8 +408,8 @@ class InsertBuffer:
             raise DataError(f"InsertBuffer.push: reward[{pos}] = {r[pos].item()!r} is not finite (as float32); "
                             "expected finite rewards. Nothing of this push was staged. Fix: check the data with "
                             "the Collector (RunConfig.on_nonfinite) before pushing it.")
-        given = (obs, action, reward, next_obs, done)
         k = len(reward)
+        given = (obs, action, reward, next_obs, done, np.ones(k, STEPS_DTYPE) if steps is None else steps)
         start = 0
         while start < k:
             take = min(self.size - self._n, k - start)

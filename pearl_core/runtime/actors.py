@@ -18,6 +18,12 @@ step with the serial runtime's :class:`~pearl_core.runtime.acting.Collector`
 and ``next_obs`` is the true last observation of an episode, never the reset one
 (the Collector's rules, so serial and parallel runs store the same rows).
 
+With ``replay.n_step > 1`` the Collector ships n-step transitions (its
+:class:`~pearl_core.runtime.acting.NStepAggregator`): an actor's rows, and the
+host's env-step count made of them, lag its environments by at most ``n - 1``
+steps each, and the windows still open when the run stops are not shipped (the
+host no longer takes rows then), so the count equals the rows stored.
+
 The DCQ is a :class:`~pearl_core.runtime.queues.PipeQueue` per actor; its messages
 (:mod:`pearl_core.runtime.messages`) hold only slot numbers: ``ActorReady`` once
 built, ``Experience(actor, seq, rows, episodes)``, ``ActorFailed(actor, traceback)``. A full ring (the host is
@@ -186,7 +192,7 @@ class _Actor:
         load_trainer_class(spec.config.trainer)
         envs = [make_env(spec.config.env_id, s, **spec.config.env_options) for s in env_seeds]
         self.collector = Collector(envs, env_seeds, env_id=spec.config.env_id, on_nonfinite=spec.config.on_nonfinite,
-                                   where=f"actor {me}", mark=self.mark)
+                                   where=f"actor {me}", mark=self.mark, n_step=spec.config.replay.n_step)
         # The host checked the trainer class already; actors skip the smoke test.
         self.trainer = build_trainer(
             spec.config, envs[0].observation_space, envs[0].action_space, seed=trainer_seed, check=False

@@ -40,6 +40,7 @@ LIMITS: Mapping[str, int] = {
     "threads": v.MAX_THREADS,   # learner / RM threads (the hardware spec's cap on cores too)
     "n_actors": 16_384,         # actor processes
     "envs_per_actor": 65_536,   # environments stepped together by one actor
+    "n_step": 1_000,            # environment steps summed into one transition (each env keeps n pending)
 }
 
 
@@ -97,6 +98,8 @@ _RULES: dict[str, dict[str, Any]] = {
         "eps": lambda x, label, err: v.positive_number(x, label, fix="e.g. eps=1e-6", error=err),
         "stratified": lambda x, label, err: v.boolean(x, label, error=err),
         "frame_storage": lambda x, label, err: v.one_of(x, label, ("auto", "on", "off"), error=err),
+        "n_step": _count(1, "environment steps per stored transition: 1 for one-step returns (the default), "
+                            "e.g. n_step=3 for 3-step returns", LIMITS["n_step"]),
     },
     "StopCriteria": {
         "mean_return": _optional(lambda x, label, err: v.number(x, label, fix="a finite return threshold, or None",
@@ -212,6 +215,13 @@ class ReplayConfig(_Serialisable):
     stacks of frames of at least 32x32 of an integer dtype (the ``"atari"``
     preset's ``(4, 84, 84)``) and the Data Storage is in host memory; ``"on"`` for
     any observation in host memory, ``"off"`` never.
+    ``n_step`` (default 1): n-step returns. The actors sum each environment's last
+    ``n`` rewards, ``R_t = sum_{j<k} gamma^j r_{t+j}``, and store ``(s_t, a_t, R_t,
+    s_{t+k}, done, k)`` with ``k = n`` (fewer at an episode's end), so uniform and
+    prioritized replay both hold n-step transitions and the learner bootstraps with
+    ``gamma ** k``. It lives here because it decides what the replay holds. The
+    trainer must declare ``supports_n_step = True`` for ``n_step > 1`` (the built-in
+    DQN, DDPG, TD3 and SAC do); ``gamma`` is the trainer's.
     """
 
     kind: str = "prioritized"
@@ -224,6 +234,7 @@ class ReplayConfig(_Serialisable):
     eps: float = 1e-6
     stratified: bool = True
     frame_storage: str = "auto"
+    n_step: int = 1
 
     def __post_init__(self):
         _check_fields(self)

@@ -113,7 +113,8 @@ class _Run:
         try:  # everything that can reject the config, before anything is written to log_dir
             load_trainer_class(cfg.trainer)  # first: a package that registers its environments on import
             envs += [make_env(cfg.env_id, s, **cfg.env_options) for s in seeds]
-            self.collector = Collector(envs, seeds, env_id=cfg.env_id, on_nonfinite=cfg.on_nonfinite)
+            self.collector = Collector(envs, seeds, env_id=cfg.env_id, on_nonfinite=cfg.on_nonfinite,
+                                       n_step=cfg.replay.n_step)
             env = envs[0]
             self.spaces = (env.observation_space, env.action_space)
             self.trainer = build_trainer(cfg, env.observation_space, env.action_space, plan=plan)
@@ -150,7 +151,7 @@ class _Run:
         st = self.session.state
         self.trainer.env_steps = st.env_steps
         out = self.collector.step(self.trainer, explore=True)
-        st.env_steps += len(out.reward)  # a dropped transition is not an env step of the run
+        st.env_steps += out.env_steps  # a dropped transition is not an env step of the run
         self.inserts.push(self.replay, *out.transition())
         for ep in out.episodes:
             self.session.record_episode(ep.episode_return, ep.length)
@@ -167,6 +168,8 @@ class _Run:
         if due <= 0:
             return
         self.inserts.flush(self.replay)
+        if self.replay.size == 0:  # n-step returns: no window has closed yet; the updates owed wait for rows
+            return
         t = time.perf_counter()
         for _ in range(due):
             learner.step()
@@ -191,6 +194,14 @@ class _Run:
         return self.session.save(trainer, replay_state(self.replay) if self.cfg.save_replay else None,
                                  extra={"runtime": "serial", "dropped_nonfinite": self.drops.total})
 
+    def flush_pending(self) -> None:
+        """n-step returns: the windows still open (at most ``n - 1`` steps per environment, already
+        counted as env steps) go into the replay truncated here (``done=False``, bootstrapped with
+        ``gamma ** k``), so the replay and the final checkpoint hold every step taken."""
+        out = self.collector.flush_pending()
+        if out is not None:
+            self.inserts.push(self.replay, *out.transition())
+
     def loop(self) -> RunResult:
         session, st = self.session, self.session.state
         try:
@@ -206,6 +217,7 @@ class _Run:
                 self.part = "host"
                 session.tick(self.save)
                 decision = session.check()
+            self.flush_pending()
             return session.finish(decision, self.save)
         except Exception as exc:
             err = self._error(exc)

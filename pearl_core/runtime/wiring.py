@@ -32,13 +32,14 @@ from pearl_core.placement import make_storage, make_tree
 from pearl_core.plugins import kernel_lookup
 from pearl_core.replay.base import ReplayManager, UniformReplay
 from pearl_core.replay.prioritized import PrioritizedReplay
-from pearl_core.replay.storage import TRANSITION_FIELDS, DataStorage, StorageSpec
+from pearl_core.replay.storage import STEPS_DTYPE, TRANSITION_FIELDS, DataStorage, StorageSpec
 from pearl_core.runtime.config import RunConfig, RuntimePlan
 from pearl_core.trainer import Trainer
 
 __all__ = [
     "build_replay",
     "build_trainer",
+    "check_n_step",
     "load_trainer_class",
     "replay_beta_steps",
     "replay_state",
@@ -128,6 +129,23 @@ def runtime_hparams(trainer_cls: type, config: RunConfig, seed: int | None = Non
     return {k: v for k, v in out.items() if k not in config.trainer_kwargs}
 
 
+def check_n_step(trainer_cls: type, n_step: int, *, error: type[Exception] = SpecError) -> None:
+    """Refuse ``n_step > 1`` for a trainer class that does not declare ``supports_n_step = True``.
+
+    Such a trainer would bootstrap an n-step return with ``gamma`` instead of ``gamma ** k``
+    (it does not read ``batch.steps``): a silently wrong target, so the run is refused before it starts.
+    """
+    if int(n_step) > 1 and not getattr(trainer_cls, "supports_n_step", False):
+        name = getattr(trainer_cls, "__qualname__", repr(trainer_cls))
+        raise error(
+            f"replay n_step = {int(n_step)} needs a trainer that bootstraps each sample with gamma ** batch.steps, "
+            f"but {name} does not declare supports_n_step = True; expected a trainer that reads batch.steps "
+            "(the built-in DQN, DDPG, TD3 and SAC do). Fix: use n_step=1, or make the trainer's target "
+            "r + gamma ** batch.steps * (1 - done) * Q'(s') (pearl_core.algorithms.common.bootstrap_discount), "
+            "give it a gamma attribute and set supports_n_step = True on the class."
+        )
+
+
 def build_trainer(
     config: RunConfig, observation_space, action_space, *, seed: int | None = None, check: bool = True,
     device: str | None = None, plan: RuntimePlan | None = None, trainer_cls: type | None = None,
@@ -164,6 +182,7 @@ def build_trainer(
     from pearl_core.trainer_check import check_trainer
 
     cls = trainer_cls if trainer_cls is not None else load_trainer_class(config.trainer)
+    check_n_step(cls, config.replay.n_step)
     route = None
     factory: Any = cls
     kernels = None
@@ -181,6 +200,7 @@ def build_trainer(
         trainer = factory(observation_space, action_space, **kwargs)
     if route is not None:
         check_route_taken(trainer, route)
+        check_n_step(type(trainer), config.replay.n_step)  # a backend's device trainer must read steps too
     return trainer
 
 
@@ -291,7 +311,9 @@ def _restore_storage(storage: DataStorage, state: Mapping[str, Any]) -> None:
         )
     if n == 0:
         return
-    rows = [np.asarray(state[name]) for name in TRANSITION_FIELDS]
+    # A checkpoint from before n-step returns has no "steps": its rows are one-step transitions.
+    rows = [np.asarray(state[name]) if name in state or name != "steps" else np.ones(n, STEPS_DTYPE)
+            for name in TRANSITION_FIELDS]
     storage.add(*rows)  # slots 0..n-1; cursor = n % capacity
     if n == storage.capacity and cursor:
         storage.add(*(r[:cursor] for r in rows))  # rewrite the same rows to move the cursor to where it was

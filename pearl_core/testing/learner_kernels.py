@@ -23,6 +23,8 @@ tolerances, and the target network must not change. Loading the state
 before every step keeps float noise from compounding (a last-bit difference can
 flip a ReLU that sits at zero); :meth:`~DQNKernelConformance.test_free_run_matches_torch`
 also runs several steps without it, changing the batch size on the way.
+:meth:`~DQNKernelConformance.test_n_step_discounts_match_torch` checks the optional
+per-sample ``discount`` argument of ``step`` (n-step returns; skipped for a kernel without it).
 
 The cases (:data:`CASES`) cover double DQN on and off, the Huber loss in its
 linear regime (a small ``huber_delta``) and its quadratic one (a ``huber_delta``
@@ -237,6 +239,25 @@ class DQNKernelConformance:
             batch, w = _batch(case, rng)
             ra, rb = ref.update_policy(batch, w), cand.update_policy(batch, w)
             self._compare(case, f"step {i}", ref, cand, ra, rb, target_before)
+
+    @pytest.mark.parametrize("case", CASES[:2], ids=[c.id for c in CASES[:2]])
+    def test_n_step_discounts_match_torch(self, case):
+        """n-step batches (``steps`` in 1..4): the kernel gets ``discount = gamma ** steps`` (float32, optional
+        argument of ``step``); a kernel without it is skipped (the trainer then runs those batches in numpy)."""
+        from pearl_core.replay.storage import Batch
+
+        ref, cand, rng = self._pair(case)
+        for i in range(self.steps):
+            cand.load_state_dict(copy.deepcopy(ref.state_dict()))
+            target_before = _target(cand)
+            one, w = _batch(case, rng)
+            batch = Batch(one.obs, one.action, one.reward, one.next_obs, one.done,
+                          rng.integers(1, 5, len(one)).astype(np.int32))
+            ra, rb = ref.update_policy(batch, w), cand.update_policy(batch, w)
+            if not cand._engine._kernel_discount:
+                pytest.skip("the kernel's step takes no discount argument (optional; n-step batches then run in "
+                            "the numpy engine)")
+            self._compare(case, f"n-step step {i}", ref, cand, ra, rb, target_before)
 
     def test_free_run_matches_torch(self):
         """Steps without re-loading (the kernel carries the Adam state and counters), batch size changing."""

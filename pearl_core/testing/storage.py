@@ -102,7 +102,8 @@ def transitions(rng: np.random.Generator, spec: StorageSpec, n: int) -> tuple[np
 
     Inputs vary the way callers' data does: ``float64`` where ``float32`` is stored,
     ``int64`` for narrower integers, ``done`` as bools or 0/1 integers, NaN/inf and
-    ``-0.0`` in float observations (rewards stay finite).
+    ``-0.0`` in float observations (rewards stay finite), ``steps`` (n-step returns) in
+    ``1..5`` as ``int32`` or ``int64``.
     """
     obs = _values(rng, spec.obs_shape, spec.obs_dtype, n, specials=True)
     nxt = _values(rng, spec.obs_shape, spec.obs_dtype, n, specials=True)
@@ -113,7 +114,8 @@ def transitions(rng: np.random.Generator, spec: StorageSpec, n: int) -> tuple[np
     done = rng.random(n) < 0.3
     if rng.random() < 0.5:
         done = done.astype(np.int64 if rng.random() < 0.5 else np.uint8)
-    return obs, act, reward, nxt, done
+    steps = rng.integers(1, 6, n).astype(np.int32 if rng.random() < 0.5 else np.int64)
+    return obs, act, reward, nxt, done, steps
 
 
 def _add_sizes(capacity: int) -> st.SearchStrategy[int]:
@@ -317,6 +319,8 @@ BAD_CALLS: tuple[tuple[str, Callable], ...] = (
     ("one-transition-without-batch-axis", lambda sp, r, s: lambda t: t.add(*(a[0] for a in r))),
     ("lengths-differ", lambda sp, r, s: lambda t: t.add(*_with(r, action=lambda a: a[:-1]))),
     ("done-not-a-flag", lambda sp, r, s: lambda t: t.add(*_with(r, done=lambda d: np.array([0, 2, 1, 0])))),
+    ("steps-below-one", lambda sp, r, s: lambda t: t.add(*_with(r, steps=lambda k: np.array([1, 0, 2, 1])))),
+    ("float-steps", lambda sp, r, s: lambda t: t.add(*_with(r, steps=lambda k: np.ones(4, np.float32)))),
     ("string-obs", lambda sp, r, s: lambda t: t.add(*_with(r, obs=lambda o: np.full(o.shape, "a")))),
     ("ragged-obs", lambda sp, r, s: lambda t: t.add(*_with(r, obs=lambda o: [o[0], o[1, ..., :-1], o[2], o[3]]))),
     ("action-unsafe-cast", lambda sp, r, s: lambda t: t.add(*_with(r, action=lambda a: _bad_action(sp, a)))),

@@ -14,7 +14,7 @@
 #   metric        'throughput'
 #   script        '/home/me/train.py'
 #
-# Plan sha256 238845632346637066aaf379bafd0ff85cccadc3d10bd180e397883a69c5687e
+# Plan sha256 6021c453c1a804999a7b37e80f31c8654eaac7175463cdaa1049a2d49e724e83
 #   RM on 'cpu0', learner on 'cpu0', Data Storage on 'cpu0', setting 2 (co-located)
 #   predicted 1,025.0 us per iteration, 62,439 samples/s, 65.0 W; 1 feasible candidate(s)
 #   backends ('cpu',)
@@ -52,7 +52,7 @@ except Exception as exc:  # noqa: BLE001 - reported by main(), not as a tracebac
     USER_SCRIPT_ERROR = script_load_error(USER_SCRIPT, exc)
 
 PEARL_VERSION = '0.1.0'
-PLAN_HASH = '238845632346637066aaf379bafd0ff85cccadc3d10bd180e397883a69c5687e'
+PLAN_HASH = '6021c453c1a804999a7b37e80f31c8654eaac7175463cdaa1049a2d49e724e83'
 
 # Backends that drive the chosen devices; get_backend imports each plugin and checks it can run here.
 BACKENDS = ('cpu',)
@@ -75,6 +75,7 @@ RUN_CONFIG = RunConfig(
         eps=1e-06,
         stratified=True,
         frame_storage='auto',
+        n_step=1,
     ),
     batch_size=64,
     learning_starts=1000,
@@ -196,17 +197,17 @@ PLAN_JSON = (
     '    "comm_counted": false,\n'
     '    "feasible": true,\n'
     '    "iteration_s": 0.001025,\n'
-    '    "learner_comm_s": 1.07296e-05,\n'
+    '    "learner_comm_s": 1.07808e-05,\n'
     '    "learner_device": "cpu0",\n'
     '    "learner_s": 0.001,\n'
     '    "messages": {\n'
     '     "learner": [\n'
     '      {\n'
-    '       "cost_s": 5.6272e-06,\n'
+    '       "cost_s": 5.6784000000000006e-06,\n'
     '       "crossings": 0,\n'
     '       "dst": "cpu0",\n'
     '       "name": "training batch",\n'
-    '       "nbytes": 3136,\n'
+    '       "nbytes": 3392,\n'
     '       "src": "cpu0"\n'
     '      },\n'
     '      {\n'
@@ -238,16 +239,16 @@ PLAN_JSON = (
     '       "src": "cpu0"\n'
     '      },\n'
     '      {\n'
-    '       "cost_s": 5.0244000000000005e-06,\n'
+    '       "cost_s": 5.026000000000001e-06,\n'
     '       "crossings": 0,\n'
     '       "dst": "cpu0",\n'
     '       "name": "insertions",\n'
-    '       "nbytes": 122,\n'
+    '       "nbytes": 130,\n'
     '       "src": "cpu0"\n'
     '      }\n'
     '     ]\n'
     '    },\n'
-    '    "moved_bytes": 5818,\n'
+    '    "moved_bytes": 6082,\n'
     '    "power_w": 65.0,\n'
     '    "reason": "",\n'
     '    "rm_device": "cpu0",\n'
@@ -257,7 +258,7 @@ PLAN_JSON = (
     '    "setting": 2,\n'
     '    "throughput": 62439.024390243896,\n'
     '    "traffic_bytes": 0,\n'
-    '    "update_insert_comm_s": 1.02292e-05,\n'
+    '    "update_insert_comm_s": 1.02308e-05,\n'
     '    "update_insert_s": 2.6e-05\n'
     '   }\n'
     '  ],\n'
@@ -265,7 +266,7 @@ PLAN_JSON = (
     '  "ds_device": "cpu0",\n'
     '  "ds_options": [\n'
     '   {\n'
-    '    "cost_s": 1.56964e-05,\n'
+    '    "cost_s": 1.57492e-05,\n'
     '    "device": "cpu0",\n'
     '    "feasible": true,\n'
     '    "flows": [\n'
@@ -278,19 +279,19 @@ PLAN_JSON = (
     '      "src": "cpu0"\n'
     '     },\n'
     '     {\n'
-    '      "cost_s": 5.5760000000000005e-06,\n'
+    '      "cost_s": 5.6272e-06,\n'
     '      "crossings": 0,\n'
     '      "dst": "cpu0",\n'
     '      "name": "sampled experiences",\n'
-    '      "nbytes": 2880,\n'
+    '      "nbytes": 3136,\n'
     '      "src": "cpu0"\n'
     '     },\n'
     '     {\n'
-    '      "cost_s": 5.018e-06,\n'
+    '      "cost_s": 5.0196e-06,\n'
     '      "crossings": 0,\n'
     '      "dst": "cpu0",\n'
     '      "name": "insertions",\n'
-    '      "nbytes": 90,\n'
+    '      "nbytes": 98,\n'
     '      "src": "cpu0"\n'
     '     }\n'
     '    ],\n'
@@ -449,6 +450,7 @@ PLAN_JSON = (
     '  "priority_bytes": 8,\n'
     '  "replay": "prioritized",\n'
     '  "reward_bytes": 4,\n'
+    '  "steps_bytes": 4,\n'
     '  "stored_bytes": 0,\n'
     '  "trainer": "",\n'
     '  "trainer_kwargs": {},\n'

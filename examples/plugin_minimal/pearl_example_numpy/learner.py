@@ -5,7 +5,8 @@ The math of :meth:`pearl_core.backend.Backend.learner_kernel` (the same as
 it against that), with ``k = huber_delta`` and ``B`` the batch size:
 
 1. target: ``y = r + gamma * (1 - done) * Q_target(s')[a*]``, with ``a* = argmax Q_target(s')``,
-   or ``argmax Q(s')`` for double DQN;
+   or ``argmax Q(s')`` for double DQN; with the optional ``discount`` (n-step returns, float32
+   ``gamma ** k`` per sample) in place of ``gamma``;
 2. loss: ``delta = Q(s)[a] - y``, ``loss = mean(w * huber(delta))`` with ``huber(d) = d^2 / 2``
    for ``|d| <= k``, else ``k * (|d| - k / 2)``; so ``dloss/dq = clip(delta, -k, k) * w / B``;
 3. backward through the layers (the ReLU passes the gradient where its output is > 0);
@@ -64,7 +65,7 @@ class DQNMLPKernel:
             raise _fail("the batch size", ">= 1", batch)
 
     def step(self, obs, actions, rewards, next_obs, done, weights, gamma, huber_delta, max_grad_norm,
-             double_dqn, lr, beta1, beta2, eps):
+             double_dqn, lr, beta1, beta2, eps, discount=None):
         """One update; returns ``(|delta| per sample (float32), loss, mean q)``."""
         B, rows = self.batch, np.arange(self.batch)
         n_in, n_actions = self.online[0][0].shape[1], self.online[-1][0].shape[0]
@@ -77,7 +78,8 @@ class DQNMLPKernel:
         # 1. targets, from the target network (no gradient)
         q_next = self._forward(next_obs, self.target)[-1]
         a_star = (self._forward(next_obs, self.online)[-1] if double_dqn else q_next).argmax(axis=1)
-        y = rewards + np.float32(gamma) * ~done * q_next[rows, a_star]
+        disc = np.float32(gamma) if discount is None else discount  # per sample: gamma ** k (n-step returns)
+        y = rewards + disc * ~done * q_next[rows, a_star]
 
         # 2. the importance-weighted Huber loss and its gradient with respect to q
         outs = self._forward(obs, self.online)  # outs[i] is the input of layer i; outs[-1] is Q(s, .)

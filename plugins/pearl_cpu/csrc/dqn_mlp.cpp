@@ -346,11 +346,13 @@ class DQNMLPKernel {
   int64_t n_actions() const { return layers_.back().out; }
   int64_t in_features() const { return layers_.front().in; }
 
-  // One update; returns (|delta| per sample, loss, mean q).
+  // One update; returns (|delta| per sample, loss, mean q). discount (optional, float32 (B,), each in
+  // [0, 1]): the per-sample factor of the bootstrap term (gamma ** k of an n-step transition) in place
+  // of gamma; None keeps the scalar-gamma path exactly as it was.
   py::tuple step(const py::array& obs_in, const py::array& act_in, const py::array& rew_in,
                  const py::array& next_in, const py::array& done_in, const py::array& w_in, double gamma,
                  double huber, double max_grad_norm, bool double_dqn, double lr, double beta1, double beta2,
-                 double eps) {
+                 double eps, const py::object& discount_in) {
     const int64_t B = B_, F = in_features(), A = n_actions();
     auto obs = checked<float>(obs_in, {B, F}, "obs");
     auto nobs = checked<float>(next_in, {B, F}, "next_obs");
@@ -365,13 +367,23 @@ class DQNMLPKernel {
              std::to_string(A) + ")");
     if (!(gamma >= 0.0 && gamma <= 1.0)) fail("gamma must be in [0, 1]");
     if (!(huber > 0.0)) fail("huber_delta must be > 0");
+    py::array_t<float, py::array::c_style> disc;
+    const float* pdisc = nullptr;
+    if (!discount_in.is_none()) {
+      if (!py::isinstance<py::array>(discount_in)) fail("discount is not a numpy array (or None)");
+      disc = checked<float>(py::reinterpret_borrow<py::array>(discount_in), {B}, "discount");
+      pdisc = disc.data();
+      for (int64_t i = 0; i < B; ++i)
+        if (!(pdisc[i] >= 0.0f && pdisc[i] <= 1.0f))
+          fail("discount[" + std::to_string(i) + "] = " + std::to_string(pdisc[i]) + " is outside [0, 1]");
+    }
 
     py::array_t<float> td(B);
     float* ptd = td.mutable_data();
     double loss = 0.0, qsum = 0.0;
     {
       py::gil_scoped_release nogil;
-      run(obs.data(), a, rew.data(), nobs.data(), done.data(), w.data(), ptd, static_cast<float>(gamma),
+      run(obs.data(), a, rew.data(), nobs.data(), done.data(), w.data(), pdisc, ptd, static_cast<float>(gamma),
           static_cast<float>(huber), max_grad_norm, double_dqn, lr, beta1, beta2, eps, &loss, &qsum);
     }
     return py::make_tuple(td, loss, qsum / static_cast<double>(B));
@@ -407,7 +419,7 @@ class DQNMLPKernel {
   }
 
   void run(const float* obs, const int64_t* act, const float* rew, const float* nobs, const bool* done,
-           const float* w, float* td, float gamma, float k, double max_grad_norm, bool double_dqn, double lr, double b1,
+           const float* w, const float* disc, float* td, float gamma, float k, double max_grad_norm, bool double_dqn, double lr, double b1,
            double b2, double eps, double* loss_out, double* qsum_out) {
     const int64_t B = B_, A = n_actions();
     const size_t L = layers_.size();
@@ -443,7 +455,11 @@ class DQNMLPKernel {
         y[r] = m;
       }
     }
-    for (int64_t r = 0; r < B; ++r) y[r] = (done[r] ? 0.0f : y[r] * gamma) + rew[r];
+    if (disc != nullptr) {  // n-step returns: gamma ** k per sample
+      for (int64_t r = 0; r < B; ++r) y[r] = (done[r] ? 0.0f : y[r] * disc[r]) + rew[r];
+    } else {
+      for (int64_t r = 0; r < B; ++r) y[r] = (done[r] ? 0.0f : y[r] * gamma) + rew[r];
+    }
 
     // 2. loss, dL/dq
     float* gl = g_[L - 1].data();
@@ -583,5 +599,6 @@ PYBIND11_MODULE(_learner, m) {
                     "setting n >= 2 gives 2")
       .def("step", &DQNMLPKernel::step, py::arg("obs"), py::arg("actions"), py::arg("rewards"), py::arg("next_obs"),
            py::arg("done"), py::arg("weights"), py::arg("gamma"), py::arg("huber_delta"), py::arg("max_grad_norm"),
-           py::arg("double_dqn"), py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"));
+           py::arg("double_dqn"), py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"),
+           py::arg("discount") = py::none());
 }

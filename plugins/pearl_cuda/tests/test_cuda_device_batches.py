@@ -33,7 +33,7 @@ _spec.loader.exec_module(fake_cupy)
 TORCH_STREAM = fake_cupy.Stream()  # stands for torch's current stream on the GPU
 
 SPECS = {
-    "vector-discrete": StorageSpec((4,), np.float32, (), np.int64),  # row: 16 + 8 + 4 + 16 + 1 = 45 bytes
+    "vector-discrete": StorageSpec((4,), np.float32, (), np.int64),  # row: 16 + 8 + 4 + 16 + 1 + 4 = 49 bytes
     "image-u8-box-action": StorageSpec((3, 5, 5), np.uint8, (2,), np.float32),
     "bool-obs": StorageSpec((3,), np.bool_, (), np.int32),
 }
@@ -146,7 +146,7 @@ def test_the_host_path_is_unchanged_beside_the_device_path():
     got = dev._take(idx)
     assert all(type(getattr(got, name)) is np.ndarray for name in TRANSITION_FIELDS)
     np.testing.assert_array_equal(got.obs, host.gather(idx).obs)
-    assert dev.bytes_d2h == 4 * 45 and dev.batches_on_device == 0
+    assert dev.bytes_d2h == 4 * 49 and dev.batches_on_device == 0
 
 
 def test_a_callers_own_tensors_work_and_bad_ones_are_refused_before_any_device_work():
@@ -257,7 +257,7 @@ def test_prioritized_replay_into_the_device_slot_trains_like_the_host_path(monke
         assert on_device.updates == updates == dev_st.batches_on_device
         assert host_st.batches_on_device == 0
         assert dev_st.bytes_d2h == 0  # no batch row came back
-        assert host_st.bytes_d2h == updates * batch * 45  # today's path: every batch came back
-        assert dev_st.bytes_h2d == host_st.bytes_h2d == 8 * 40 * 45 + updates * batch * 8  # rows + indices
+        assert host_st.bytes_d2h == updates * batch * 49  # today's path: every batch came back
+        assert dev_st.bytes_h2d == host_st.bytes_h2d == 8 * 40 * 49 + updates * batch * 8  # rows + indices
     finally:
         kernels.load.cache_clear()

@@ -154,17 +154,17 @@ def test_the_fake_catches_a_staging_slot_reused_too_early(monkeypatch):
 
 
 def test_byte_counters_and_device():
-    spec = SPECS["vector-discrete"]  # row: obs 16 + action 8 + reward 4 + next_obs 16 + done 1 = 45 bytes
+    spec = SPECS["vector-discrete"]  # row: obs 16 + action 8 + reward 4 + next_obs 16 + done 1 + steps 4 = 49 bytes
     dev = _make(spec, 100)
     assert dev.device == "cuda:0" and (dev.bytes_h2d, dev.bytes_d2h) == (0, 0)
     rng = np.random.default_rng(4)
     dev.add(*_rows(rng, spec, 10))
-    assert dev.bytes_h2d == 10 * 45
+    assert dev.bytes_h2d == 10 * 49
     dev.gather(np.arange(4))
-    assert dev.bytes_h2d == 10 * 45 + 4 * 8  # the indices went to the device
-    assert dev.bytes_d2h == 4 * 45  # the batch came back
+    assert dev.bytes_h2d == 10 * 49 + 4 * 8  # the indices went to the device
+    assert dev.bytes_d2h == 4 * 49  # the batch came back
     dev.field("reward")
-    assert dev.bytes_d2h == 4 * 45 + 100 * 4
+    assert dev.bytes_d2h == 4 * 49 + 100 * 4
     f = dev.field("obs")
     assert not f.flags.writeable and type(f) is np.ndarray
     assert "cuda:0" in repr(dev)
@@ -173,11 +173,11 @@ def test_byte_counters_and_device():
 def test_staging_is_pinned_and_sized_from_the_row_bytes():
     from pearl_cuda.storage import DEFAULT_STAGING_BYTES
 
-    spec = SPECS["image-u8-box-action"]  # row: 75 + 8 + 4 + 75 + 1 = 163 bytes
+    spec = SPECS["image-u8-box-action"]  # row: 75 + 8 + 4 + 75 + 1 + 4 = 167 bytes
     before = fake_cupy.STATS["pinned_bytes"]
     dev = _make(spec, 10**5, staging_slots=2)
-    assert dev.staging_rows == DEFAULT_STAGING_BYTES // 163
-    assert fake_cupy.STATS["pinned_bytes"] - before == 2 * dev.staging_rows * 163
+    assert dev.staging_rows == DEFAULT_STAGING_BYTES // 167
+    assert fake_cupy.STATS["pinned_bytes"] - before == 2 * dev.staging_rows * 167
     assert _make(spec, 10).staging_rows == 10  # never more rows than the capacity
 
 
@@ -303,6 +303,6 @@ def test_prioritized_replay_over_gpu_storage_and_gpu_tree_matches_the_host(monke
         st = gpu.storage
         # sampled into host arrays (no device slot, see test_cuda_device_batches.py for the slot): every
         # batch came back to the host, the round trip the README states for that path
-        assert st.bytes_d2h == 6 * 32 * 45 and st.bytes_h2d == 300 * 45 + 6 * 32 * 8
+        assert st.bytes_d2h == 6 * 32 * 49 and st.bytes_h2d == 300 * 49 + 6 * 32 * 8
     finally:
         kernels.load.cache_clear()

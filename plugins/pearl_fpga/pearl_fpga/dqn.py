@@ -40,6 +40,10 @@ class FpgaDQN(DQN):
     (:meth:`pearl_fpga.backend.FpgaBackend.device_trainer` passes the plan's ``dp``/``uf``).
     """
 
+    #: The pipeline's target stage takes one scalar ``gamma`` (no per-sample ``gamma ** k``): a run with
+    #: n-step returns (``ReplayConfig.n_step > 1``) is refused rather than bootstrapped wrongly.
+    supports_n_step = False
+
     def __init__(self, observation_space, action_space, *, dp: int = 1, uf: int | str | tuple = 1,
                  runtime: Runtime | None = None, **kwargs):
         if kwargs.get("device", "cpu") != "cpu":
