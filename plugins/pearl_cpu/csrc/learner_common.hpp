@@ -95,11 +95,13 @@ inline F32 held(const std::string& who, const py::handle& obj, const std::vector
 }
 
 // torch's Adam, as its fused CPU kernel computes it: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
-// p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+// p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps). Like torch, 1 - b1 and 1 - b2 are
+// computed in double and then rounded (1.0f - 0.999f is 1.3e-5 away from float(1 - 0.999)). Torch's
+// vectorised loop also fuses multiply-adds (FMA); this one does not: the results differ in the last
+// bit, not in the rule.
 PEARL_VECTOR_CLONES inline void adam_loop(float* __restrict p, const float* __restrict g, float* __restrict m,
                                           float* __restrict v, int64_t n, float step_size, float bc2_sqrt, float b1,
-                                          float b2, float eps) {
-  const float c1 = 1.0f - b1, c2 = 1.0f - b2;
+                                          float b2, float c1, float c2, float eps) {
   for (int64_t e = 0; e < n; ++e) {
     const float gr = g[e];
     const float me = b1 * m[e] + c1 * gr;
@@ -116,7 +118,8 @@ inline void adam(float* p, const float* g, float* m, float* v, int64_t n, float 
   const double bc1 = 1.0 - std::pow(b1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(b2, static_cast<double>(step));
   adam_loop(p, g, m, v, n, static_cast<float>(lr / bc1), static_cast<float>(std::sqrt(bc2)), static_cast<float>(b1),
-            static_cast<float>(b2), static_cast<float>(eps));
+            static_cast<float>(b2), static_cast<float>(1.0 - b1), static_cast<float>(1.0 - b2),
+            static_cast<float>(eps));
 }
 
 // The scale torch.nn.utils.clip_grad_norm_ applies to `n` gradients (1 when no clipping is due):
