@@ -23,6 +23,10 @@ when absent, as :class:`~pearl_core.algorithms.mlp_engine.MLPDQNEngine` does), s
 ``state_dict()``, checkpoints, ``get_weights()`` and the torch path all see one state: the
 engine can switch mid-run. A trainer whose optimizers are not plain Adam (a user swapped
 one) takes the torch path.
+
+Threads: a kernel with a ``threads`` attribute (the CPU plugin's: the caller's thread and one
+help-first helper) gets the learner's threads (:meth:`NativeEngineThreads.use_threads`, else
+torch's intra-op count), and BLAS runs one thread in each of its threads.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from torch import nn
 
 from pearl_core.errors import KernelUnavailableError, SpecError
 
-__all__ = ["ENGINES", "ActorCriticEngine", "choose_engine"]
+__all__ = ["ENGINES", "ActorCriticEngine", "NativeEngineThreads", "choose_engine", "native_inputs"]
 
 ENGINES = ("auto", "native", "torch")
 
@@ -111,6 +115,9 @@ class ActorCriticEngine:
         self._kernel: Any = None
         self._key: tuple = ()
         self._discount: np.ndarray | None = None
+        self._kernel_threads: int | None = None  # what the kernel's ``threads`` was last set to
+        #: The learner's threads as the runtime gives them (``use_threads``); ``None``: torch's count.
+        self.threads: int | None = None
 
     def __deepcopy__(self, memo: dict) -> "ActorCriticEngine":
         import copy
@@ -152,7 +159,7 @@ class ActorCriticEngine:
         k = self._kernel
         if k is not None and k.batch == B and all(a is not None and a is b for a, b in zip(key, self._key)) \
                 and len(key) == len(self._key):
-            return k
+            return self._set_threads(k)
         adams = [_adam_arrays(opt, ps) for opt, ps in opts]
         self._key = tuple(a[3] for a in adams)
         t = self.t
@@ -170,7 +177,19 @@ class ActorCriticEngine:
         else:
             self._kernel = self.factory(_layers(t.actor), _layers(t.actor_target), c_layers, ct_layers, actor_adam,
                                         critic_adam, B)
-        return self._kernel
+        self._kernel_threads = None  # a new kernel: its threads are set now
+        return self._set_threads(self._kernel)
+
+    def learner_threads(self) -> int:
+        """The learner's threads: :attr:`threads` where the runtime set it, else torch's intra-op count."""
+        return max(1, int(self.threads or torch.get_num_threads()))
+
+    def _set_threads(self, k: Any) -> Any:
+        if hasattr(k, "threads"):
+            n = self.learner_threads()
+            if self._kernel_threads != n:
+                k.threads = self._kernel_threads = n
+        return k
 
     def discount(self, B: int) -> np.ndarray:
         """``gamma`` per sample, ``(B,)`` float32 (kept between updates)."""
@@ -182,7 +201,8 @@ class ActorCriticEngine:
     def _blas(self) -> None:
         from pearl_core.algorithms.mlp_engine import _blas_threads
 
-        _blas_threads(max(1, torch.get_num_threads()))
+        # a kernel that runs its own threads calls BLAS single-threaded from each of them
+        _blas_threads(1 if hasattr(self._kernel, "threads") else self.learner_threads())
 
     # -- one update ----------------------------------------------------------------------------
     def td3_step(self, inputs: tuple, noise: np.ndarray | None, actor_update: bool) -> tuple:
@@ -206,6 +226,28 @@ class ActorCriticEngine:
         return k.step(obs, act, rew, next_obs, done, w, self.discount(B), eps_next, eps_pi,
                       float(t.max_grad_norm or 0.0), float(t.tau), float(t.target_entropy),
                       _hp(t.critic_optimizer), _hp(t.actor_optimizer), alpha_hp)
+
+
+class NativeEngineThreads:
+    """What TD3, DDPG and SAC share about threads with a native step (as DQN's native step does)."""
+
+    _engine: ActorCriticEngine | None
+
+    @property
+    def threads_yield(self) -> bool:
+        """With the native step: its helper thread is help-first (``pearl_cpu``'s ``csrc/helper_pool.hpp``)."""
+        return self._engine is not None
+
+    def use_threads(self, n: int) -> None:
+        """The plan's learner threads. With the native step they are its own (the CPU backend's runs
+        a help-first helper next to the caller) and torch's pool stays at one thread, so no OpenMP
+        thread spins against the actors between updates; otherwise torch's intra-op threads."""
+        eng = self._engine
+        if eng is not None and eng.handles():
+            eng.threads = int(n)
+            torch.set_num_threads(1)
+        else:
+            super().use_threads(n)  # type: ignore[misc]
 
 
 def native_inputs(trainer: Any, batch, weights) -> tuple[np.ndarray, ...]:

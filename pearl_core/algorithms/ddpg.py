@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pearl_core.algorithms.ac_engine import choose_engine, native_inputs
+from pearl_core.algorithms.ac_engine import NativeEngineThreads, choose_engine, native_inputs
 from pearl_core.algorithms.common import (BoxActions, CountedTrainer, adam, check_hidden, check_positive, check_unit,
                                           hard_update, mlp, polyak_update, reward_done_weights,
                                           tanh_actor_actions)
@@ -38,7 +38,7 @@ from pearl_core.trainer import UpdateResult
 __all__ = ["DDPG"]
 
 
-class DDPG(CountedTrainer):
+class DDPG(NativeEngineThreads, CountedTrainer):
     """DDPG with target networks, Gaussian exploration and per-sample TD errors.
 
     Args:

@@ -57,7 +57,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from pearl_core.algorithms.ac_engine import choose_engine, native_inputs
+from pearl_core.algorithms.ac_engine import NativeEngineThreads, choose_engine, native_inputs
 from pearl_core.algorithms.common import adam, check_hidden, check_positive, mlp, polyak_update
 from pearl_core.algorithms.twin_critic import TwinCriticTrainer
 from pearl_core.errors import SpecError
@@ -90,7 +90,7 @@ class LogAlpha(nn.Module):
         self.value = nn.Parameter(torch.tensor(float(value)))
 
 
-class SAC(TwinCriticTrainer):
+class SAC(NativeEngineThreads, TwinCriticTrainer):
     """SAC: squashed Gaussian actor, twin soft critics with Polyak targets, automatic entropy tuning.
 
     Args:

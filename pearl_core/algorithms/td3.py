@@ -51,7 +51,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pearl_core.algorithms.ac_engine import choose_engine, native_inputs
+from pearl_core.algorithms.ac_engine import NativeEngineThreads, choose_engine, native_inputs
 from pearl_core.algorithms.common import (adam, check_hidden, check_positive, check_unit, hard_update, mlp,
                                           polyak_update, tanh_actor_actions)
 from pearl_core.algorithms.twin_critic import TwinCriticTrainer
@@ -60,7 +60,7 @@ from pearl_core.trainer import UpdateResult
 __all__ = ["TD3"]
 
 
-class TD3(TwinCriticTrainer):
+class TD3(NativeEngineThreads, TwinCriticTrainer):
     """TD3: twin critics, target policy smoothing, delayed actor and target updates.
 
     Args:

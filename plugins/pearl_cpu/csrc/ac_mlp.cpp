@@ -37,8 +37,15 @@
 // Parameters, target parameters and Adam state are the caller's arrays (numpy views of the torch
 // tensors), held by reference for the kernel's life and written in place. Every per-call input is
 // checked before anything is written: bad input raises ValueError and changes nothing. The GIL is
-// released for the arithmetic. One thread (the caller's); BLAS runs with the threads numpy's
-// BLAS is given.
+// released for the arithmetic.
+//
+// Threads (`threads` = 2): independent work runs on the caller's thread and one help-first helper
+// (csrc/helper_pool.hpp, the DQN step's design): the target networks' forwards next to the online
+// critics' forwards, critic 1's backward next to critic 2's, the two critics' forwards and input
+// gradients in SAC's actor step, each layer's weight gradient next to its input gradient where one
+// network is back-propagated alone, half of every Adam update next to the other half, and the
+// Polyak steps. Every product and loop is the same call on the same data whichever thread runs it,
+// so the result is bitwise that of `threads` = 1 (the tests check it). BLAS then runs one thread in each.
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -51,6 +58,7 @@
 #include <string>
 #include <vector>
 
+#include "helper_pool.hpp"
 #include "learner_common.hpp"
 
 namespace py = pybind11;
@@ -78,7 +86,7 @@ struct Net {
 // The parameters of one torch optimizer (in its order), their Adam state and gradients.
 struct Group {
   std::vector<float*> p, m, v;
-  std::vector<int64_t> n;
+  std::vector<int64_t> n, off;  // sizes, and offsets into grads
   float* steps = nullptr;
   std::vector<float> grads;  // flat; every parameter's gradient is a slice
 };
@@ -163,6 +171,7 @@ class Kernel {
           g.v.push_back(keep(held(who_, vs[k], shape, what + " exp_avg_sq")));
           const int64_t sz = part == 0 ? l.out * l.in : l.out;
           g.n.push_back(sz);
+          g.off.push_back(off);
           (part == 0 ? l.gW : l.gb) = g.grads.data() + off;
           off += sz;
         }
@@ -213,41 +222,60 @@ class Kernel {
   // Back-propagates grads[L-1] (dLoss/d output, B x out) through the online network whose forward
   // on x left `acts`. weights: write every layer's weight and bias gradient; gin (B x nc): the
   // gradient of the input's columns [c0, c0 + nc). grads[i] are overwritten on the way down.
+  // With a helper (hp), each layer's weight gradient is computed there, next to its input gradient here.
   void backward(const Net& net, const float* x, const Bufs& acts, Bufs& grads, bool weights, float* gin, int64_t c0,
-                int64_t nc) const {
+                int64_t nc, Helper* hp = nullptr) const {
     const int64_t B = B_;
     for (size_t ii = net.L.size(); ii-- > 0;) {
       const Lin& l = net.L[ii];
       const float* g = grads[ii].data();
       const float* inp = ii ? acts[ii - 1].data() : x;
-      if (weights) {
+      auto wgrads = [this, &l, g, inp, B, weights] {
+        if (!weights) return;
         gemm_(true, false, l.out, l.in, B, g, l.out, inp, l.in, 0.0f, l.gW, l.in);  // dW = g^T inp
         std::fill(l.gb, l.gb + l.out, 0.0f);
         for (int64_t r = 0; r < B; ++r) {
           const float* row = g + r * l.out;
           for (int64_t j = 0; j < l.out; ++j) l.gb[j] += row[j];
         }
-      }
-      if (ii) {
-        float* gp = grads[ii - 1].data();
-        gemm_(false, false, B, l.in, l.out, g, l.out, l.W, l.in, 0.0f, gp, l.in);  // dX = g W
-        for (int64_t e = 0; e < B * l.in; ++e) gp[e] = inp[e] > 0.0f ? gp[e] : 0.0f;  // ReLU'
-      } else if (gin != nullptr) {
-        gemm_(false, false, B, nc, l.out, g, l.out, l.W + c0, l.in, 0.0f, gin, nc);  // columns of g W
+      };
+      auto xgrads = [&, g, inp] {
+        if (ii) {
+          float* gp = grads[ii - 1].data();
+          gemm_(false, false, B, l.in, l.out, g, l.out, l.W, l.in, 0.0f, gp, l.in);  // dX = g W
+          for (int64_t e = 0; e < B * l.in; ++e) gp[e] = inp[e] > 0.0f ? gp[e] : 0.0f;  // ReLU'
+        } else if (gin != nullptr) {
+          gemm_(false, false, B, nc, l.out, g, l.out, l.W + c0, l.in, 0.0f, gin, nc);  // columns of g W
+        }
+      };
+      if (weights && (ii || gin != nullptr)) {
+        both(hp, xgrads, wgrads);
+      } else {
+        wgrads();
+        xgrads();
       }
     }
   }
 
-  // Clipping (max_norm > 0) and one Adam step over the group.
-  static void step_group(Group& g, double max_norm, const AdamHP& h) {
+  // Clipping (max_norm > 0) and one Adam step over the group (with a helper: it takes the second
+  // half of every parameter array; Adam is elementwise, so the split changes no result).
+  void step_group(Group& g, double max_norm, const AdamHP& h, Helper* hp) {
     const float c = clip_coef(g.grads.data(), g.grads.size(), max_norm);
     if (c < 1.0f)
       for (float& e : g.grads) e *= c;
-    const float* gr = g.grads.data();
-    for (size_t i = 0; i < g.p.size(); ++i) {
-      const float step = g.steps[i] += 1.0f;
-      adam(g.p[i], gr, g.m[i], g.v[i], g.n[i], step, h.lr, h.b1, h.b2, h.eps);
-      gr += g.n[i];
+    steps_.resize(g.p.size());
+    for (size_t i = 0; i < g.p.size(); ++i) steps_[i] = g.steps[i] += 1.0f;
+    auto part = [&](int which) {  // 0: everything, 1: first halves, 2: second halves
+      for (size_t i = 0; i < g.p.size(); ++i) {
+        const int64_t n = g.n[i], lo = which == 2 ? n / 2 : 0, hi = which == 1 ? n / 2 : n;
+        const float* gr = g.grads.data() + g.off[i];
+        adam(g.p[i] + lo, gr + lo, g.m[i] + lo, g.v[i] + lo, hi - lo, steps_[i], h.lr, h.b1, h.b2, h.eps);
+      }
+    };
+    if (hp != nullptr) {
+      both(hp, [&] { part(1); }, [&] { part(2); });
+    } else {
+      part(0);
     }
   }
 
@@ -275,15 +303,20 @@ class Kernel {
     }
   }
 
-  // The critic step shared by both kernels: targets y given; returns the critic loss, writes td
-  // and the sum of Q1(s, a).
+  // The online critics on sa (B x (F + A)), into c_acts_.
+  void critic_forward(const float* sa) {
+    for (size_t c = 0; c < critics_.size(); ++c) forward(critics_[c], sa, false, c_acts_[c]);
+  }
+
+  // The rest of the critic step shared by both kernels (critic_forward(sa) has run): targets y given;
+  // returns the critic loss, writes td and the sum of Q1(s, a).
   double critic_step(const float* sa, const float* y, const float* w, float* td, double max_norm, const AdamHP& h,
-                     double* q1sum) {
+                     double* q1sum, Helper* hp) {
     const int64_t B = B_;
     const size_t nc = critics_.size();
     const float invB = 1.0f / static_cast<float>(B);
     const float* q[2] = {nullptr, nullptr};
-    for (size_t c = 0; c < nc; ++c) q[c] = forward(critics_[c], sa, false, c_acts_[c]);
+    for (size_t c = 0; c < nc; ++c) q[c] = c_acts_[c][critics_[c].L.size() - 1].data();
     double loss = 0.0, qs = 0.0;
     for (int64_t r = 0; r < B; ++r) {
       float sq = 0.0f, ad = 0.0f;
@@ -298,8 +331,13 @@ class Kernel {
       qs += q[0][r];
       td[r] = nc == 2 ? ad * 0.5f : ad;
     }
-    for (size_t c = 0; c < nc; ++c) backward(critics_[c], sa, c_acts_[c], c_grads_[c], true, nullptr, 0, 0);
-    step_group(critic_g_, max_norm, h);
+    if (nc == 2) {
+      both(hp, [&] { backward(critics_[0], sa, c_acts_[0], c_grads_[0], true, nullptr, 0, 0); },
+           [&] { backward(critics_[1], sa, c_acts_[1], c_grads_[1], true, nullptr, 0, 0); });
+    } else {
+      backward(critics_[0], sa, c_acts_[0], c_grads_[0], true, nullptr, 0, 0, hp);
+    }
+    step_group(critic_g_, max_norm, h, hp);
     *q1sum = qs;
     return loss / static_cast<double>(B);
   }
@@ -360,12 +398,19 @@ class Kernel {
   std::vector<Net> critics_;  // reserved up front: pointers into it are held
   Group critic_g_;
   std::vector<Bufs> c_acts_, c_grads_, ct_acts_;
+  std::vector<float> steps_;
+  HelperSlot helper_;  // threads >= 2 (see set_threads)
 
  public:
   int64_t batch() const { return B_; }
   int64_t n_critics() const { return static_cast<int64_t>(critics_.size()); }
   int64_t act_dim() const { return act_dim_; }
-  int threads() const { return 1; }
+  int threads() const { return helper_.on() ? 2 : 1; }
+  // 1: the caller's thread only; >= 2: the caller's and one helper.
+  void set_threads(int n) {
+    if (n < 1) fail(who_, "threads = " + std::to_string(n) + "; expected an integer >= 1");
+    helper_.set(n >= 2);
+  }
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -433,26 +478,30 @@ class TD3MLPKernel : public Kernel {
     const int64_t B = B_, F = actor_.in(), A = act_dim_;
     const size_t nc = critics_.size();
     float* y = y_.data();
+    Helper* hp = helper_.get();  // started here, on the first step that uses it
 
     // 1. targets: a' = clamp(tanh(mu'(s')) + noise, -1, 1); y = r + discount (1 - done) min_i Qi'(s', a')
-    const float* pre = forward(actor_, b.nobs, true, at_acts_);
-    float* na = na_.data();
-    for (int64_t e = 0; e < B * A; ++e) {
-      float a = std::tanh(pre[e]);
-      if (noise != nullptr) a = std::min(std::max(a + noise[e], -1.0f), 1.0f);
-      na[e] = a;
-    }
-    concat(b.nobs, F, na, A, nsa_.data());
+    //    (and, on the helper, the online critics' forward on (s, a))
+    concat(b.obs, F, b.act, A, sa_.data());
     const float* qt[2] = {nullptr, nullptr};
-    for (size_t c = 0; c < nc; ++c) qt[c] = forward(critics_[c], nsa_.data(), true, ct_acts_[c]);
+    both(hp, [&] {
+      const float* pre = forward(actor_, b.nobs, true, at_acts_);
+      float* na = na_.data();
+      for (int64_t e = 0; e < B * A; ++e) {
+        float a = std::tanh(pre[e]);
+        if (noise != nullptr) a = std::min(std::max(a + noise[e], -1.0f), 1.0f);
+        na[e] = a;
+      }
+      concat(b.nobs, F, na, A, nsa_.data());
+      for (size_t c = 0; c < nc; ++c) qt[c] = forward(critics_[c], nsa_.data(), true, ct_acts_[c]);
+    }, [&] { critic_forward(sa_.data()); });
     for (int64_t r = 0; r < B; ++r) {
       const float qn = nc == 2 ? std::min(qt[0][r], qt[1][r]) : qt[0][r];
       y[r] = b.done[r] ? b.rew[r] : b.rew[r] + b.disc[r] * qn;
     }
 
     // 2. the critics
-    concat(b.obs, F, b.act, A, sa_.data());
-    *closs = critic_step(sa_.data(), y, b.w, td, max_norm, ch, q1sum);
+    *closs = critic_step(sa_.data(), y, b.w, td, max_norm, ch, q1sum, hp);
     if (!actor_update) return;
 
     // 3. the actor through the updated critic 1: loss = -mean(Q1(s, tanh(mu(s))))
@@ -473,12 +522,16 @@ class TD3MLPKernel : public Kernel {
     backward(c1, sa_.data(), c_acts_[0], c_grads_[0], false, dpi_.data(), F, A);  // dLoss/d pi
     float* ga = a_grads_[actor_.L.size() - 1].data();
     for (int64_t e = 0; e < B * A; ++e) ga[e] = dpi_[e] * (1.0f - pi[e] * pi[e]);  // tanh'
-    backward(actor_, b.obs, a_acts_, a_grads_, true, nullptr, 0, 0);
-    step_group(actor_g_, max_norm, ah);
+    backward(actor_, b.obs, a_acts_, a_grads_, true, nullptr, 0, 0, hp);
+    step_group(actor_g_, max_norm, ah, hp);
 
     // 4. every target moves towards its network
-    polyak(actor_, tau);
-    for (const Net& c : critics_) polyak(c, tau);
+    both(hp, [&] {
+      polyak(actor_, tau);
+      polyak(critics_[0], tau);
+    }, [&] {
+      if (nc == 2) polyak(critics_[1], tau);
+    });
   }
 
   Net actor_;
@@ -597,21 +650,26 @@ class SACMLPKernel : public Kernel {
     const int64_t B = B_, F = actor_.in(), A = act_dim_;
     const float alpha = std::exp(*log_alpha_);
     float* y = y_.data();
+    Helper* hp = helper_.get();
 
     // 1. soft targets: y = r + discount (1 - done) (min_i Qi'(s', a') - alpha log pi(a'|s'))
-    sample(b.nobs, eps_next, an_acts_, u_.data(), na_.data(), nlp_.data());
-    concat(b.nobs, F, na_.data(), A, nsa_.data());
-    const float* q1t = forward(critics_[0], nsa_.data(), true, ct_acts_[0]);
-    const float* q2t = forward(critics_[1], nsa_.data(), true, ct_acts_[1]);
+    //    (and, on the helper, the online critics' forward on (s, a))
+    concat(b.obs, F, b.act, A, sa_.data());
+    const float *q1t = nullptr, *q2t = nullptr;
+    both(hp, [&] {
+      sample(b.nobs, eps_next, an_acts_, u_.data(), na_.data(), nlp_.data());
+      concat(b.nobs, F, na_.data(), A, nsa_.data());
+      q1t = forward(critics_[0], nsa_.data(), true, ct_acts_[0]);
+      q2t = forward(critics_[1], nsa_.data(), true, ct_acts_[1]);
+    }, [&] { critic_forward(sa_.data()); });
     for (int64_t r = 0; r < B; ++r) {
       const float soft = std::min(q1t[r], q2t[r]) - alpha * nlp_[r];
       y[r] = b.done[r] ? b.rew[r] : b.rew[r] + b.disc[r] * soft;
     }
 
     // 2. the critics
-    concat(b.obs, F, b.act, A, sa_.data());
     double q1sum = 0.0;
-    m[0] = critic_step(sa_.data(), y, b.w, td, max_norm, ch, &q1sum);
+    m[0] = critic_step(sa_.data(), y, b.w, td, max_norm, ch, &q1sum, hp);
     m[1] = q1sum;
 
     // 3. the actor: loss = mean(alpha lp - min(Q1, Q2)(s, a)), a ~ pi(.|s), through the updated critics
@@ -620,8 +678,9 @@ class SACMLPKernel : public Kernel {
     float* lp = lp_.data();
     sample(b.obs, eps_pi, a_acts_, u, pi, lp);
     concat(b.obs, F, pi, A, sa_.data());
-    const float* q1 = forward(critics_[0], sa_.data(), false, c_acts_[0]);
-    const float* q2 = forward(critics_[1], sa_.data(), false, c_acts_[1]);
+    const float *q1 = nullptr, *q2 = nullptr;
+    both(hp, [&] { q1 = forward(critics_[0], sa_.data(), false, c_acts_[0]); },
+         [&] { q2 = forward(critics_[1], sa_.data(), false, c_acts_[1]); });
     const float invB = 1.0f / static_cast<float>(B);
     float* g1 = c_grads_[0][critics_[0].L.size() - 1].data();
     float* g2 = c_grads_[1][critics_[1].L.size() - 1].data();
@@ -637,8 +696,8 @@ class SACMLPKernel : public Kernel {
     }
     m[2] = loss / static_cast<double>(B);
     m[3] = -lpsum / static_cast<double>(B);
-    backward(critics_[0], sa_.data(), c_acts_[0], c_grads_[0], false, da1_.data(), F, A);
-    backward(critics_[1], sa_.data(), c_acts_[1], c_grads_[1], false, da2_.data(), F, A);
+    both(hp, [&] { backward(critics_[0], sa_.data(), c_acts_[0], c_grads_[0], false, da1_.data(), F, A); },
+         [&] { backward(critics_[1], sa_.data(), c_acts_[1], c_grads_[1], false, da2_.data(), F, A); });
     // through the squash, the log-density and the clamp to the actor's outputs [mean | log_std]
     const float* out = a_acts_[actor_.L.size() - 1].data();
     float* go = a_grads_[actor_.L.size() - 1].data();
@@ -664,8 +723,8 @@ class SACMLPKernel : public Kernel {
         go[r * 2 * A + A + j] = (raw >= kLogStdMin && raw <= kLogStdMax) ? dls : 0.0f;
       }
     }
-    backward(actor_, b.obs, a_acts_, a_grads_, true, nullptr, 0, 0);
-    step_group(actor_g_, max_norm, ah);
+    backward(actor_, b.obs, a_acts_, a_grads_, true, nullptr, 0, 0, hp);
+    step_group(actor_g_, max_norm, ah, hp);
 
     // 4. alpha: loss = -mean(log_alpha (lp + target_entropy))
     if (auto_alpha_) {
@@ -683,8 +742,7 @@ class SACMLPKernel : public Kernel {
     }
 
     // 5. the target critics
-    polyak(critics_[0], tau);
-    polyak(critics_[1], tau);
+    both(hp, [&] { polyak(critics_[0], tau); }, [&] { polyak(critics_[1], tau); });
   }
 
   Net actor_;
@@ -708,6 +766,9 @@ PYBIND11_MODULE(_learner_ac, m) {
       .def_property_readonly("n_critics", &TD3MLPKernel::n_critics)
       .def_property_readonly("act_dim", &TD3MLPKernel::act_dim)
       .def_property_readonly("in_features", &TD3MLPKernel::in_features)
+      .def_property("threads", &TD3MLPKernel::threads, &TD3MLPKernel::set_threads,
+                    "threads a step uses: 1 (the caller's), or 2 (the caller's and a help-first helper); "
+                    "setting n >= 2 gives 2")
       .def("step", &TD3MLPKernel::step, py::arg("obs"), py::arg("actions"), py::arg("rewards"), py::arg("next_obs"),
            py::arg("done"), py::arg("weights"), py::arg("discount"), py::arg("noise"), py::arg("actor_update"),
            py::arg("max_grad_norm"), py::arg("tau"), py::arg("critic_adam"), py::arg("actor_adam"));
@@ -721,6 +782,9 @@ PYBIND11_MODULE(_learner_ac, m) {
       .def_property_readonly("act_dim", &SACMLPKernel::act_dim)
       .def_property_readonly("in_features", &SACMLPKernel::in_features)
       .def_property_readonly("auto_alpha", &SACMLPKernel::auto_alpha)
+      .def_property("threads", &SACMLPKernel::threads, &SACMLPKernel::set_threads,
+                    "threads a step uses: 1 (the caller's), or 2 (the caller's and a help-first helper); "
+                    "setting n >= 2 gives 2")
       .def("step", &SACMLPKernel::step, py::arg("obs"), py::arg("actions"), py::arg("rewards"), py::arg("next_obs"),
            py::arg("done"), py::arg("weights"), py::arg("discount"), py::arg("eps_next"), py::arg("eps_pi"),
            py::arg("max_grad_norm"), py::arg("tau"), py::arg("target_entropy"), py::arg("critic_adam"),

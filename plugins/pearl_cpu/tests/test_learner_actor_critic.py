@@ -328,3 +328,89 @@ def test_native_needs_relu_mlps_on_the_cpu():
     s.critic2[1] = torch.nn.Tanh()
     with pytest.raises(SpecError, match="critics that are not ReLU MLPs"):
         choose_engine(s, "SAC", "native", kernel_lookup("cpu"), "sac_mlp", "sac")
+
+
+# -- threads -----------------------------------------------------------------------------------
+def _make_wide(cls, **kw):
+    torch.manual_seed(0)
+    return cls(OBS, ACT, actor_hidden=(64, 32), critic_hidden=(64, 32), seed=0, engine="native",
+               learner_kernels=kernel_lookup("cpu"), **kw)
+
+
+@pytest.mark.parametrize("cls,kw", [
+    pytest.param(TD3, {"max_grad_norm": 0.05}, id="td3-clipped"),
+    pytest.param(TD3, {}, id="td3"),
+    pytest.param(DDPG, {"max_grad_norm": 0.05}, id="ddpg-clipped"),
+    pytest.param(SAC, {"max_grad_norm": 0.05}, id="sac-clipped"),
+    pytest.param(SAC, {"ent_coef": 0.1}, id="sac-fixed-alpha"),
+])
+def test_two_threads_compute_bitwise_what_one_thread_computes(cls, kw):
+    # The helper runs the same products and loops on the same data (csrc/ac_mlp.cpp): every parameter,
+    # target, Adam moment, TD error and metric must be identical, not merely close.
+    one, two = _make_wide(cls, **kw), _make_wide(cls, **kw)
+    one.use_threads(1)
+    two.use_threads(2)
+    prev = torch.get_num_threads()
+    try:
+        for i in range(6):
+            b, w = _batch(i, True, n=32)
+            r1, r2 = one.update_policy(b, w), two.update_policy(b, w)
+            np.testing.assert_array_equal(r1.td_errors, r2.td_errors)
+            assert r1.metrics == r2.metrics
+        assert (one._engine.kernel(32).threads, two._engine.kernel(32).threads) == (1, 2)
+        _assert_close(_state(one), _state(two), exact=True)
+        assert not np.array_equal(_state(two)["actor.0.weight" if cls is SAC else "actor.0.0.weight"],
+                                  _state(_make_wide(cls, **kw))["actor.0.weight" if cls is SAC else "actor.0.0.weight"])
+    finally:
+        torch.set_num_threads(prev)
+
+
+def test_threads_follow_torch_then_the_plan_and_yield():
+    prev = torch.get_num_threads()
+    try:
+        t = _make(TD3)
+        assert t.threads_yield is True and _make(TD3, "torch").threads_yield is False
+        torch.set_num_threads(3)
+        t.update_policy(*_batch(0))
+        assert t._engine.kernel(B).threads == 2  # the caller's and one helper, however many are asked for
+        t.use_threads(1)  # the plan's learner threads
+        assert torch.get_num_threads() == 1
+        t.update_policy(*_batch(1))
+        assert t._engine.kernel(B).threads == 1
+        k = t._engine.kernel(B)
+        with pytest.raises(ValueError, match="threads = 0"):
+            k.threads = 0
+        assert k.threads == 1
+    finally:
+        torch.set_num_threads(prev)
+
+
+def _step_in_forked_child(t, conn):
+    try:
+        res = t.update_policy(*_batch(9, n=32))  # the parent's helper thread is not in this process
+        conn.send(("ok", float(res.td_errors.sum())))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        conn.send(("error", repr(exc)))
+
+
+def test_a_forked_child_steps_with_a_helper_of_its_own():
+    import multiprocessing as mp
+
+    t = _make_wide(SAC)
+    t.use_threads(2)
+    prev = torch.get_num_threads()
+    try:
+        t.update_policy(*_batch(0, n=32))  # the parent's helper is running now
+        ctx = mp.get_context("fork")
+        parent, child = ctx.Pipe()
+        p = ctx.Process(target=_step_in_forked_child, args=(t, child))
+        p.start()
+        p.join(60)
+        assert p.exitcode == 0, "the forked child hung or died"
+        status, value = parent.recv()
+        assert status == "ok", value
+        same = copy.deepcopy(t)  # what the child computed, computed here
+        assert value == pytest.approx(float(same.update_policy(*_batch(9, n=32)).td_errors.sum()), rel=1e-6)
+        t.update_policy(*_batch(1, n=32))  # the parent's helper still works
+    finally:
+        torch.set_num_threads(prev)
