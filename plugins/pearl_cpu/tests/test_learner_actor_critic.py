@@ -21,6 +21,7 @@ from pearl_core.algorithms import DDPG, SAC, TD3
 from pearl_core.errors import KernelUnavailableError, SpecError
 from pearl_core.plugins import get_backend, kernel_lookup
 from pearl_core.replay.storage import Batch
+from pearl_core.testing import ActorCriticKernelConformance
 from pearl_cpu.learner import sac_mlp_kernel, td3_mlp_kernel
 
 OBS = gym.spaces.Box(-5.0, 5.0, (5,), np.float32)
@@ -414,3 +415,52 @@ def test_a_forked_child_steps_with_a_helper_of_its_own():
         t.update_policy(*_batch(1, n=32))  # the parent's helper still works
     finally:
         torch.set_num_threads(prev)
+
+
+class TestCpuActorCriticConformance(ActorCriticKernelConformance):
+    """The kit's suite (what a third-party backend runs) on this backend's kernels."""
+
+    def kernel_factory(self, name):
+        return get_backend("cpu").learner_kernel(name)
+
+
+class _Wrapped:
+    """A kernel whose step() passes its arguments through ``edit`` first (a planted bug)."""
+
+    def __init__(self, kern, edit):
+        self.kern, self.edit, self.batch = kern, edit, kern.batch
+
+    def step(self, *args):
+        return self.kern.step(*self.edit(list(args)))
+
+
+def _planted(edit, name):
+    real = td3_mlp_kernel if name == "td3_mlp" else sac_mlp_kernel
+
+    class Suite(ActorCriticKernelConformance):
+        def kernel_factory(self, asked):
+            return (lambda *a: _Wrapped(real(*a), edit)) if asked == name else None
+
+    return Suite()
+
+
+def _set(i, f):
+    def edit(args):
+        args[i] = f(args[i])
+        return args
+    return edit
+
+
+@pytest.mark.parametrize("name,edit,case", [
+    ("td3_mlp", _set(6, lambda d: np.full_like(d, 0.9)), 0),  # a fixed discount instead of the caller's
+    ("td3_mlp", _set(5, np.ones_like), 0),  # the importance weights ignored
+    ("td3_mlp", _set(8, lambda due: True), 0),  # an actor (and Polyak) step on every update
+    ("sac_mlp", lambda a: a[:7] + [a[8], a[7]] + a[9:], 5),  # the two eps swapped
+    ("sac_mlp", _set(11, lambda te: te + 0.5), 5),  # a wrong target entropy
+])
+def test_the_suite_catches_planted_bugs(name, edit, case):
+    from pearl_core.testing.ac_kernels import AC_CASES
+
+    with pytest.raises(AssertionError, match="differs? from torch's"):
+        _planted(edit, name).test_matches_torch_step_by_step(AC_CASES[case])
+    _planted(lambda a: a, name).test_matches_torch_step_by_step(AC_CASES[case])  # the control passes
