@@ -30,6 +30,15 @@ machine with more than one core SBX may use more threads than the others.
 
     .venv/bin/python benchmarks/learner_step.py                 # 7 rounds x 500 steps
     .venv/bin/python benchmarks/learner_step.py --quick         # smoke (tests/test_bench_learner_step_smoke.py)
+    .venv/bin/python benchmarks/learner_step.py --algo sac      # SAC instead (also: --algo td3)
+
+``--algo td3`` / ``--algo sac``: one TD3 or SAC step (uniform sample of 256 + one update of
+256-256 actor and critics, SB3's defaults for both; the spaces of ``--env``, Pendulum-v1 by
+default, or HalfCheetah-v5). Contestants: ``pearl-native`` (``engine="native"``, the CPU plugin's
+``td3_mlp`` / ``sac_mlp`` kernel), ``pearl-torch`` (``engine="torch"``), ``pearl-kernel`` (the
+native kernel's call alone on one fixed batch: no sampling, no Python around it) and SB3's and
+SBX's ``TD3`` / ``SAC`` ``.train(gradient_steps=N, batch_size=256)``. There is no numpy engine for
+these (``pearl-numpy`` is skipped with a line saying so).
 
 Prints a markdown table: median microseconds per step over the rounds, their spread,
 steps/s, and each contestant's speed relative to SB3 (when SB3 is installed) and to
@@ -52,7 +61,9 @@ BATCH = 64
 FILL = 30_000
 HIDDEN = (256, 256)
 LR = 2.3e-3
-CONTESTANTS = ("pearl-native", "pearl-numpy", "pearl-torch", "sb3", "sbx")
+CONTESTANTS = ("pearl-native", "pearl-numpy", "pearl-torch", "pearl-kernel", "sb3", "sbx")
+AC_BATCH = 256  # SB3's TD3 and SAC default
+AC_ENVS = ("Pendulum-v1", "HalfCheetah-v5")
 
 
 def _random_transitions(n: int, seed: int):
@@ -60,6 +71,114 @@ def _random_transitions(n: int, seed: int):
     obs = rng.uniform(-0.5, 0.5, (n, 4)).astype(np.float32)
     return (obs, rng.integers(0, 2, n), np.ones(n, np.float32), obs + rng.normal(0, 0.05, (n, 4)).astype(np.float32),
             rng.random(n) < 0.05)
+
+
+def _ac_spaces(env_id: str):
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    spaces = env.observation_space, env.action_space
+    env.close()
+    return spaces
+
+
+def _random_ac_transitions(n: int, seed: int, obs_space, act_space):
+    rng = np.random.default_rng(seed)
+    od = int(np.prod(obs_space.shape))
+    obs = rng.uniform(-1.0, 1.0, (n, od)).astype(np.float32).reshape(n, *obs_space.shape)
+    act = rng.uniform(act_space.low, act_space.high, (n, *act_space.shape)).astype(np.float32)
+    nxt = obs + rng.normal(0, 0.05, obs.shape).astype(np.float32)
+    return obs, act, rng.standard_normal(n).astype(np.float32), nxt, rng.random(n) < 0.005
+
+
+def pearl_ac_step(algo: str, engine: str, env_id: str, seed: int):
+    """A ``steps(n)`` closure: ``n`` times uniform sample + ``TD3/SAC.update_policy``; or, for
+    ``engine="kernel"``, ``n`` calls of the native kernel alone on one fixed batch. ``None`` and why
+    if the engine is missing."""
+    import torch
+
+    from pearl_core.algorithms import SAC, TD3
+    from pearl_core.errors import SpecError
+    from pearl_core.plugins import kernel_lookup
+    from pearl_core.replay import DataStorage, StorageSpec, UniformReplay
+
+    if engine == "numpy":
+        return None, f"{algo.upper()} has no numpy engine (engines: auto, native, torch)"
+    obs_space, act_space = _ac_spaces(env_id)
+    cls = TD3 if algo == "td3" else SAC
+    torch.manual_seed(seed)
+    try:
+        trainer = cls(obs_space, act_space, actor_hidden=HIDDEN, critic_hidden=HIDDEN,
+                      engine="native" if engine == "kernel" else engine, seed=seed,
+                      learner_kernels=kernel_lookup("cpu"))
+    except SpecError as exc:
+        return None, str(exc)
+    replay = UniformReplay(DataStorage(StorageSpec.from_spaces(obs_space, act_space), 100_000), rng=seed)
+    replay.add(*_random_ac_transitions(FILL, seed, obs_space, act_space))
+    if engine == "kernel":
+        from pearl_core.algorithms.ac_engine import _hp, native_inputs
+
+        s = replay.sample(AC_BATCH)
+        obs, act, rew, nxt, done, w, _ = native_inputs(trainer, s.batch, s.weights)
+        kern = trainer._engine.kernel(AC_BATCH)
+        trainer._engine._blas()
+        disc = trainer._engine.discount(AC_BATCH)
+        a = int(np.prod(act_space.shape))
+        eps = np.random.default_rng(seed).standard_normal((AC_BATCH, a)).astype(np.float32)
+        noise = np.clip(0.2 * eps, -0.5, 0.5).astype(np.float32)
+        hc, ha = _hp(trainer.critic_optimizer), _hp(trainer.actor_optimizer)
+        if algo == "td3":
+            def call(i: int) -> None:  # the actor (and the targets) every second update, as TD3's default
+                kern.step(obs, act, rew, nxt, done, w, disc, noise, i % 2 == 1, 0.0, 0.005, hc, ha)
+        else:
+            hl = _hp(trainer.alpha_optimizer)
+
+            def call(i: int) -> None:
+                kern.step(obs, act, rew, nxt, done, w, disc, eps, eps, 0.0, 0.005, -float(a), hc, ha, hl)
+
+        def steps(n: int) -> None:
+            for i in range(n):
+                call(i)
+
+        return steps, "kernel"
+
+    def steps(n: int) -> None:
+        for _ in range(n):
+            s = replay.sample(AC_BATCH)
+            trainer.update_policy(s.batch, s.weights)
+
+    return steps, trainer.engine
+
+
+def peer_ac_step(lib: str, algo: str, env_id: str, seed: int):
+    """A ``steps(n)`` closure: SB3's or SBX's ``TD3/SAC.train(gradient_steps=n, batch_size=256)`` over a
+    filled replay buffer; ``None`` and why if the library cannot be imported."""
+    import os
+
+    import gymnasium as gym
+
+    try:
+        if lib == "sbx":
+            os.environ.setdefault("JAX_PLATFORMS", "cpu")
+            import sbx as peer
+        else:
+            import stable_baselines3 as peer
+    except Exception as exc:  # noqa: BLE001 - missing or broken: skip, never crash
+        name = "sbx-rl" if lib == "sbx" else "stable-baselines3"
+        return None, f"{name} is not importable ({type(exc).__name__}: {exc}); pip install -e '.[rl,bench]'"
+    cls = getattr(peer, algo.upper())
+    env = gym.make(env_id)
+    model = cls("MlpPolicy", env, batch_size=AC_BATCH, buffer_size=100_000, learning_starts=0, train_freq=1,
+                gradient_steps=1, policy_kwargs={"net_arch": list(HIDDEN)}, seed=seed, device="cpu")
+    obs, act, rew, nxt, done = _random_ac_transitions(FILL, seed, env.observation_space, env.action_space)
+    for i in range(FILL):
+        model.replay_buffer.add(obs[i:i + 1], nxt[i:i + 1], act[i:i + 1], rew[i:i + 1], done[i:i + 1], [{}])
+    model._logger = _quiet_logger()
+
+    def steps(n: int) -> None:
+        model.train(gradient_steps=n, batch_size=AC_BATCH)
+
+    return steps, lib
 
 
 def pearl_step(engine: str, seed: int):
@@ -194,14 +313,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch and BLAS threads (default 1)")
     p.add_argument("--contestants", default="all",
                    help=f"comma list of {','.join(CONTESTANTS)} (default all)")
+    p.add_argument("--algo", choices=("dqn", "td3", "sac"), default="dqn",
+                   help="the learner step timed (default dqn; td3 and sac: batch 256, 256-256 networks)")
+    p.add_argument("--env", choices=AC_ENVS, default="Pendulum-v1",
+                   help="spaces of the TD3/SAC networks (default Pendulum-v1)")
     p.add_argument("--quick", action="store_true", help="2 rounds x 20 steps, PEARL only (a smoke run)")
     p.add_argument("--out", type=Path, default=None, help="also write the markdown report here")
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.steps, args.warmup = 2, 20, 5
         if args.contestants == "all":
-            args.contestants = "pearl-native,pearl-numpy,pearl-torch"
-    names = list(CONTESTANTS) if args.contestants == "all" else [
+            args.contestants = ("pearl-native,pearl-numpy,pearl-torch" if args.algo == "dqn"
+                                else "pearl-native,pearl-torch,pearl-kernel")
+    everyone = [c for c in CONTESTANTS if c != ("pearl-kernel" if args.algo == "dqn" else "pearl-numpy")]
+    names = everyone if args.contestants == "all" else [
         c.strip() for c in args.contestants.split(",") if c.strip()]
     unknown = sorted(set(names) - set(CONTESTANTS))
     if unknown:
@@ -218,8 +343,13 @@ def main(argv: list[str] | None = None) -> int:
     blocks, skipped = {}, {}
     for name in names:
         print(f"[learner_step] building {name} ...", file=sys.stderr)
-        fn, info = (sb3_step(0) if name == "sb3" else sbx_step(0) if name == "sbx"
-                    else pearl_step(name.split("-", 1)[1], 0))
+        if args.algo == "dqn":
+            fn, info = (sb3_step(0) if name == "sb3" else sbx_step(0) if name == "sbx"
+                        else (None, "a TD3/SAC contestant (--algo td3 or sac)") if name == "pearl-kernel"
+                        else pearl_step(name.split("-", 1)[1], 0))
+        else:
+            fn, info = (peer_ac_step(name, args.algo, args.env, 0) if name in ("sb3", "sbx")
+                        else pearl_ac_step(args.algo, name.split("-", 1)[1], args.env, 0))
         if fn is None:
             skipped[name] = info
             continue
@@ -240,8 +370,11 @@ def main(argv: list[str] | None = None) -> int:
         f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, Python "
         f"{platform.python_version()}, torch {torch.__version__}{_sbx_versions()}, {args.threads} thread(s)",
         "",
-        f"DQN step (uniform sample of {BATCH} + one update), MLP 4-{HIDDEN[0]}-{HIDDEN[1]}-2; "
-        f"{args.rounds} interleaved rounds x {args.steps} steps",
+        (f"DQN step (uniform sample of {BATCH} + one update), MLP 4-{HIDDEN[0]}-{HIDDEN[1]}-2; "
+         if args.algo == "dqn" else
+         f"{args.algo.upper()} step (uniform sample of {AC_BATCH} + one update; pearl-kernel: the native call "
+         f"alone), actor and critics {HIDDEN[0]}-{HIDDEN[1]}, {args.env} spaces; ")
+        + f"{args.rounds} interleaved rounds x {args.steps} steps",
         "",
         *table(times),
     ]

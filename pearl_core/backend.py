@@ -146,6 +146,30 @@ class Backend(abc.ABC):
             returns ``(|delta| per sample, loss, mean q)``; ``max_grad_norm`` 0
             means no clipping. The CPU backend provides it.
 
+        ``"td3_mlp"``
+            one TD3 update (two critics) or DDPG update (one critic) of ReLU MLPs, the
+            actor ending in ``tanh`` (:mod:`pearl_core.algorithms.ac_engine` states what
+            stays with the trainer; its ``update_policy`` is the math).
+            ``factory(actor, actor_target, critics, critic_targets, actor_adam,
+            critic_adam, batch)`` (``[(W, b), ...]`` per network, one list per critic;
+            each ``*_adam`` is ``(exp_avgs, exp_avg_sqs, steps)`` in the optimizer's
+            parameter order) returns an object whose ``step(obs, actions, rewards,
+            next_obs, done, weights, discount, noise, actor_update, max_grad_norm, tau,
+            critic_adam, actor_adam)`` (``discount`` per sample; ``noise`` the clipped
+            smoothing noise or ``None``; each ``*_adam`` ``(lr, beta1, beta2, eps)``)
+            updates the arrays in place and returns ``(td per sample, critic_loss,
+            q_mean, actor_loss or nan)``. The CPU backend provides it.
+
+        ``"sac_mlp"``
+            one SAC update: ``factory(actor, critics, critic_targets, actor_adam,
+            critic_adam, log_alpha, alpha_adam, batch)`` (``log_alpha`` a ``(1,)``
+            array; ``alpha_adam`` its ``(exp_avg, exp_avg_sq, step)`` or ``None`` for a
+            fixed alpha) returns an object whose ``step(obs, actions, rewards,
+            next_obs, done, weights, discount, eps_next, eps_pi, max_grad_norm, tau,
+            target_entropy, critic_adam, actor_adam, alpha_adam)`` returns ``(td,
+            critic_loss, q_mean, actor_loss, entropy, alpha_loss or nan, alpha)``. The
+            CPU backend provides it.
+
         Must be cheap and must not raise for an unknown name (return ``None``).
         """
         return None

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from cpu_backend import needs_cpu_backend
 
 pytest.importorskip("torch")
 pytest.importorskip("gymnasium")
@@ -66,3 +67,16 @@ def test_sbx_contestant_is_skipped_with_a_line_when_sbx_is_missing():
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "skipped sbx: sbx-rl is not importable (ModuleNotFoundError" in proc.stdout
     assert "| pearl-numpy |" in proc.stdout and "vs sbx" not in proc.stdout
+
+
+@needs_cpu_backend
+@pytest.mark.parametrize("algo", ["td3", "sac"])
+def test_learner_step_quick_times_the_actor_critics(algo):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--algo", algo, "--quick"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"{algo.upper()} step (uniform sample of 256 + one update" in proc.stdout
+    rows = {line.split("|")[1].strip(): line for line in proc.stdout.splitlines() if line.startswith("| pearl-")}
+    assert set(rows) == {"pearl-native", "pearl-torch", "pearl-kernel"}
+    for r in rows.values():
+        assert float(r.split("|")[2]) > 0

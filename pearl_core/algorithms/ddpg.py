@@ -23,12 +23,13 @@ gradient_steps=-1``); ``benchmarks/learning_serial.py`` measures how it learns.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
+from pearl_core.algorithms.ac_engine import NativeEngineThreads, choose_engine, native_inputs
 from pearl_core.algorithms.common import (BoxActions, CountedTrainer, adam, bootstrap_discount, check_hidden,
                                           check_positive, check_unit, hard_update, mlp, polyak_update,
                                           reward_done_weights, tanh_actor_actions)
@@ -37,7 +38,7 @@ from pearl_core.trainer import UpdateResult
 __all__ = ["DDPG"]
 
 
-class DDPG(CountedTrainer):
+class DDPG(NativeEngineThreads, CountedTrainer):
     """DDPG with target networks, Gaussian exploration and per-sample TD errors.
 
     Args:
@@ -55,11 +56,20 @@ class DDPG(CountedTrainer):
         max_grad_norm: clip both networks' gradient norms (``None``: off).
         seed: seeds the exploration noise (network init follows torch's global seed).
         device: torch device of the networks.
+        engine: how :meth:`update_policy` computes: ``"torch"`` (autograd and torch's Adam),
+            ``"native"`` (one call into the ``"td3_mlp"`` kernel from ``learner_kernels`` with one
+            critic and no smoothing, the same math; :mod:`pearl_core.algorithms.ac_engine`) or
+            ``"auto"`` (native when ``learner_kernels`` gives the kernel and the networks are ReLU
+            MLPs on the CPU, else torch).
+        learner_kernels: ``name -> kernel factory or None``, where native learner steps come from;
+            the runtime passes ``pearl_core.plugins.kernel_lookup(<learner device>)``.
     """
 
     action_kind = "continuous"
     acting_net = "actor"
     supports_n_step = True  # the target bootstraps with gamma ** batch.steps (bootstrap_discount)
+    #: Learner kernels this trainer can run (:meth:`pearl_core.backend.Backend.learner_kernel`).
+    learner_kernel_names = ("td3_mlp",)
 
     def __init__(
         self,
@@ -79,6 +89,8 @@ class DDPG(CountedTrainer):
         max_grad_norm: float | None = None,
         seed: int | None = None,
         device: str = "cpu",
+        engine: str = "auto",
+        learner_kernels: Callable[[str], Any | None] | None = None,
     ):
         o = "DDPG"
         self.device = torch.device(device)
@@ -112,6 +124,7 @@ class DDPG(CountedTrainer):
         self._rng = np.random.default_rng(seed)
         self.updates = 0
         self.env_steps = 0
+        self.engine, self._engine = choose_engine(self, o, engine, learner_kernels, "td3_mlp", "ddpg")
 
     # -- acting ------------------------------------------------------------------
     @property
@@ -137,6 +150,8 @@ class DDPG(CountedTrainer):
 
     def update_policy(self, batch, weights: np.ndarray) -> UpdateResult:
         """One critic step (and every ``policy_delay`` updates an actor step and a Polyak step)."""
+        if self._engine is not None and self._engine.handles():
+            return self._update_native(batch, weights)
         obs = self._as_input(batch.obs)
         next_obs = self._as_input(batch.next_obs)
         n = obs.shape[0]
@@ -170,3 +185,14 @@ class DDPG(CountedTrainer):
             metrics["actor_loss"] = float(actor_loss.detach())
         self.updates += 1
         return UpdateResult(td_errors=td.detach().abs_().cpu().numpy(), metrics=metrics)
+
+    def _update_native(self, batch, weights: np.ndarray) -> UpdateResult:
+        """:meth:`update_policy` in the native kernel (one critic, no smoothing noise)."""
+        due = self.updates % self.policy_delay == 0
+        td, critic_loss, q_mean, actor_loss = self._engine.td3_step(  # type: ignore[union-attr]
+            native_inputs(self, batch, weights), None, due)
+        self.updates += 1
+        metrics = {"critic_loss": critic_loss, "q_mean": q_mean}
+        if due:
+            metrics["actor_loss"] = actor_loss
+        return UpdateResult(td_errors=td, metrics=metrics)

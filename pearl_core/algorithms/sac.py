@@ -50,13 +50,14 @@ per-burst overhead), budget 20k env steps.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from pearl_core.algorithms.ac_engine import NativeEngineThreads, choose_engine, native_inputs
 from pearl_core.algorithms.common import adam, bootstrap_discount, check_hidden, check_positive, mlp, polyak_update
 from pearl_core.algorithms.twin_critic import TwinCriticTrainer
 from pearl_core.errors import SpecError
@@ -89,7 +90,7 @@ class LogAlpha(nn.Module):
         self.value = nn.Parameter(torch.tensor(float(value)))
 
 
-class SAC(TwinCriticTrainer):
+class SAC(NativeEngineThreads, TwinCriticTrainer):
     """SAC: squashed Gaussian actor, twin soft critics with Polyak targets, automatic entropy tuning.
 
     Args:
@@ -106,7 +107,16 @@ class SAC(TwinCriticTrainer):
         seed: seeds the exploration and reparameterisation noise (network init
             follows torch's global seed).
         device: torch device of the networks.
+        engine: how :meth:`update_policy` computes: ``"torch"`` (autograd and torch's Adam),
+            ``"native"`` (one call into the ``"sac_mlp"`` kernel from ``learner_kernels``, the same
+            math; :mod:`pearl_core.algorithms.ac_engine`) or ``"auto"`` (native when
+            ``learner_kernels`` gives the kernel and the networks are ReLU MLPs on the CPU, else torch).
+        learner_kernels: ``name -> kernel factory or None``, where native learner steps come from;
+            the runtime passes ``pearl_core.plugins.kernel_lookup(<learner device>)``.
     """
+
+    #: Learner kernels this trainer can run (:meth:`pearl_core.backend.Backend.learner_kernel`).
+    learner_kernel_names = ("sac_mlp",)
 
     def __init__(
         self,
@@ -125,6 +135,8 @@ class SAC(TwinCriticTrainer):
         max_grad_norm: float | None = None,
         seed: int | None = None,
         device: str = "cpu",
+        engine: str = "auto",
+        learner_kernels: Callable[[str], Any | None] | None = None,
     ):
         o = "SAC"
         self._setup(o, observation_space, action_space, device=device, gamma=gamma, tau=tau,
@@ -145,6 +157,7 @@ class SAC(TwinCriticTrainer):
         alpha_lr = check_positive(alpha_lr, o, "alpha_lr")
         self.alpha_optimizer = adam(self.log_alpha.parameters(), alpha_lr) if self.auto_alpha else None
         self._targets = list(self.critic1_target.parameters()) + list(self.critic2_target.parameters())
+        self.engine, self._engine = choose_engine(self, o, engine, learner_kernels, "sac_mlp", "sac")
 
     @property
     def alpha(self) -> float:
@@ -188,6 +201,8 @@ class SAC(TwinCriticTrainer):
 
     def update_policy(self, batch, weights: np.ndarray) -> UpdateResult:
         """One step of both critics, the actor and (if ``"auto"``) ``alpha``; then a Polyak step."""
+        if self._engine is not None and self._engine.handles():
+            return self._update_native(batch, weights)
         obs, next_obs, act, rew, done, w = self._inputs(batch, weights)
         alpha = self.log_alpha.value.detach().exp()
         with torch.no_grad():
@@ -212,3 +227,19 @@ class SAC(TwinCriticTrainer):
         polyak_update(self._targets, self._critic_params, self.tau)
         self.updates += 1
         return UpdateResult(td_errors=td.cpu().numpy(), metrics=metrics)
+
+    def _update_native(self, batch, weights: np.ndarray) -> UpdateResult:
+        """:meth:`update_policy` in the native kernel; both ``eps`` are drawn here, as the torch path's
+        two :meth:`sample` calls draw them (``s'`` first, then ``s``)."""
+        inputs = native_inputs(self, batch, weights)
+        shape = (inputs[0].shape[0], self.box.act_dim)
+        eps_next = torch.randn(shape, generator=self._gen, device=self.device).numpy()
+        eps_pi = torch.randn(shape, generator=self._gen, device=self.device).numpy()
+        td, critic_loss, q_mean, actor_loss, entropy, alpha_loss, alpha = self._engine.sac_step(  # type: ignore[union-attr]
+            inputs, eps_next, eps_pi)
+        self.updates += 1
+        metrics = {"critic_loss": critic_loss, "q_mean": q_mean, "actor_loss": actor_loss, "entropy": entropy}
+        if self.alpha_optimizer is not None:
+            metrics["alpha_loss"] = alpha_loss
+        metrics["alpha"] = alpha
+        return UpdateResult(td_errors=td, metrics=metrics)

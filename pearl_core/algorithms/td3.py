@@ -45,12 +45,13 @@ explore with the (untrained) policy and its noise from the first step.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
+from pearl_core.algorithms.ac_engine import NativeEngineThreads, choose_engine, native_inputs
 from pearl_core.algorithms.common import (adam, bootstrap_discount, check_hidden, check_positive, check_unit,
                                           hard_update, mlp, polyak_update, tanh_actor_actions)
 from pearl_core.algorithms.twin_critic import TwinCriticTrainer
@@ -59,7 +60,7 @@ from pearl_core.trainer import UpdateResult
 __all__ = ["TD3"]
 
 
-class TD3(TwinCriticTrainer):
+class TD3(NativeEngineThreads, TwinCriticTrainer):
     """TD3: twin critics, target policy smoothing, delayed actor and target updates.
 
     Args:
@@ -77,7 +78,16 @@ class TD3(TwinCriticTrainer):
         max_grad_norm: clip the actor's and the critics' gradient norms (``None``: off).
         seed: seeds the exploration and smoothing noise (network init follows torch's global seed).
         device: torch device of the networks.
+        engine: how :meth:`update_policy` computes: ``"torch"`` (autograd and torch's Adam),
+            ``"native"`` (one call into the ``"td3_mlp"`` kernel from ``learner_kernels``, the same
+            math; :mod:`pearl_core.algorithms.ac_engine`) or ``"auto"`` (native when
+            ``learner_kernels`` gives the kernel and the networks are ReLU MLPs on the CPU, else torch).
+        learner_kernels: ``name -> kernel factory or None``, where native learner steps come from;
+            the runtime passes ``pearl_core.plugins.kernel_lookup(<learner device>)``.
     """
+
+    #: Learner kernels this trainer can run (:meth:`pearl_core.backend.Backend.learner_kernel`).
+    learner_kernel_names = ("td3_mlp",)
 
     def __init__(
         self,
@@ -97,6 +107,8 @@ class TD3(TwinCriticTrainer):
         max_grad_norm: float | None = None,
         seed: int | None = None,
         device: str = "cpu",
+        engine: str = "auto",
+        learner_kernels: Callable[[str], Any | None] | None = None,
     ):
         o = "TD3"
         self._setup(o, observation_space, action_space, device=device, gamma=gamma, tau=tau,
@@ -118,6 +130,7 @@ class TD3(TwinCriticTrainer):
         targets = (self.actor_target, self.critic1_target, self.critic2_target)
         self._online = [p for net in online for p in net.parameters()]
         self._targets = [p for net in targets for p in net.parameters()]
+        self.engine, self._engine = choose_engine(self, o, engine, learner_kernels, "td3_mlp", "td3")
 
     # -- acting ------------------------------------------------------------------
     def get_action(self, obs: np.ndarray, explore: bool) -> np.ndarray:
@@ -144,6 +157,8 @@ class TD3(TwinCriticTrainer):
 
     def update_policy(self, batch, weights: np.ndarray) -> UpdateResult:
         """One step of both critics; every ``policy_delay``-th update also an actor and a Polyak step."""
+        if self._engine is not None and self._engine.handles():
+            return self._update_native(batch, weights)
         obs, next_obs, act, rew, done, w = self._inputs(batch, weights)
         with torch.no_grad():
             q_next = self._min_q(next_obs, self.target_actions(next_obs), target=True)
@@ -156,3 +171,19 @@ class TD3(TwinCriticTrainer):
             polyak_update(self._targets, self._online, self.tau)
             metrics["actor_loss"] = float(actor_loss.detach())
         return UpdateResult(td_errors=td.cpu().numpy(), metrics=metrics)
+
+    def _update_native(self, batch, weights: np.ndarray) -> UpdateResult:
+        """:meth:`update_policy` in the native kernel; the smoothing noise is drawn here, as the torch path draws it."""
+        inputs = native_inputs(self, batch, weights)
+        noise = None
+        if self.target_noise > 0:
+            eps = torch.randn((inputs[0].shape[0], self.box.act_dim), generator=self._gen,
+                              device=self.device) * self.target_noise
+            noise = eps.clamp_(-self.target_noise_clip, self.target_noise_clip).numpy()
+        due = (self.updates + 1) % self.policy_delay == 0
+        td, critic_loss, q_mean, actor_loss = self._engine.td3_step(inputs, noise, due)  # type: ignore[union-attr]
+        self.updates += 1
+        metrics = {"critic_loss": critic_loss, "q_mean": q_mean}
+        if due:
+            metrics["actor_loss"] = actor_loss
+        return UpdateResult(td_errors=td, metrics=metrics)

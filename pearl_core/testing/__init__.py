@@ -4,6 +4,8 @@ the conformance suites a plugin subclasses:
 * :class:`SumTreeConformance` — a backend's sum tree (``make_sum_tree``);
 * :class:`DQNKernelConformance` — its ``"dqn_mlp"`` learner kernel (``learner_kernel``),
   against the torch DQN;
+* :class:`ActorCriticKernelConformance` — its ``"td3_mlp"`` and ``"sac_mlp"`` learner kernels,
+  against the torch TD3, DDPG and SAC;
 * :class:`TransportConformance` — its LAQ/LDQ queue (``make_transport``);
 * :class:`StorageConformance` — its device-resident Data Storage (``make_storage``),
   against the host :class:`~pearl_core.replay.storage.DataStorage`.
@@ -14,8 +16,8 @@ the conformance suites a plugin subclasses:
 
 from pearl_core.testing.reference import ReferenceSumTree
 
-__all__ = ["DQNKernelConformance", "ReferenceSumTree", "StorageConformance", "SumTreeConformance",
-           "TransportConformance", "strategies"]
+__all__ = ["ActorCriticKernelConformance", "DQNKernelConformance", "ReferenceSumTree", "StorageConformance",
+           "SumTreeConformance", "TransportConformance", "strategies"]
 
 
 def __getattr__(name):
@@ -25,6 +27,10 @@ def __getattr__(name):
         from pearl_core.testing.conformance import SumTreeConformance
 
         return SumTreeConformance
+    if name == "ActorCriticKernelConformance":
+        from pearl_core.testing.ac_kernels import ActorCriticKernelConformance
+
+        return ActorCriticKernelConformance
     if name == "DQNKernelConformance":
         from pearl_core.testing.learner_kernels import DQNKernelConformance
 

@@ -45,7 +45,7 @@ class CpuBackend(Backend):
     """Host CPU backend. Sum-tree options: ``threads`` (default: all cores), ``device`` (``"cpu"``).
 
     The learner runs torch on the CPU (``torch_device_type``), with the native
-    ``"dqn_mlp"`` step where it applies; the Data Storage is the core's
+    ``"dqn_mlp"``, ``"td3_mlp"`` and ``"sac_mlp"`` steps where they apply; the Data Storage is the core's
     host-memory one and the transports are the core's shared-memory queues
     (this backend overrides neither ``make_storage`` nor ``make_transport``).
     """
@@ -85,16 +85,21 @@ class CpuBackend(Backend):
         return CpuSumTree(capacity, fanout, threads=threads)
 
     def learner_kernel(self, name: str) -> Callable[..., Any] | None:
-        """``"dqn_mlp"``: the native DQN step (:func:`pearl_cpu.learner.dqn_mlp_kernel`), when
+        """``"dqn_mlp"``: the native DQN step (:func:`pearl_cpu.learner.dqn_mlp_kernel`);
+        ``"td3_mlp"``: the native TD3/DDPG step (:func:`pearl_cpu.learner.td3_mlp_kernel`);
+        ``"sac_mlp"``: the native SAC step (:func:`pearl_cpu.learner.sac_mlp_kernel`); each when
         its extension imports and numpy's BLAS exposes ``cblas_sgemm``; else ``None``."""
-        if name != "dqn_mlp":
+        modules = {"dqn_mlp": "_learner", "td3_mlp": "_learner_ac", "sac_mlp": "_learner_ac"}
+        if name not in modules:
             return None
         try:
-            from pearl_cpu import _learner  # noqa: F401 - the compiled extension
-            from pearl_cpu.learner import dqn_mlp_kernel, find_sgemm
+            import importlib
+
+            importlib.import_module(f"pearl_cpu.{modules[name]}")  # the compiled extension
+            from pearl_cpu import learner
         except ImportError:
             return None
-        return dqn_mlp_kernel if find_sgemm() is not None else None
+        return getattr(learner, f"{name}_kernel") if learner.find_sgemm() is not None else None
 
     def profile_cells(self, device: "DeviceSpec", workload: "Workload", *, iterations: int = 1000,
                       warmup: int = 50) -> "DeviceRow":

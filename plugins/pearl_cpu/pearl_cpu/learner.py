@@ -1,4 +1,4 @@
-"""Native learner steps of the CPU backend (``pearl_cpu._learner``).
+"""Native learner steps of the CPU backend (``pearl_cpu._learner``, ``pearl_cpu._learner_ac``).
 
 :class:`~pearl_cpu._learner.DQNMLPKernel` runs one DQN update of a ReLU MLP in a
 single call: the matrix products go to the same BLAS numpy uses, everything
@@ -7,7 +7,12 @@ between them is fused C++ (see ``csrc/dqn_mlp.cpp``). pearl-core's numpy engine
 (``DQN(learner_kernels=pearl_core.plugins.kernel_lookup("cpu"))``, which asks
 :meth:`CpuBackend.learner_kernel`) and keeps its own path otherwise.
 
-The kernel links no BLAS of its own: :func:`find_sgemm` takes ``cblas_sgemm``
+:class:`~pearl_cpu._learner_ac.TD3MLPKernel` (TD3 with twin critics, DDPG with one) and
+:class:`~pearl_cpu._learner_ac.SACMLPKernel` run one actor-critic update of ReLU MLPs the same
+way (``csrc/ac_mlp.cpp``); pearl-core's TD3, DDPG and SAC
+(:mod:`pearl_core.algorithms.ac_engine`) run them when given them.
+
+The kernels link no BLAS of its own: :func:`find_sgemm` takes ``cblas_sgemm``
 from the BLAS library numpy has loaded (found by threadpoolctl), so thread limits
 set on numpy's BLAS (the runtime pins them) hold for the kernel as well.
 """
@@ -19,7 +24,7 @@ from typing import Any
 
 from pearl_core.errors import DeviceRuntimeError
 
-__all__ = ["find_sgemm", "dqn_mlp_kernel"]
+__all__ = ["find_sgemm", "dqn_mlp_kernel", "sac_mlp_kernel", "td3_mlp_kernel"]
 
 # cblas_sgemm under the names BLAS builds export it, with whether its integers are 64-bit.
 _SGEMM_SYMBOLS = (
@@ -83,3 +88,63 @@ def dqn_mlp_kernel(online: list, target: list, exp_avgs: list, exp_avg_sqs: list
                                  "DQN(engine='numpy'), or a numpy build whose BLAS exports cblas_sgemm.")
     address, ilp64 = found
     return DQNMLPKernel(address, ilp64, list(online), list(target), list(exp_avgs), list(exp_avg_sqs), steps, batch)
+
+
+def _sgemm(owner: str) -> tuple[int, bool]:
+    found = find_sgemm()
+    if found is None:
+        raise DeviceRuntimeError(f"pearl_cpu: no cblas_sgemm in numpy's BLAS library (threadpoolctl found none); "
+                                 f"expected numpy linked to OpenBLAS, MKL or a reference CBLAS. Fix: use "
+                                 f"{owner}(engine='torch'), or a numpy build whose BLAS exports cblas_sgemm.")
+    return found
+
+
+def td3_mlp_kernel(actor: list, actor_target: list, critics: list, critic_targets: list, actor_adam: tuple,
+                   critic_adam: tuple, batch: int) -> Any:
+    """A :class:`~pearl_cpu._learner_ac.TD3MLPKernel` over these arrays (TD3: two critics; DDPG: one).
+
+    Args:
+        actor, actor_target: ``[(W, b), ...]`` float32 C-contiguous arrays per layer of the actor's
+            ReLU MLP (``W`` is ``(out, in)``; the ``tanh`` on its output is the kernel's).
+        critics, critic_targets: one such list per critic (1 or 2), over ``[obs | action]``, 1 output.
+        actor_adam, critic_adam: ``(exp_avgs, exp_avg_sqs, steps)`` of each optimizer: one moment
+            array per parameter in the optimizer's order (the critics': critic 1's, then critic 2's)
+            and a float32 array of its per-parameter step counters.
+        batch: the batch size every step takes.
+
+    Every array is held and written in place (targets: by the Polyak steps).
+
+    Raises:
+        DeviceRuntimeError: numpy's BLAS exposes no ``cblas_sgemm`` (see :func:`find_sgemm`).
+        ValueError: an array has the wrong shape, dtype or layout.
+    """
+    from pearl_cpu._learner_ac import TD3MLPKernel
+
+    address, ilp64 = _sgemm("TD3")
+    return TD3MLPKernel(address, ilp64, list(actor), list(actor_target), [list(c) for c in critics],
+                        [list(c) for c in critic_targets], tuple(actor_adam), tuple(critic_adam), batch)
+
+
+def sac_mlp_kernel(actor: list, critics: list, critic_targets: list, actor_adam: tuple, critic_adam: tuple,
+                   log_alpha: Any, alpha_adam: tuple | None, batch: int) -> Any:
+    """A :class:`~pearl_cpu._learner_ac.SACMLPKernel` over these arrays.
+
+    Args:
+        actor: ``[(W, b), ...]`` of the actor's ReLU MLP, ``2 * |A|`` outputs (mean, log_std).
+        critics, critic_targets: two lists each, as for :func:`td3_mlp_kernel`.
+        actor_adam, critic_adam: as for :func:`td3_mlp_kernel`.
+        log_alpha: float32 array of shape ``(1,)`` (read; written when ``alpha_adam`` is given).
+        alpha_adam: ``(exp_avg, exp_avg_sq, step)`` float32 ``(1,)`` arrays of ``log_alpha``'s
+            Adam (automatic entropy tuning), or ``None`` (a fixed ``alpha``).
+        batch: the batch size every step takes.
+
+    Raises:
+        DeviceRuntimeError: numpy's BLAS exposes no ``cblas_sgemm`` (see :func:`find_sgemm`).
+        ValueError: an array has the wrong shape, dtype or layout.
+    """
+    from pearl_cpu._learner_ac import SACMLPKernel
+
+    address, ilp64 = _sgemm("SAC")
+    return SACMLPKernel(address, ilp64, list(actor), [list(c) for c in critics], [list(c) for c in critic_targets],
+                        tuple(actor_adam), tuple(critic_adam), log_alpha,
+                        None if alpha_adam is None else tuple(alpha_adam), batch)

@@ -1,0 +1,154 @@
+// A help-first helper thread for the native learner steps (extracted from csrc/dqn_mlp.cpp, whose
+// header explains the design; dqn_mlp.cpp still has its own copy and can include this instead).
+//
+// The caller posts a task, does its own share, then takes the task back and runs it itself if the
+// helper has not started it (busy core, asleep): the caller never waits for a helper that an actor
+// keeps off the core. An idle helper spins briefly (with sched_yield), then sleeps on a condition
+// variable. Fork-aware (HelperSlot): a forked child never touches the parent's helper.
+
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include <sched.h>
+#include <unistd.h>
+
+namespace pearl_native {
+
+// One helper thread running posted tasks, help-first (see the file's header).
+// Only the thread that owns the kernel posts; one task at a time.
+class Helper {
+ public:
+  Helper() : pid_(getpid()), th_([this] { loop(); }) {}
+  pid_t pid() const { return pid_; }
+  ~Helper() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    th_.join();
+  }
+  Helper(const Helper&) = delete;
+  Helper& operator=(const Helper&) = delete;
+
+  // Hand `task` to the helper; the caller must call finish() before posting again.
+  void post(std::function<void()> task) {
+    task_ = std::move(task);
+    state_.store(kPosted, std::memory_order_seq_cst);
+    if (sleeping_.load(std::memory_order_seq_cst)) {
+      std::lock_guard<std::mutex> lk(mu_);  // the helper checks the state under this lock before waiting
+      cv_.notify_one();
+    }
+  }
+
+  // The posted task has run when this returns: by the helper, or here if the helper had not started it.
+  void finish() {
+    int expect = kPosted;
+    if (state_.compare_exchange_strong(expect, kIdle, std::memory_order_acq_rel)) {
+      task_();  // not started: the caller runs it
+    } else {
+      while (state_.load(std::memory_order_acquire) != kDone) {
+      }  // started: it is running on a core now, so this wait is short
+      state_.store(kIdle, std::memory_order_relaxed);
+    }
+    task_ = nullptr;
+  }
+
+ private:
+  enum : int { kIdle = 0, kPosted = 1, kRunning = 2, kDone = 3 };
+  // After a task, look for the next one this long (a step posts several, tens of microseconds apart),
+  // yielding the core to any other runnable thread between looks; then sleep.
+  static constexpr std::chrono::microseconds kSpin{2000};
+
+  bool take() {
+    int expect = kPosted;
+    if (!state_.compare_exchange_strong(expect, kRunning, std::memory_order_acq_rel)) return false;
+    task_();
+    state_.store(kDone, std::memory_order_release);
+    return true;
+  }
+
+  void loop() {
+    for (;;) {
+      const auto until = std::chrono::steady_clock::now() + kSpin;
+      bool ran = false;
+      while (std::chrono::steady_clock::now() < until) {
+        if (take()) {
+          ran = true;
+          break;
+        }
+        sched_yield();
+      }
+      if (ran) continue;
+      std::unique_lock<std::mutex> lk(mu_);
+      sleeping_.store(true, std::memory_order_seq_cst);
+      cv_.wait(lk, [this] { return stop_ || state_.load(std::memory_order_seq_cst) == kPosted; });
+      sleeping_.store(false, std::memory_order_seq_cst);
+      if (stop_) return;
+      lk.unlock();
+      take();
+    }
+  }
+
+  std::function<void()> task_;
+  std::atomic<int> state_{kIdle};
+  std::atomic<bool> sleeping_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  const pid_t pid_;  // the process whose thread th_ is
+  std::thread th_;   // last: started once everything above is built
+};
+
+// The kernel's helper, fork-aware: a forked child has the Helper's memory but not its thread (and its
+// mutex and condition variable may be mid-use), so there it is never touched again (left allocated,
+// neither joined nor destroyed: joining would hang) and get() makes a fresh one on first use.
+class HelperSlot {
+ public:
+  HelperSlot() = default;
+  HelperSlot(const HelperSlot&) = delete;
+  HelperSlot& operator=(const HelperSlot&) = delete;
+  ~HelperSlot() { reset(); }
+  bool on() const { return on_; }
+  void set(bool on) {
+    on_ = on;
+    if (!on) reset();
+  }
+  // The helper of this process, or nullptr when off.
+  Helper* get() {
+    if (!on_) return nullptr;
+    if (p_ != nullptr && p_->pid() != getpid()) p_ = nullptr;  // a forked child: the parent's, left alone
+    if (p_ == nullptr) p_ = new Helper();
+    return p_;
+  }
+
+ private:
+  void reset() {
+    if (p_ != nullptr && p_->pid() == getpid()) delete p_;
+    p_ = nullptr;
+  }
+  bool on_ = false;
+  Helper* p_ = nullptr;
+};
+
+// Runs `mine` here and `theirs` on the helper (when there is one), both done on return.
+template <typename A, typename B>
+void both(Helper* helper, A&& mine, B&& theirs) {
+  if (helper == nullptr) {
+    mine();
+    theirs();
+    return;
+  }
+  helper->post(std::forward<B>(theirs));
+  mine();
+  helper->finish();
+}
+
+}  // namespace pearl_native
