@@ -20,11 +20,11 @@ __all__ = [
     "adam",
     "as_input",
     "bootstrap_discount",
-    "host_discounts",
     "check_hidden",
     "check_positive",
     "check_unit",
     "hard_update",
+    "host_discounts",
     "load_module_weights",
     "mlp",
     "module_weights",
@@ -206,8 +206,8 @@ def bootstrap_discount(batch, gamma: float, device: torch.device) -> float | tor
     steps = getattr(batch, "steps", None)
     if isinstance(steps, torch.Tensor):
         k = steps.to(device=device).reshape(-1)
-        disc = torch.full(k.shape, float(gamma), dtype=torch.float64, device=device).pow(k.double()).float()
-        return torch.where(k == 1, torch.tensor(float(gamma), dtype=torch.float32, device=device), disc)
+        disc = torch.full(k.shape, float(gamma), dtype=torch.float32, device=device).pow(k.float())
+        return torch.where(k == 1, float(gamma), disc)  # float32(gamma) exactly at one step, whatever pow rounds
     disc = host_discounts(batch, gamma)
     return gamma if disc is None else torch.from_numpy(disc).to(device)
 

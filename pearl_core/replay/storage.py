@@ -22,8 +22,8 @@ import numpy as np
 from pearl_core.errors import InvalidDTypeError, InvalidValueError, SpecError
 from pearl_core.sumtree import check_indices
 
-__all__ = ["TRANSITION_FIELDS", "Batch", "DataStorage", "StorageSpec", "check_filled_indices", "copy_rows",
-           "discount_table", "discounts", "transition_rows", "STEPS_DTYPE"]
+__all__ = ["STEPS_DTYPE", "TRANSITION_FIELDS", "Batch", "DataStorage", "StorageSpec", "check_filled_indices",
+           "copy_rows", "discount_table", "discounts", "transition_rows"]
 
 #: dtype kinds a stored field may have: bool, signed int, unsigned int, float.
 _FIELD_KINDS = "biuf"
