@@ -38,225 +38,34 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
-#include <functional>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include <sched.h>
-#include <unistd.h>
+#include "helper_pool.hpp"
+#include "learner_common.hpp"
 
 namespace py = pybind11;
 
 namespace {
 
-// CBLAS constants (the same numbers in every CBLAS).
-constexpr int kRowMajor = 101;
-constexpr int kNoTrans = 111;
-constexpr int kTrans = 112;
+// The sgemm wrapper, the helper thread (Helper, HelperSlot, both) and the vector-clone macro are the
+// native steps' shared ones (learner_common.hpp, helper_pool.hpp); the checks below name this kernel.
+using namespace pearl_native;
 
-using Sgemm64 = void (*)(int, int, int, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
-                         int64_t, float, float*, int64_t);
-using Sgemm32 = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*,
-                         int);
+const char* const kWho = "pearl_cpu DQN kernel";
 
-// C (M x N) = op(A) op(B) (+ beta C), row-major, through the caller's cblas_sgemm.
-struct Gemm {
-  uintptr_t fn = 0;
-  bool ilp64 = true;
-  void operator()(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                  int64_t ldb, float beta, float* C, int64_t ldc) const {
-    const int a = ta ? kTrans : kNoTrans, b = tb ? kTrans : kNoTrans;
-    if (ilp64) {
-      reinterpret_cast<Sgemm64>(fn)(kRowMajor, a, b, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
-    } else {
-      reinterpret_cast<Sgemm32>(fn)(kRowMajor, a, b, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K),
-                                    1.0f, A, static_cast<int>(lda), B, static_cast<int>(ldb), beta, C,
-                                    static_cast<int>(ldc));
-    }
-  }
-};
+[[noreturn]] void fail(const std::string& msg) { pearl_native::fail(kWho, msg); }
 
-using F32 = py::array_t<float, py::array::c_style>;
-
-// The Adam loop (a square root and two divisions per parameter, ~67k parameters
-// here) is also built for AVX2 and picked at load time (GCC/Clang
-// function multi-versioning, which needs glibc's ifunc); the build itself stays
-// baseline x86-64, and elsewhere the loops are built once, for the baseline.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && defined(__linux__) && defined(__GLIBC__)
-#define PEARL_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define PEARL_VECTOR_CLONES
-#endif
-
-[[noreturn]] void fail(const std::string& msg) { throw py::value_error("pearl_cpu DQN kernel: " + msg); }
-
-std::string shape_str(const py::array& a) {
-  std::string s = "(";
-  for (py::ssize_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
-  return s + (a.ndim() == 1 ? ",)" : ")");
-}
-
-// `arr` as a C-contiguous array of T of exactly `shape`, or ValueError naming `what`.
 template <typename T>
 py::array_t<T, py::array::c_style> checked(const py::array& arr, const std::vector<py::ssize_t>& shape,
                                           const std::string& what) {
-  if (!arr.dtype().is(py::dtype::of<T>()))
-    fail(what + " must be " + std::string(py::str(py::dtype::of<T>())) + "; found " +
-         std::string(py::str(arr.dtype())));
-  if (!(arr.flags() & py::array::c_style)) fail(what + " must be C-contiguous");
-  bool same = static_cast<size_t>(arr.ndim()) == shape.size();
-  for (size_t i = 0; same && i < shape.size(); ++i) same = arr.shape(i) == shape[i];
-  if (!same) {
-    std::string want = "(";
-    for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
-    fail(what + " has shape " + shape_str(arr) + "; expected " + want + (shape.size() == 1 ? ",)" : ")"));
-  }
-  return py::reinterpret_borrow<py::array_t<T, py::array::c_style>>(arr);
+  return pearl_native::checked<T>(kWho, arr, shape, what);
 }
 
-// A float32 array the kernel keeps and writes into (held, not copied).
 F32 held(const py::handle& obj, const std::vector<py::ssize_t>& shape, const std::string& what) {
-  if (!py::isinstance<py::array>(obj)) fail(what + " is not a numpy array");
-  auto arr = py::reinterpret_borrow<py::array>(obj);
-  if (!arr.writeable()) fail(what + " must be writeable");
-  return checked<float>(arr, shape, what);
-}
-
-// One helper thread running posted tasks, help-first (see the file's header).
-// Only the thread that owns the kernel posts; one task at a time.
-class Helper {
- public:
-  Helper() : pid_(getpid()), th_([this] { loop(); }) {}
-  pid_t pid() const { return pid_; }
-  ~Helper() {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      stop_ = true;
-    }
-    cv_.notify_one();
-    th_.join();
-  }
-  Helper(const Helper&) = delete;
-  Helper& operator=(const Helper&) = delete;
-
-  // Hand `task` to the helper; the caller must call finish() before posting again.
-  void post(std::function<void()> task) {
-    task_ = std::move(task);
-    state_.store(kPosted, std::memory_order_seq_cst);
-    if (sleeping_.load(std::memory_order_seq_cst)) {
-      std::lock_guard<std::mutex> lk(mu_);  // the helper checks the state under this lock before waiting
-      cv_.notify_one();
-    }
-  }
-
-  // The posted task has run when this returns: by the helper, or here if the helper had not started it.
-  void finish() {
-    int expect = kPosted;
-    if (state_.compare_exchange_strong(expect, kIdle, std::memory_order_acq_rel)) {
-      task_();  // not started: the caller runs it
-    } else {
-      while (state_.load(std::memory_order_acquire) != kDone) {
-      }  // started: it is running on a core now, so this wait is short
-      state_.store(kIdle, std::memory_order_relaxed);
-    }
-    task_ = nullptr;
-  }
-
- private:
-  enum : int { kIdle = 0, kPosted = 1, kRunning = 2, kDone = 3 };
-  // After a task, look for the next one this long (a step posts several, tens of microseconds apart),
-  // yielding the core to any other runnable thread between looks; then sleep.
-  static constexpr std::chrono::microseconds kSpin{2000};
-
-  bool take() {
-    int expect = kPosted;
-    if (!state_.compare_exchange_strong(expect, kRunning, std::memory_order_acq_rel)) return false;
-    task_();
-    state_.store(kDone, std::memory_order_release);
-    return true;
-  }
-
-  void loop() {
-    for (;;) {
-      const auto until = std::chrono::steady_clock::now() + kSpin;
-      bool ran = false;
-      while (std::chrono::steady_clock::now() < until) {
-        if (take()) {
-          ran = true;
-          break;
-        }
-        sched_yield();
-      }
-      if (ran) continue;
-      std::unique_lock<std::mutex> lk(mu_);
-      sleeping_.store(true, std::memory_order_seq_cst);
-      cv_.wait(lk, [this] { return stop_ || state_.load(std::memory_order_seq_cst) == kPosted; });
-      sleeping_.store(false, std::memory_order_seq_cst);
-      if (stop_) return;
-      lk.unlock();
-      take();
-    }
-  }
-
-  std::function<void()> task_;
-  std::atomic<int> state_{kIdle};
-  std::atomic<bool> sleeping_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  const pid_t pid_;  // the process whose thread th_ is
-  std::thread th_;   // last: started once everything above is built
-};
-
-// The kernel's helper, fork-aware: a forked child has the Helper's memory but not its thread (and its
-// mutex and condition variable may be mid-use), so there it is never touched again (left allocated,
-// neither joined nor destroyed: joining would hang) and get() makes a fresh one on first use.
-class HelperSlot {
- public:
-  HelperSlot() = default;
-  HelperSlot(const HelperSlot&) = delete;
-  HelperSlot& operator=(const HelperSlot&) = delete;
-  ~HelperSlot() { reset(); }
-  bool on() const { return on_; }
-  void set(bool on) {
-    on_ = on;
-    if (!on) reset();
-  }
-  // The helper of this process, or nullptr when off.
-  Helper* get() {
-    if (!on_) return nullptr;
-    if (p_ != nullptr && p_->pid() != getpid()) p_ = nullptr;  // a forked child: the parent's, left alone
-    if (p_ == nullptr) p_ = new Helper();
-    return p_;
-  }
-
- private:
-  void reset() {
-    if (p_ != nullptr && p_->pid() == getpid()) delete p_;
-    p_ = nullptr;
-  }
-  bool on_ = false;
-  Helper* p_ = nullptr;
-};
-
-// Runs `mine` here and `theirs` on the helper (when there is one), both done on return.
-template <typename A, typename B>
-void both(Helper* helper, A&& mine, B&& theirs) {
-  if (helper == nullptr) {
-    mine();
-    theirs();
-    return;
-  }
-  helper->post(std::forward<B>(theirs));
-  mine();
-  helper->finish();
+  return pearl_native::held(kWho, obj, shape, what);
 }
 
 struct Layer {
@@ -537,38 +346,14 @@ class DQNMLPKernel {
       for (size_t i = 0; i < L; ++i) {
         Layer& l = layers_[i];
         const int64_t n = l.out * l.in, lo = hp ? (second ? n / 2 : 0) : 0, hi = hp && !second ? n / 2 : n;
-        adam(l.pW + lo, l.gW + lo, l.pmW + lo, l.pvW + lo, hi - lo, step_w[i], lr, b1, b2, eps);
-        if (!second) adam(l.pb, l.gb, l.pmb, l.pvb, l.out, step_b[i], lr, b1, b2, eps);
+        pearl_native::adam(l.pW + lo, l.gW + lo, l.pmW + lo, l.pvW + lo, hi - lo, step_w[i], lr, b1, b2, eps);
+        if (!second) pearl_native::adam(l.pb, l.gb, l.pmb, l.pvb, l.out, step_b[i], lr, b1, b2, eps);
       }
     };
     if (hp) {
       both(hp, [&] { part(false); }, [&] { part(true); });
     } else {
       part(false);
-    }
-  }
-
-  static void adam(float* p, const float* g, float* m, float* v, int64_t n, float step, double lr, double b1,
-                   double b2, double eps) {
-    if (n <= 0) return;
-    const double bc1 = 1.0 - std::pow(b1, static_cast<double>(step));
-    const double bc2 = 1.0 - std::pow(b2, static_cast<double>(step));
-    adam_loop(p, g, m, v, n, static_cast<float>(lr / bc1), static_cast<float>(std::sqrt(bc2)),
-              static_cast<float>(b1), static_cast<float>(b2), static_cast<float>(eps));
-  }
-
-  // Written as torch's rule is: sqrt(v) / sqrt(1 - b2^t) + eps, then m over that.
-  PEARL_VECTOR_CLONES static void adam_loop(float* __restrict p, const float* __restrict g, float* __restrict m,
-                                            float* __restrict v, int64_t n, float step_size, float bc2_sqrt,
-                                            float b1, float b2, float eps) {
-    const float c1 = 1.0f - b1, c2 = 1.0f - b2;
-    for (int64_t e = 0; e < n; ++e) {
-      const float gr = g[e];
-      const float me = b1 * m[e] + c1 * gr;
-      const float ve = b2 * v[e] + c2 * gr * gr;
-      m[e] = me;
-      v[e] = ve;
-      p[e] -= step_size * me / (std::sqrt(ve) / bc2_sqrt + eps);
     }
   }
 

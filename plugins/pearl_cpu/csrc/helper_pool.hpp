@@ -1,5 +1,5 @@
-// A help-first helper thread for the native learner steps (extracted from csrc/dqn_mlp.cpp, whose
-// header explains the design; dqn_mlp.cpp still has its own copy and can include this instead).
+// A help-first helper thread for the native learner steps (csrc/dqn_mlp.cpp's header explains the
+// design; dqn_mlp.cpp and ac_mlp.cpp both use it).
 //
 // The caller posts a task, does its own share, then takes the task back and runs it itself if the
 // helper has not started it (busy core, asleep): the caller never waits for a helper that an actor

@@ -1,8 +1,7 @@
 // Pieces the native learner steps share: the caller's cblas_sgemm, input checks that raise
 // ValueError before anything is written, and torch's Adam rule.
 //
-// Written for csrc/ac_mlp.cpp (TD3/DDPG and SAC). csrc/dqn_mlp.cpp has its own copies of the same
-// code (written first); it can include this header instead, with no change in behaviour.
+// Used by csrc/dqn_mlp.cpp (DQN) and csrc/ac_mlp.cpp (TD3/DDPG and SAC).
 
 #pragma once
 
