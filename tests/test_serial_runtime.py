@@ -196,3 +196,27 @@ def test_bad_arguments(tmp_path):
         SerialRuntime(dqn_config(tmp_path), resume_from=tmp_path / "nope.pt")
     with pytest.raises(pearl_core.BackendUnavailableError):
         run(dqn_config(tmp_path), RuntimePlan(rm_backend="nonexistent"))
+
+
+def test_random_steps_act_uniformly_at_random_then_the_policy_acts():
+    """RunConfig.random_steps: the actors' first env steps take each env's own seeded random actions
+    (SB3's warm-up); afterwards the trainer acts."""
+    from pearl_core.algorithms import TD3
+    from pearl_core.envs import make_env
+    from pearl_core.runtime.acting import Collector
+
+    envs = [make_env("Pendulum-v1", s) for s in (0, 1)]
+    twins = [make_env("Pendulum-v1", s) for s in (0, 1)]
+    col = Collector(envs, [0, 1], random_steps=6)
+    t = TD3(envs[0].observation_space, envs[0].action_space, actor_hidden=(8,), critic_hidden=(8,), seed=0,
+            noise_std=0.0)
+    for step in range(5):
+        t.env_steps = 2 * step  # the run's env-step count, as the runtimes keep it
+        before = None if col._obs is None else col._obs.copy()
+        got = col.step(t).action
+        if t.env_steps < 6:  # the same draws the env's own (seeded) action space gives
+            np.testing.assert_array_equal(got, np.stack([tw.action_space.sample() for tw in twins]))
+        else:  # the (noise-free) policy acts
+            np.testing.assert_allclose(got, t.get_action(before, explore=False), rtol=1e-6)
+    with pytest.raises(SpecError, match="random_steps"):
+        RunConfig(env_id="Pendulum-v1", trainer="pearl_core.algorithms:TD3", random_steps=-1)

@@ -172,7 +172,7 @@ class Composer:
         return self
 
     def set_train_function(self, trainer: "type | str", batch_size: int = 64, *, replay_ratio: float = 0.5,
-                           learning_starts: int = 1_000, weight_sync_every: int = 10,
+                           learning_starts: int = 1_000, weight_sync_every: int = 10, random_steps: int = 0,
                            **trainer_kwargs: Any) -> "Composer":
         """The trainer class (policy model + training algorithm) and how the learner consumes experience.
 
@@ -183,6 +183,8 @@ class Composer:
             replay_ratio: learner updates per env step (0.5: one update every 2 steps).
             learning_starts: env steps collected before the first update.
             weight_sync_every: learner updates between weight pushes to the actors.
+            random_steps: env steps of uniformly random actions at the start of the run (SB3's
+                warm-up before ``learning_starts``; 0: the policy acts from the first step).
             **trainer_kwargs: the trainer's hyper-parameters (plain literals only:
                 they are written into the generated program).
 
@@ -197,6 +199,7 @@ class Composer:
         replay_ratio = float(_field(w, "RunConfig", "replay_ratio", replay_ratio))
         learning_starts = _field(w, "RunConfig", "learning_starts", learning_starts)
         weight_sync_every = _field(w, "RunConfig", "weight_sync_every", weight_sync_every)
+        random_steps = _field(w, "RunConfig", "random_steps", random_steps)
         if isinstance(trainer, str):
             from pearl_core.runtime.wiring import load_trainer_class
 
@@ -222,7 +225,7 @@ class Composer:
         _check_trainer(trainer, self._spaces, trainer_kwargs, w, self._env_id)
         self._trainer, self._trainer_kwargs = trainer, dict(trainer_kwargs)
         self._learner = {"batch_size": batch_size, "replay_ratio": replay_ratio, "learning_starts": learning_starts,
-                         "weight_sync_every": weight_sync_every}
+                         "weight_sync_every": weight_sync_every, "random_steps": random_steps}
         return self
 
     def set_replay(self, kind: str = "prioritized", capacity: int = 100_000, fanout: int = 16, *,

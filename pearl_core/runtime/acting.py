@@ -170,7 +170,7 @@ class Collector:
 
     def __init__(self, envs: Sequence[Any], seeds: Sequence[int] | None = None, *, env_id: str | None = None,
                  on_nonfinite: str = "stop", where: str = "the serial runtime",
-                 mark: Callable[[int, int], None] | None = None, n_step: int = 1):
+                 mark: Callable[[int, int], None] | None = None, n_step: int = 1, random_steps: int = 0):
         if not envs:
             raise SpecError("Collector needs at least one environment; found none.")
         if on_nonfinite not in ("stop", "drop"):
@@ -196,6 +196,7 @@ class Collector:
         self.dropped = 0
         self.last_drop = ""
         self._agg = NStepAggregator(n_step, len(self.envs)) if n_step != 1 else None
+        self.random_steps = int(random_steps)
         self._gamma: float | None = None
 
     @property
@@ -262,7 +263,10 @@ class Collector:
         obs, mark = self._obs, self._mark
         base = int(getattr(trainer, "env_steps", 0) or 0)  # the run's env-step count, for messages
         mark(_GET_ACTION, 0)
-        actions = trainer.get_action(obs, explore)
+        if explore and base < self.random_steps:  # the warm-up: each env's own (seeded) action space
+            actions = np.stack([np.asarray(env.action_space.sample()) for env in self.envs])
+        else:
+            actions = trainer.get_action(obs, explore)
         n = len(self.envs)
         both = np.empty((2, *obs.shape), obs.dtype)  # next_obs and new_obs, checked in one go
         next_obs, new_obs = both[0], both[1]

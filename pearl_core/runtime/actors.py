@@ -192,7 +192,8 @@ class _Actor:
         load_trainer_class(spec.config.trainer)
         envs = [make_env(spec.config.env_id, s, **spec.config.env_options) for s in env_seeds]
         self.collector = Collector(envs, env_seeds, env_id=spec.config.env_id, on_nonfinite=spec.config.on_nonfinite,
-                                   where=f"actor {me}", mark=self.mark, n_step=spec.config.replay.n_step)
+                                   where=f"actor {me}", mark=self.mark, n_step=spec.config.replay.n_step,
+                                   random_steps=spec.config.random_steps)
         # The host checked the trainer class already; actors skip the smoke test.
         self.trainer = build_trainer(
             spec.config, envs[0].observation_space, envs[0].action_space, seed=trainer_seed, check=False

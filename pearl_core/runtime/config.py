@@ -120,6 +120,8 @@ _RULES: dict[str, dict[str, Any]] = {
         "trainer": _trainer_path,
         "batch_size": _count(1, "e.g. batch_size=64", LIMITS["batch_size"]),
         "learning_starts": _count(0, "env steps before the first update, e.g. learning_starts=1000"),
+        "random_steps": _count(0, "env steps of uniformly random actions at the start, e.g. random_steps=10_000 "
+                                  "(0: none)"),
         "replay_ratio": lambda x, label, err: v.number(x, label, low=1e-6, high=1e6, fix="learner updates per env "
                                                        "step, e.g. replay_ratio=0.5 (one update per 2 env steps)",
                                                        error=err),
@@ -287,6 +289,9 @@ class RunConfig(_Serialisable):
         replay: the replay configuration.
         batch_size: samples per learner update.
         learning_starts: env steps collected before the first update.
+        random_steps: env steps at the start of a run in which the actors act uniformly at random
+            (each environment's own seeded action space), as stable-baselines3 does before
+            ``learning_starts``; ``0`` (default): the policy (with its exploration) acts from the first step.
         replay_ratio: learner updates per env step (e.g. 0.5 = one update per 2 steps).
         train_every: env steps between bursts of updates in the serial runtime
             (``train_every * replay_ratio`` updates per burst); the parallel
@@ -311,6 +316,7 @@ class RunConfig(_Serialisable):
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     batch_size: int = 64
     learning_starts: int = 1_000
+    random_steps: int = 0
     replay_ratio: float = 0.5
     train_every: int = 256
     weight_sync_every: int = 10

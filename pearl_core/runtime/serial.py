@@ -114,7 +114,7 @@ class _Run:
             load_trainer_class(cfg.trainer)  # first: a package that registers its environments on import
             envs += [make_env(cfg.env_id, s, **cfg.env_options) for s in seeds]
             self.collector = Collector(envs, seeds, env_id=cfg.env_id, on_nonfinite=cfg.on_nonfinite,
-                                       n_step=cfg.replay.n_step)
+                                       n_step=cfg.replay.n_step, random_steps=cfg.random_steps)
             env = envs[0]
             self.spaces = (env.observation_space, env.action_space)
             self.trainer = build_trainer(cfg, env.observation_space, env.action_space, plan=plan)

@@ -65,6 +65,7 @@ RUN_CONFIG = RunConfig(
     ),
     batch_size=64,
     learning_starts=1000,
+    random_steps=0,
     replay_ratio=0.5,
     train_every=256,
     weight_sync_every=10,
