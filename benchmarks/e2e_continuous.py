@@ -264,6 +264,7 @@ def run_pearl(name: str, case: Case, seed: int, log_root: Path, n_actors: int, e
         replay=ReplayConfig(kind=PEARL[name][1], capacity=hp.buffer),
         batch_size=hp.batch,
         learning_starts=hp.learning_starts,
+        random_steps=hp.learning_starts,  # the zoo's warm-up: uniformly random actions until learning starts
         replay_ratio=hp.gradient_steps / hp.train_freq,
         train_every=train_every or hp.train_freq,
         weight_sync_every=weight_sync_every,
@@ -430,10 +431,9 @@ def notes_for(args, names: list[str], cases: list[Case]) -> list[str]:
         starts = ", ".join(f"{c.algo} {c.env_id} {c.hp.learning_starts}" for c in cases)
         who = f" (here {' and '.join(peers)})" if peers else ""
         out.append(f"warm-up: SB3's off-policy algorithms, so the zoo's runs and SB3 and SBX{who}, act uniformly at "
-                   f"random for the first learning_starts env steps (`_sample_action`; {starts}); PEARL's actors "
-                   "have no such phase and act with the untrained policy from the first step (SAC: a sample of "
-                   "its squashed Gaussian; TD3: the untrained actor plus its N(0, noise_std^2) noise), so the "
-                   "replay they learn from at first differs. No contestant updates before learning_starts.")
+                   f"random for the first learning_starts env steps (`_sample_action`; {starts}); so do PEARL's "
+                   "actors (`RunConfig.random_steps = learning_starts`: each env's own seeded action space). "
+                   "No contestant updates before learning_starts.")
     if "sbx" in names:
         out.append("sbx: `sbx.SAC` / `sbx.TD3` on JAX's CPU backend with SB3's arguments above, one for one (sbx's "
                    "own defaults that differ from SB3's, e.g. `sbx.TD3`'s learning_rate 3e-4, are overridden by "
