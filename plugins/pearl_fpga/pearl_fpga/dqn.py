@@ -124,6 +124,7 @@ class FpgaDQN(DQN):
         reads as it is (then the batch never leaves the device), else ``None`` (host arrays).
 
         The runtime's learner step asks for it (setting 2 with RM, Data Storage and learner on the FPGA)."""
+        from pearl_core.replay.storage import TRANSITION_FIELDS
         from pearl_fpga.storage import DeviceRows, FpgaStorage
 
         p = self.pipeline
@@ -132,6 +133,13 @@ class FpgaDQN(DQN):
             return None
         bufs, b = p.batch_buffers(batch_size), int(batch_size)
         slot = {name: DeviceRows(bufs[name], (b,), as_float=name == "done") for name in bufs}
+        # Fields the pipeline does not read (the transition's steps: this trainer takes one-step rows
+        # only, supports_n_step is False) are gathered into host arrays, so every field has a destination.
+        layout = storage.spec.fields()
+        for name in TRANSITION_FIELDS:
+            if name not in slot:
+                shape, dtype = layout[name]
+                slot[name] = np.empty((b, *shape), dtype=dtype)
         slot["weights"] = np.empty(b, np.float32)
         return slot
 
