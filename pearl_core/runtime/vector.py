@@ -49,13 +49,12 @@ import numpy as np
 
 from pearl_core.envs import check_env_options, default_wrappers, make_env
 from pearl_core.errors import SpecError
+from pearl_core.runtime.config import VECTOR_BACKENDS
 from pearl_core.runtime.messages import Phase
 
-__all__ = ["VECTOR_BACKENDS", "EnvPoolEnvs", "GymVectorEnvs", "LoopEnvs", "VectorEnvs", "check_vector_backend",
+__all__ = ["VECTOR_BACKENDS", "EnvPoolEnvs", "GymVectorEnvs", "LoopEnvs", "VectorEnvs", "check_vector_backend", "choose_vector_backend",
            "envpool_available", "envpool_has", "make_vector_envs"]
 
-#: The values of ``RuntimePlan.vector_backend``.
-VECTOR_BACKENDS = ("loop", "gym-sync", "gym-async", "envpool")
 
 _ENV_STEP, _ENV_RESET = int(Phase.ENV_STEP), int(Phase.ENV_RESET)
 
@@ -365,3 +364,33 @@ def make_vector_envs(backend: str, env_id: str, seeds: Sequence[int], env_option
     make_env(env_id, **options).close()  # a bad id or option reads as make_env's error, here
     fns = [functools.partial(make_env, env_id, s, **options) for s in seeds]
     return GymVectorEnvs(fns, seeds, asynchronous=backend == "gym-async", mark=mark, env_id=env_id)
+
+
+#: Whether gymnasium's SyncVectorEnv stepped one actor's envs faster than the loop back end on the
+#: machine the rule was measured on (benchmarks/vector_actors.py, benchmarks/README.md).
+GYM_SYNC_BEATS_LOOP = False
+
+
+def choose_vector_backend(env_id: str, envs_per_actor: int, env_kwargs: Mapping[str, Any] | None = None,
+                          env_wrappers: Sequence[str] | None = None) -> tuple[str, str]:
+    """The composer's rule: ``(backend, why)`` for an actor stepping ``envs_per_actor`` envs of ``env_id``.
+
+    * one environment: ``"loop"`` (nothing to vectorise);
+    * more: ``"envpool"`` where EnvPool is installed, has the id, and no PEARL preset, wrapper or
+      kwarg would make its environment differ; else ``"gym-sync"`` if it was measured faster than the
+      loop (:data:`GYM_SYNC_BEATS_LOOP`), else ``"loop"``.
+
+    ``"gym-async"`` is never chosen (only the serial runtime can run it); a user can force any back end.
+    """
+    if int(envs_per_actor) <= 1:
+        return "loop", "one environment per actor: nothing to vectorise"
+    try:
+        kwargs, wrappers = check_env_options(env_kwargs, env_wrappers)
+        problem = _envpool_problem(env_id, kwargs, wrappers)
+    except SpecError as exc:
+        problem = str(exc)
+    if problem is None:
+        return "envpool", f"EnvPool has {env_id!r} and no PEARL preset, wrapper or kwarg changes it"
+    if GYM_SYNC_BEATS_LOOP:
+        return "gym-sync", f"not EnvPool ({problem}); gymnasium's SyncVectorEnv measured faster than the loop"
+    return "loop", f"not EnvPool ({problem}); gymnasium's SyncVectorEnv was not measured faster than the loop"
