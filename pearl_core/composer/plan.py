@@ -162,8 +162,9 @@ class PlacementPlan:
         counts come from the matrix rows (CPU devices), ``n_actors`` and
         ``envs_per_actor`` from the workload, ``vector_backend`` by
         :func:`~pearl_core.runtime.vector.choose_vector_backend` (``"loop"`` for one env
-        per actor; ``"envpool"`` where EnvPool has the env as PEARL builds it; else
-        ``"loop"`` unless gym-sync was measured faster). Keyword arguments override any field.
+        per actor; for more, ``"envpool"`` where EnvPool has the env as PEARL builds it and was
+        measured faster than the loop, else ``"gym-sync"`` if measured faster, else ``"loop"``).
+        Keyword arguments override any field.
         """
         from pearl_core.runtime.config import RuntimePlan
 

@@ -272,7 +272,9 @@ class EnvPoolEnvs:
     Args:
         env_id: an id EnvPool has.
         seeds: consecutive seeds (EnvPool seeds environment ``i`` with ``seeds[0] + i``).
-        kwargs: extra ``envpool.make_gymnasium`` arguments (e.g. for a benchmark).
+        kwargs: extra ``envpool.make_gymnasium`` arguments; ``num_threads`` defaults to 1 (an actor
+            is one process, budgeted one core; EnvPool's own default, a thread per environment, was
+            slower on this 2-core machine: benchmarks/README.md).
     """
 
     def __init__(self, env_id: str, seeds: Sequence[int | None], *, mark: Callable[[int, int], None] | None = None,
@@ -284,6 +286,7 @@ class EnvPoolEnvs:
         if any(s is not None and int(s) != base + i for i, s in enumerate(seeds)):
             raise SpecError(f"vector_backend 'envpool' seeds environment i with seed + i; the seeds {list(seeds)} are "
                             "not consecutive. Fix: use consecutive seeds (actor_env_seeds gives them).")
+        kwargs.setdefault("num_threads", 1)  # an actor is one process on one core (EnvPool's default: a thread per env)
         self.pool = envpool.make_gymnasium(env_id, num_envs=n, batch_size=n, seed=base, **kwargs)
         self.n_envs = n
         self.env_id = env_id
@@ -366,9 +369,11 @@ def make_vector_envs(backend: str, env_id: str, seeds: Sequence[int], env_option
     return GymVectorEnvs(fns, seeds, asynchronous=backend == "gym-async", mark=mark, env_id=env_id)
 
 
-#: Whether gymnasium's SyncVectorEnv stepped one actor's envs faster than the loop back end on the
-#: machine the rule was measured on (benchmarks/vector_actors.py, benchmarks/README.md).
-GYM_SYNC_BEATS_LOOP = False
+#: Which back ends stepped one actor's 8 CartPole envs faster than the loop back end, measured with
+#: benchmarks/vector_actors.py on the machine the rule was set on (2 shared CPUs; benchmarks/README.md,
+#: "Vector actors"): gym-sync 0.76x and EnvPool 0.69x of the loop's env steps/s, so neither. Flip one
+#: after measuring it faster on the machines PEARL plans for; the composer's rule reads this.
+MEASURED_FASTER_THAN_LOOP: dict[str, bool] = {"gym-sync": False, "envpool": False}
 
 
 def choose_vector_backend(env_id: str, envs_per_actor: int, env_kwargs: Mapping[str, Any] | None = None,
@@ -376,11 +381,13 @@ def choose_vector_backend(env_id: str, envs_per_actor: int, env_kwargs: Mapping[
     """The composer's rule: ``(backend, why)`` for an actor stepping ``envs_per_actor`` envs of ``env_id``.
 
     * one environment: ``"loop"`` (nothing to vectorise);
-    * more: ``"envpool"`` where EnvPool is installed, has the id, and no PEARL preset, wrapper or
-      kwarg would make its environment differ; else ``"gym-sync"`` if it was measured faster than the
-      loop (:data:`GYM_SYNC_BEATS_LOOP`), else ``"loop"``.
+    * more: ``"envpool"`` where EnvPool is installed, has the id, no PEARL preset, wrapper or kwarg
+      would make its environment differ, and it was measured faster than the loop
+      (:data:`MEASURED_FASTER_THAN_LOOP`); else ``"gym-sync"`` if it was measured faster than the
+      loop; else ``"loop"``.
 
-    ``"gym-async"`` is never chosen (only the serial runtime can run it); a user can force any back end.
+    ``"gym-async"`` is never chosen (only the serial runtime can run it, and it was the slowest);
+    a user can force any back end (``Composer.set_actors(vector_backend=...)``, ``--vector-backend``).
     """
     if int(envs_per_actor) <= 1:
         return "loop", "one environment per actor: nothing to vectorise"
@@ -389,8 +396,10 @@ def choose_vector_backend(env_id: str, envs_per_actor: int, env_kwargs: Mapping[
         problem = _envpool_problem(env_id, kwargs, wrappers)
     except SpecError as exc:
         problem = str(exc)
+    if problem is None and MEASURED_FASTER_THAN_LOOP["envpool"]:
+        return "envpool", f"EnvPool has {env_id!r}, no PEARL preset, wrapper or kwarg changes it, measured faster"
     if problem is None:
-        return "envpool", f"EnvPool has {env_id!r} and no PEARL preset, wrapper or kwarg changes it"
-    if GYM_SYNC_BEATS_LOOP:
+        problem = "EnvPool could run it but was not measured faster than the loop"
+    if MEASURED_FASTER_THAN_LOOP["gym-sync"]:
         return "gym-sync", f"not EnvPool ({problem}); gymnasium's SyncVectorEnv measured faster than the loop"
     return "loop", f"not EnvPool ({problem}); gymnasium's SyncVectorEnv was not measured faster than the loop"
