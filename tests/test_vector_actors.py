@@ -289,3 +289,43 @@ def test_the_composer_records_and_lets_the_user_force_it():
     assert c.run(profile=False).runtime_plan.vector_backend == "gym-sync"
     with pytest.raises(ComposerError, match="vector_backend"):
         composer().set_actors("CartPole-v1", vector_backend="threads")
+
+
+def test_a_vector_step_heartbeat_names_all_envs():
+    """The parallel runtime's watchdog reads what a stalled actor was doing from its heartbeat word."""
+    from pearl_core.runtime.messages import ALL_ENVS, Phase
+
+    marks = []
+    seeds = [0, 1]
+    vec = make_vector_envs("gym-sync", "CartPole-v1", seeds, OPTIONS, mark=lambda p, a=0: marks.append((p, a)))
+    col = Collector(vec, seeds)
+    col.step(RandomPolicy(col.vec.action_space))
+    col.close()
+    assert (int(Phase.ENV_STEP), ALL_ENVS) in marks and (int(Phase.ENV_RESET), ALL_ENVS) in marks
+    assert Phase.ENV_STEP.describe(ALL_ENVS) == "in a vector env step (all environments)"
+    assert Phase.ENV_STEP.describe(3) == "in env.step of environment 3"
+    assert (0xFFFFFFFF & ALL_ENVS) == ALL_ENVS  # survives the heartbeat word's 32-bit argument
+
+
+def test_pearl_compose_vector_backend_option(tmp_path):
+    import ast
+
+    from typer.testing import CliRunner
+
+    from pearl_core.cli import app
+    from test_composer_api import THIS_MACHINE, assign
+
+    def compose(*args):
+        out = tmp_path / "runtime.py"
+        res = CliRunner().invoke(app, ["compose", "-H", str(THIS_MACHINE), "--no-profile", "--hidden", "32,32",
+                                       "-o", str(out), "--envs-per-actor", "4", *args])
+        return res, out
+
+    res, out = compose("--vector-backend", "gym-sync")
+    assert res.exit_code == 0, res.output
+    kw = {k.arg: k.value for k in assign(ast.parse(out.read_text(encoding="utf-8")), "RUNTIME_PLAN").keywords}
+    assert ast.literal_eval(kw["vector_backend"]) == "gym-sync" and ast.literal_eval(kw["envs_per_actor"]) == 4
+    assert "stepped by the 'gym-sync' vector back end" in out.read_text(encoding="utf-8")
+    out.unlink()
+    res, out = compose("--vector-backend", "threads")
+    assert res.exit_code == 2 and "vector_backend" in res.output and not out.exists()

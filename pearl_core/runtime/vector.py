@@ -50,7 +50,7 @@ import numpy as np
 from pearl_core.envs import check_env_options, default_wrappers, make_env
 from pearl_core.errors import SpecError
 from pearl_core.runtime.config import VECTOR_BACKENDS
-from pearl_core.runtime.messages import Phase
+from pearl_core.runtime.messages import ALL_ENVS, Phase
 
 __all__ = ["VECTOR_BACKENDS", "EnvPoolEnvs", "GymVectorEnvs", "LoopEnvs", "VectorEnvs", "check_vector_backend", "choose_vector_backend",
            "envpool_available", "envpool_has", "make_vector_envs"]
@@ -155,7 +155,7 @@ class GymVectorEnvs:
     Args:
         env_fns: one ``callable() -> env`` per environment (picklable for the async one).
         seeds: each environment's seed (its warm-up action space is seeded with it).
-        mark: called once before each vector step and reset.
+        mark: called once before each vector step and reset (with :data:`~pearl_core.runtime.messages.ALL_ENVS`).
     """
 
     def __init__(self, env_fns: Sequence[Callable[[], Any]], seeds: Sequence[int | None], *,
@@ -182,12 +182,12 @@ class GymVectorEnvs:
         self.mark = mark or _no_mark
 
     def reset(self, seeds: Sequence[int | None]) -> np.ndarray:
-        self.mark(_ENV_RESET, 0)
+        self.mark(_ENV_RESET, ALL_ENVS)
         obs, _ = self.vec.reset(seed=[None if s is None else int(s) for s in seeds])
         return np.asarray(obs)
 
     def step(self, actions):
-        self.mark(_ENV_STEP, 0)
+        self.mark(_ENV_STEP, ALL_ENVS)
         obs, rewards, terminated, truncated, info = self.vec.step(np.asarray(actions))
         new_obs = np.asarray(obs)
         ended = np.logical_or(terminated, truncated)
@@ -297,7 +297,7 @@ class EnvPoolEnvs:
         self._ids = np.arange(n, dtype=np.int32)
 
     def reset(self, seeds: Sequence[int | None]) -> np.ndarray:
-        self.mark(_ENV_RESET, 0)
+        self.mark(_ENV_RESET, ALL_ENVS)
         obs, info = self.pool.reset()
         return self._ordered(np.asarray(obs), info)
 
@@ -314,7 +314,7 @@ class EnvPoolEnvs:
         return out
 
     def step(self, actions):
-        self.mark(_ENV_STEP, 0)
+        self.mark(_ENV_STEP, ALL_ENVS)
         actions = np.asarray(actions)
         obs, rewards, terminated, truncated, info = self.pool.step(actions, self._ids)
         got = np.asarray(info["env_id"])
