@@ -160,6 +160,23 @@ def test_envpool_pendulum_truncates_at_200_with_true_final_observations():
 
 
 @needs_envpool
+def test_envpool_seeds_env_i_with_seed_plus_i():
+    """So an actor's consecutive seeds (actor_env_seeds) give every env its own seed, as the loop does;
+    and non-consecutive seeds are refused."""
+    from pearl_core.runtime.vector import EnvPoolEnvs
+
+    pool = EnvPoolEnvs("CartPole-v1", [5, 6, 7])
+    first = pool.reset([5, 6, 7])
+    for i in range(3):
+        one = EnvPoolEnvs("CartPole-v1", [5 + i])
+        np.testing.assert_array_equal(one.reset([5 + i])[0], first[i])
+        one.close()
+    pool.close()
+    with pytest.raises(SpecError, match="not consecutive"):
+        EnvPoolEnvs("CartPole-v1", [5, 7])
+
+
+@needs_envpool
 def test_envpool_n_step_windows_never_cross_an_episode_end():
     _, outs = collect("envpool", "CartPole-v1", steps=150, n_step=3)
     rows = sum(len(o.reward) for o in outs)

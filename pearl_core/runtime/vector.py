@@ -36,7 +36,14 @@ Back ends (``RuntimePlan.vector_backend``, :data:`VECTOR_BACKENDS`):
   must be consecutive (:func:`~pearl_core.runtime.acting.actor_env_seeds` are). EnvPool's
   environments are its own implementations: equal to gymnasium's in distribution, never
   bitwise. Only ids EnvPool has, and only when no PEARL preset, wrapper or keyword argument
-  would make PEARL's environment differ (:func:`check_vector_backend`).
+  would make PEARL's environment differ (:func:`check_vector_backend`). One worker thread
+  (``num_threads=1``): an actor is one process, budgeted one core.
+
+Evaluation (:class:`~pearl_core.runtime.acting.Evaluator`) always plays gymnasium's environments
+from :func:`make_env`, whatever the back end: with ``"envpool"`` a policy trained on EnvPool's
+implementation is scored on gymnasium's.
+
+The composer picks a back end with :func:`choose_vector_backend`; a user can force any of them.
 """
 
 from __future__ import annotations
@@ -52,8 +59,8 @@ from pearl_core.errors import SpecError
 from pearl_core.runtime.config import VECTOR_BACKENDS
 from pearl_core.runtime.messages import ALL_ENVS, Phase
 
-__all__ = ["VECTOR_BACKENDS", "EnvPoolEnvs", "GymVectorEnvs", "LoopEnvs", "VectorEnvs", "check_vector_backend", "choose_vector_backend",
-           "envpool_available", "envpool_has", "make_vector_envs"]
+__all__ = ["MEASURED_FASTER_THAN_LOOP", "VECTOR_BACKENDS", "EnvPoolEnvs", "GymVectorEnvs", "LoopEnvs", "VectorEnvs",
+           "check_vector_backend", "choose_vector_backend", "envpool_available", "envpool_has", "make_vector_envs"]
 
 
 _ENV_STEP, _ENV_RESET = int(Phase.ENV_STEP), int(Phase.ENV_RESET)
