@@ -1,7 +1,8 @@
 """Acting: stepping environments with a policy, staging their transitions, greedy evaluation.
 
 * :class:`Collector` — steps ``n`` environments together with one batched
-  ``get_action`` call: the serial runtime's loop body and every actor process's.
+  ``get_action`` call: the serial runtime's loop body and every actor process's. How the
+  environments step is its back end (``RuntimePlan.vector_backend``, :mod:`pearl_core.runtime.vector`).
 * :class:`NStepAggregator` — turns each environment's one-step transitions into
   n-step ones (``RunConfig.replay.n_step``), where they are produced, so every
   replay (uniform or prioritized) and every runtime stores them alike.
@@ -150,14 +151,18 @@ class Collector:
     """Steps ``n`` environments together with one batched ``get_action`` call (an actor's loop body).
 
     Args:
-        envs: environments with identical spaces (e.g. from :func:`make_env`).
+        envs: environments with identical spaces (e.g. from :func:`make_env`), stepped by the
+            ``"loop"`` back end, or a :class:`~pearl_core.runtime.vector.VectorEnvs` (a vector back
+            end, :func:`~pearl_core.runtime.vector.make_vector_envs`): every back end gives the
+            same rows, episode stats, NaN screening and drops, n-step rows and warm-up.
         seeds: reset seed of each environment's first episode.
         env_id: the environments' id, for error messages (default: the first one's spec id).
         on_nonfinite: ``"stop"`` (raise :class:`DataError`) or ``"drop"`` (leave the
             transition out and count it) for a transition holding a NaN/inf.
         where: who steps them, for error messages (``"actor 0"``).
         mark: ``mark(phase, arg)`` called before every ``get_action``, ``env.step`` and
-            ``env.reset`` (an actor's heartbeat, :class:`~pearl_core.runtime.messages.Phase`).
+            ``env.reset`` (an actor's heartbeat, :class:`~pearl_core.runtime.messages.Phase`); a
+            vector back end is given its own ``mark`` and marks once per vector step.
         n_step: environment steps per transition (``RunConfig.replay.n_step``); with ``n > 1``
             the steps go through an :class:`NStepAggregator` with the trainer's ``gamma``.
 
