@@ -238,6 +238,23 @@ def test_parallel_runtime_trains_dqn_with_a_vector_backend(tmp_path, backend):
     assert rt.faults == []
 
 
+@pytest.mark.usefixtures("no_leaks")
+def test_parallel_actor_drops_nan_rows_through_gym_sync(tmp_path):
+    """The NaN drop path inside an actor process with a vector back end: counted, reported, run finishes."""
+    from pearl_core.runtime.parallel import ParallelRuntime
+
+    cfg = RunConfig(env_id="PearlFaulty/SomeNaN-v0", trainer="faulty_envs:LinearQ", batch_size=16,
+                    learning_starts=32, train_every=16, replay=ReplayConfig(capacity=2048),
+                    stop=StopCriteria(max_env_steps=400), log_dir=str(tmp_path / "run"), on_nonfinite="drop")
+    plan = RuntimePlan(setting=2, n_actors=1, envs_per_actor=2, insert_batch=8, queue_size=4,
+                       vector_backend="gym-sync")
+    rt = ParallelRuntime(cfg, plan, progress=False, plot=False, tensorboard=False)
+    res = rt.run()
+    assert res.stop_reason == "max_env_steps" and res.env_steps == 400
+    # steps 20, 70, 120, 170 of each of the two envs: 200 vector steps give 400 rows less 8 dropped
+    assert 7 <= rt.dropped_nonfinite <= 10 and res.dropped_nonfinite == rt.dropped_nonfinite
+
+
 def test_gym_async_is_refused_for_actor_processes(tmp_path):
     from pearl_core.runtime.parallel import ParallelRuntime
 
