@@ -127,6 +127,7 @@ class Composer:
         self._spaces: tuple[Any, Any] | None = None
         self._n_actors = 1
         self._envs_per_actor = 1
+        self._vector_backend: str | None = None  # forced by the user; None: the composer's rule
         self._insert_batch: int | None = None
         self._trainer: type | None = None
         self._trainer_kwargs: dict[str, Any] = {}
@@ -139,7 +140,7 @@ class Composer:
     # ------------------------------------------------------------------ setters
     def set_actors(self, env_id: str, n_actors: int = 1, *, envs_per_actor: int = 1,
                    insert_batch: int | None = None, env_kwargs: Mapping[str, Any] | None = None,
-                   wrappers: Sequence[str] | None = None) -> "Composer":
+                   wrappers: Sequence[str] | None = None, vector_backend: str | None = None) -> "Composer":
         """The environment (a gymnasium id) and the actor processes that step it.
 
         Args:
@@ -155,6 +156,10 @@ class Composer:
             wrappers: applied in order, each a preset (``"atari"``, ``"minatar"``) or an
                 import path ``"package.module:callable"``; ``None``: the id's family
                 presets; ``[]``: none.
+            vector_backend: force how each actor steps its environments
+                (``RuntimePlan.vector_backend``: ``"loop"``, ``"gym-sync"``, ``"gym-async"``,
+                ``"envpool"``); ``None`` (default): the composer's rule
+                (:func:`~pearl_core.runtime.vector.choose_vector_backend`).
         """
         w = "Composer.set_actors"
         env_id = _field(w, "RunConfig", "env_id", env_id)
@@ -163,12 +168,18 @@ class Composer:
         envs_per_actor = _field(w, "RuntimePlan", "envs_per_actor", envs_per_actor)
         if insert_batch is not None:
             insert_batch = _int(w, "insert_batch", insert_batch, 1, "leave it None to derive it from the replay ratio")
+        if vector_backend is not None:
+            from pearl_core.runtime.vector import check_vector_backend
+
+            check_vector_backend(vector_backend, env_id, env_kwargs, wrappers, label=f"{w}: vector_backend",
+                                 error=ComposerError)
         spaces = _env_spaces(env_id, w, env_kwargs, wrappers)
         if self._trainer is not None and (self._env_id, self._env_options) != (env_id, (env_kwargs, wrappers)):
             # The trainer was checked against the previous environment: check it against this one too.
             _check_trainer(self._trainer, spaces, self._trainer_kwargs, "Composer.set_actors", env_id)
         self._env_id, self._spaces, self._env_options = env_id, spaces, (env_kwargs, wrappers)
         self._n_actors, self._envs_per_actor, self._insert_batch = n_actors, envs_per_actor, insert_batch
+        self._vector_backend = vector_backend
         return self
 
     def set_train_function(self, trainer: "type | str", batch_size: int = 64, *, replay_ratio: float = 0.5,
@@ -393,7 +404,7 @@ class Composer:
         try:
             plan = make_plan(self.spec, wl, self.metric, registry=self.registry, profiler=profiler, choose=choose,
                              constraint=note)
-            runtime_plan = plan.runtime_plan(envs_per_actor=self._envs_per_actor)
+            runtime_plan = plan.runtime_plan(**self._actor_fields())
             refusals = preflight.problems(runtime_plan)
             if refusals and runnable:
                 plan, runtime_plan, refusals = self._runnable_plan(plan, wl, preflight, choose, note)
@@ -405,6 +416,13 @@ class Composer:
         if save is not None:
             atomic_write(save, plan.to_json())
         return composition
+
+    def _actor_fields(self) -> dict[str, Any]:
+        """The runtime plan's fields set by :meth:`set_actors` (``vector_backend`` only when forced)."""
+        out: dict[str, Any] = {"envs_per_actor": self._envs_per_actor}
+        if self._vector_backend is not None:
+            out["vector_backend"] = self._vector_backend
+        return out
 
     def _check_place(self, place: "Mapping[str, str] | None") -> dict[str, str]:
         if place is None:
@@ -425,7 +443,7 @@ class Composer:
         """The best plan whose placements all pass ``preflight`` (each device probed once per primitive)."""
         from pearl_core.composer.plan import make_plan
 
-        probe = plan.runtime_plan(envs_per_actor=self._envs_per_actor)
+        probe = plan.runtime_plan(**self._actor_fields())
         strings = {d.name: d.device_string for d in self.spec.devices}
 
         def ok(prim: str, dev: str) -> bool:
@@ -443,7 +461,7 @@ class Composer:
         why = "placements that can run here" + (f" and {note}" if note else "")
         best = make_plan(self.spec, wl, self.metric, registry=self.registry, matrix=plan.matrix, choose=ok,
                          constraint=why)
-        runtime_plan = best.runtime_plan(envs_per_actor=self._envs_per_actor)
+        runtime_plan = best.runtime_plan(**self._actor_fields())
         return best, runtime_plan, preflight.problems(runtime_plan)
 
     def RuntimeGen(self, composition: Composition,  # noqa: N802 - the paper's name

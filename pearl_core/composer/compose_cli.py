@@ -54,6 +54,10 @@ _EXTRA = (
                                     "(its timings are never reported as the device's).")),
     ("runnable", bool, typer.Option(False, "--runnable", help="Write the best plan that can run here instead "
                                     "of refusing a what-if plan for absent hardware.")),
+    ("vector_backend", Optional[str], typer.Option(None, "--vector-backend", help="How each actor steps its "
+                                                   "environments: loop, gym-sync, gym-async (serial runtime only) "
+                                                   "or envpool (default: the composer's rule: loop for one env "
+                                                   "per actor, envpool where EnvPool has the env unchanged).")),
     ("place", Optional[list[str]], typer.Option(None, "--place", help="Force a placement, PRIMITIVE=DEVICE with "
                                                 "PRIMITIVE one of rm, learner, storage (repeat the option).")),
 )
@@ -136,7 +140,8 @@ def composer_from_options(o: dict[str, Any]) -> Composer:
     Shared by ``pearl compose`` and ``pearl validate``; raises :class:`PearlError` on bad options.
     """
     composer = Composer(o["hardware"], o["metric"], emulated=bool(o.get("emulated", False)))
-    composer.set_actors(o["env_id"], o["n_actors"], envs_per_actor=o["envs_per_actor"], insert_batch=o["insert_batch"])
+    composer.set_actors(o["env_id"], o["n_actors"], envs_per_actor=o["envs_per_actor"], insert_batch=o["insert_batch"],
+                        vector_backend=o.get("vector_backend"))
     kwargs = parse_trainer_kwargs(o["trainer_kwargs"]) or {}
     from pearl_core.algorithms.defaults import default_trainer, hidden_kwargs  # torch loads only when used
 

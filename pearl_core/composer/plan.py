@@ -160,7 +160,11 @@ class PlacementPlan:
         ``rm_backend`` is the backend of the RM device's kind, ``learner_device``
         and ``storage_device`` are device strings, ``setting`` is :attr:`setting`, thread
         counts come from the matrix rows (CPU devices), ``n_actors`` and
-        ``envs_per_actor`` from the workload. Keyword arguments override any field.
+        ``envs_per_actor`` from the workload, ``vector_backend`` by
+        :func:`~pearl_core.runtime.vector.choose_vector_backend` (``"loop"`` for one env
+        per actor; for more, ``"envpool"`` where EnvPool has the env as PEARL builds it and was
+        measured faster than the loop, else ``"gym-sync"`` if measured faster, else ``"loop"``).
+        Keyword arguments override any field.
         """
         from pearl_core.runtime.config import RuntimePlan
 
@@ -191,6 +195,12 @@ class PlacementPlan:
         if v is not None:
             values.update(setting=v.setting, learner_threads=v.learner_threads, rm_threads=v.rm_threads)
         values.update(overrides)
+        if "vector_backend" not in overrides:  # the composer's rule (pearl_core.runtime.vector)
+            from pearl_core.runtime.vector import choose_vector_backend
+
+            values["vector_backend"] = choose_vector_backend(
+                str(self.workload.get("env_id", "")), values["envs_per_actor"], self.workload.get("env_kwargs"),
+                self.workload.get("env_wrappers"))[0]
         return RuntimePlan(**values)
 
     def device_config(self) -> dict[str, dict[str, Any]]:

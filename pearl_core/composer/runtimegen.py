@@ -439,7 +439,7 @@ def render_program(composition: Composition) -> str:
     devices = ", ".join(f"{d['name']} ({d['kind']})" for d in spec["device"])
     inputs = [
         f"#   environment   {_comment(config.env_id)}, {runtime_plan.n_actors} actor(s) x "
-        f"{runtime_plan.envs_per_actor} env(s)",
+        f"{runtime_plan.envs_per_actor} env(s) stepped by the {runtime_plan.vector_backend!r} vector back end",
         f"#   trainer       {_comment(config.trainer)}",
         f"#   trainer args  {_comment(dict(config.trainer_kwargs))}",
         f"#   learner       batch {config.batch_size}, replay ratio {config.replay_ratio!r}, learning starts "

@@ -1,7 +1,8 @@
 """Acting: stepping environments with a policy, staging their transitions, greedy evaluation.
 
 * :class:`Collector` — steps ``n`` environments together with one batched
-  ``get_action`` call: the serial runtime's loop body and every actor process's.
+  ``get_action`` call: the serial runtime's loop body and every actor process's. How the
+  environments step is its back end (``RuntimePlan.vector_backend``, :mod:`pearl_core.runtime.vector`).
 * :class:`NStepAggregator` — turns each environment's one-step transitions into
   n-step ones (``RunConfig.replay.n_step``), where they are produced, so every
   replay (uniform or prioritized) and every runtime stores them alike.
@@ -37,6 +38,7 @@ from pearl_core.replay.storage import STEPS_DTYPE, StorageSpec, transition_rows
 from pearl_core.runtime.config import RunConfig
 from pearl_core.runtime.messages import Phase
 from pearl_core.runtime.nstep import NStepAggregator
+from pearl_core.runtime.vector import LoopEnvs, VectorEnvs
 from pearl_core.trainer import Trainer
 
 __all__ = [
@@ -67,7 +69,7 @@ def _no_mark(phase: int, arg: int = 0) -> None:
     pass
 
 
-_GET_ACTION, _ENV_STEP, _ENV_RESET = int(Phase.GET_ACTION), int(Phase.ENV_STEP), int(Phase.ENV_RESET)
+_GET_ACTION = int(Phase.GET_ACTION)
 _F32_MAX = float(np.finfo(np.float32).max)  # rewards are stored as float32: larger ones become inf
 
 
@@ -149,14 +151,18 @@ class Collector:
     """Steps ``n`` environments together with one batched ``get_action`` call (an actor's loop body).
 
     Args:
-        envs: environments with identical spaces (e.g. from :func:`make_env`).
+        envs: environments with identical spaces (e.g. from :func:`make_env`), stepped by the
+            ``"loop"`` back end, or a :class:`~pearl_core.runtime.vector.VectorEnvs` (a vector back
+            end, :func:`~pearl_core.runtime.vector.make_vector_envs`): every back end gives the
+            same rows, episode stats, NaN screening and drops, n-step rows and warm-up.
         seeds: reset seed of each environment's first episode.
         env_id: the environments' id, for error messages (default: the first one's spec id).
         on_nonfinite: ``"stop"`` (raise :class:`DataError`) or ``"drop"`` (leave the
             transition out and count it) for a transition holding a NaN/inf.
         where: who steps them, for error messages (``"actor 0"``).
         mark: ``mark(phase, arg)`` called before every ``get_action``, ``env.step`` and
-            ``env.reset`` (an actor's heartbeat, :class:`~pearl_core.runtime.messages.Phase`).
+            ``env.reset`` (an actor's heartbeat, :class:`~pearl_core.runtime.messages.Phase`); a
+            vector back end is given its own ``mark`` and marks once per vector step.
         n_step: environment steps per transition (``RunConfig.replay.n_step``); with ``n > 1``
             the steps go through an :class:`NStepAggregator` with the trainer's ``gamma``.
 
@@ -168,40 +174,46 @@ class Collector:
         dropped: transitions dropped so far; ``last_drop`` describes the latest.
     """
 
-    def __init__(self, envs: Sequence[Any], seeds: Sequence[int] | None = None, *, env_id: str | None = None,
-                 on_nonfinite: str = "stop", where: str = "the serial runtime",
+    def __init__(self, envs: Sequence[Any] | VectorEnvs, seeds: Sequence[int] | None = None, *,
+                 env_id: str | None = None, on_nonfinite: str = "stop", where: str = "the serial runtime",
                  mark: Callable[[int, int], None] | None = None, n_step: int = 1, random_steps: int = 0):
-        if not envs:
-            raise SpecError("Collector needs at least one environment; found none.")
         if on_nonfinite not in ("stop", "drop"):
             raise SpecError(f"Collector: on_nonfinite = {on_nonfinite!r}; expected 'stop' or 'drop'.")
-        self.envs = list(envs)
-        self.seeds = list(seeds) if seeds is not None else [None] * len(self.envs)
-        if len(self.seeds) != len(self.envs):
-            raise SpecError(f"Collector: {len(self.envs)} environments but {len(self.seeds)} seeds.")
-        space = self.envs[0].action_space
-        self._discrete = hasattr(space, "n")
-        self._obs: np.ndarray | None = None
-        self._returns = np.zeros(len(self.envs), np.float64)
-        self._lengths = np.zeros(len(self.envs), np.int64)
-        self.episodes_done = 0
-        spec = getattr(self.envs[0], "spec", None)
-        self.env_id = env_id or getattr(spec, "id", None) or type(self.envs[0]).__name__
-        self.on_nonfinite, self.where = on_nonfinite, where
         self._mark = mark or _no_mark
+        if _is_vector(envs):
+            vec: Any = envs
+        else:
+            if not envs:
+                raise SpecError("Collector needs at least one environment; found none.")
+            vec = LoopEnvs(list(envs), self._mark)  # type: ignore[arg-type]
+        self.vec: VectorEnvs = vec
+        #: the gymnasium environments of the loop back end (``None`` for the others)
+        self.envs = vec.envs if isinstance(vec, LoopEnvs) else None
+        n = int(vec.n_envs)
+        self.seeds = list(seeds) if seeds is not None else [None] * n
+        if len(self.seeds) != n:
+            raise SpecError(f"Collector: {n} environments but {len(self.seeds)} seeds.")
+        self._discrete = hasattr(vec.action_space, "n")
+        self._obs: np.ndarray | None = None
+        self._returns = np.zeros(n, np.float64)
+        self._lengths = np.zeros(n, np.int64)
+        self.episodes_done = 0
+        self.env_id = env_id or getattr(vec, "env_id", None) or (
+            type(self.envs[0]).__name__ if self.envs else type(vec).__name__)
+        self.on_nonfinite, self.where = on_nonfinite, where
         self._drop = on_nonfinite == "drop"
-        self._from_reset: Sequence[int] = range(len(self.envs))  # the envs whose current obs came from env.reset
+        self._from_reset: Sequence[int] = range(n)  # the envs whose current obs came from env.reset
         self._obs_ok = True  # whether the current observations are finite (checked when they arrived)
-        self._bad_run = np.zeros(len(self.envs), np.int64)  # consecutive drops per environment
+        self._bad_run = np.zeros(n, np.int64)  # consecutive drops per environment
         self.dropped = 0
         self.last_drop = ""
-        self._agg = NStepAggregator(n_step, len(self.envs)) if n_step != 1 else None
+        self._agg = NStepAggregator(n_step, n) if n_step != 1 else None
         self.random_steps = int(random_steps)
         self._gamma: float | None = None
 
     @property
     def n_envs(self) -> int:
-        return len(self.envs)
+        return int(self.vec.n_envs)
 
     @property
     def n_step(self) -> int:
@@ -244,11 +256,7 @@ class Collector:
         return self._as_output(rows, None, (), 0, 0)  # at least one row: pending() > 0
 
     def _reset_all(self) -> None:
-        first = []
-        for i, (env, s) in enumerate(zip(self.envs, self.seeds)):
-            self._mark(Phase.ENV_RESET, i)
-            first.append(env.reset(seed=s)[0])
-        self._obs = np.stack([np.asarray(o) for o in first])
+        self._obs = np.asarray(self.vec.reset(self.seeds))
         self._obs_ok = _finite(self._obs)
 
     def step(self, trainer: Trainer, explore: bool = True) -> StepOutput:
@@ -264,45 +272,33 @@ class Collector:
         base = int(getattr(trainer, "env_steps", 0) or 0)  # the run's env-step count, for messages
         mark(_GET_ACTION, 0)
         if explore and base < self.random_steps:  # the warm-up: each env's own (seeded) action space
-            actions = np.stack([np.asarray(env.action_space.sample()) for env in self.envs])
+            actions = self.vec.sample_actions()
         else:
             actions = trainer.get_action(obs, explore)
-        n = len(self.envs)
-        both = np.empty((2, *obs.shape), obs.dtype)  # next_obs and new_obs, checked in one go
-        next_obs, new_obs = both[0], both[1]
-        rewards = np.empty(n, np.float32)
-        dones = np.zeros(n, np.bool_)
+        n = self.n_envs
+        next_obs, r64, terminated, truncated, new_obs = self.vec.step(actions)
+        if next_obs.dtype != obs.dtype:
+            next_obs, new_obs = next_obs.astype(obs.dtype), new_obs.astype(obs.dtype)
+        with np.errstate(over="ignore", invalid="ignore"):
+            rewards = r64.astype(np.float32)  # inf or NaN as float32: reported below
+            ok = np.abs(r64) <= _F32_MAX  # False for NaN; a dropped reward does not poison the return
+        rewards_ok = bool(ok.all())
+        self._returns += r64 if rewards_ok else np.where(ok, r64, 0.0)
+        self._lengths += 1
+        dones = np.asarray(terminated, np.bool_)
+        ended = dones | truncated
+        resets: list[int] = np.flatnonzero(ended).tolist()
         episodes = []
-        resets: list[int] = []
-        rewards_ok = True
-        for i, env in enumerate(self.envs):
-            a = int(actions[i]) if self._discrete else actions[i]
-            mark(_ENV_STEP, i)
-            o, r, terminated, truncated, _ = env.step(a)
-            r = float(r)
-            next_obs[i] = o
-            dones[i] = terminated
-            if -_F32_MAX <= r <= _F32_MAX:  # False for NaN; a dropped reward does not poison the return
-                rewards[i] = r
-                self._returns[i] += r
-            else:
-                with np.errstate(over="ignore"):
-                    rewards[i] = r  # inf or NaN as float32: reported below
-                rewards_ok = False
-            self._lengths[i] += 1
-            if terminated or truncated:
-                episodes.append(EpisodeStats(i, float(self._returns[i]), int(self._lengths[i]), bool(terminated)))
-                self._returns[i] = 0.0
-                self._lengths[i] = 0
-                mark(_ENV_RESET, i)
-                o = env.reset()[0]
-                resets.append(i)
-            new_obs[i] = o
+        for i in resets:
+            episodes.append(EpisodeStats(i, float(self._returns[i]), int(self._lengths[i]), bool(dones[i])))
+            self._returns[i] = 0.0
+            self._lengths[i] = 0
         acts = np.asarray(actions)
         obs_ok, obs_from_reset, self._from_reset = self._obs_ok, self._from_reset, resets
-        fresh_ok = _finite(both)
+        new_ok = _finite(new_obs)
+        fresh_ok = new_ok and (next_obs is new_obs or not resets or _finite(next_obs))
         self._obs = new_obs
-        self._obs_ok = fresh_ok or _finite(new_obs)  # the next step acts on new_obs
+        self._obs_ok = new_ok  # the next step acts on new_obs
         if rewards_ok and fresh_ok and obs_ok and (self._discrete or _finite(acts)):
             if self._drop and self.dropped and self._bad_run.any():
                 self._bad_run[:] = 0
@@ -310,7 +306,7 @@ class Collector:
             if self._agg is None:
                 return StepOutput(obs, actions, rewards, next_obs, dones, tuple(episodes))
             return self._n_step(trainer, StepOutput(obs, acts, rewards, next_obs, dones, tuple(episodes)),
-                                np.arange(n), self._ended(n, resets))
+                                np.arange(n), ended)
         keep = self._screen(obs, acts, rewards, next_obs, obs_from_reset, base)  # raises unless dropping
         self.episodes_done += len(episodes)
         k = int(keep.sum())
@@ -318,13 +314,7 @@ class Collector:
                          dropped=n - k)
         if self._agg is None:
             return one
-        return self._n_step(trainer, one, np.flatnonzero(keep), self._ended(n, resets), np.flatnonzero(~keep))
-
-    @staticmethod
-    def _ended(n: int, resets: list[int]) -> np.ndarray:
-        ended = np.zeros(n, np.bool_)
-        ended[resets] = True
-        return ended
+        return self._n_step(trainer, one, np.flatnonzero(keep), ended, np.flatnonzero(~keep))
 
     def _screen(self, obs, acts, rewards, next_obs, from_reset, base: int) -> np.ndarray:
         """The rows to keep of a step holding a NaN/inf; raises :class:`DataError` unless dropping."""
@@ -369,8 +359,12 @@ class Collector:
         return ~bad
 
     def close(self) -> None:
-        for env in self.envs:
-            env.close()
+        self.vec.close()
+
+
+def _is_vector(envs: Any) -> bool:
+    """Whether ``envs`` is a :class:`VectorEnvs` (not a sequence of gymnasium environments)."""
+    return all(hasattr(envs, a) for a in ("reset", "step", "sample_actions", "n_envs"))
 
 
 class InsertBuffer:

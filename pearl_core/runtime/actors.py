@@ -63,7 +63,7 @@ from typing import Any
 
 import numpy as np
 
-from pearl_core.envs import make_env
+from pearl_core.runtime.vector import make_vector_envs
 from pearl_core.errors import DataError
 from pearl_core.replay.storage import copy_rows
 from pearl_core.runtime.acting import Collector, actor_env_seeds
@@ -112,6 +112,7 @@ class ActorSpec:
         weight_check_every: vector steps between looks at the weight version.
         env_seed_offset: added to every environment index (a resumed run passes
             its env-step count, as the serial runtime does, so it starts new episodes).
+        vector_backend: how the actor steps its environments (``RuntimePlan.vector_backend``).
     """
 
     actor_id: int
@@ -126,6 +127,7 @@ class ActorSpec:
     dcq: PipeQueue
     weight_check_every: int = 1
     env_seed_offset: int = 0
+    vector_backend: str = "loop"
 
 
 def run_actor(spec: ActorSpec) -> None:
@@ -190,13 +192,14 @@ class _Actor:
         self.mark = ctrl.heartbeat(me)  # mark(phase, arg): alive, and what it is doing (the host's watchdog)
         # The trainer's module first: a package that registers its environments on import works here too.
         load_trainer_class(spec.config.trainer)
-        envs = [make_env(spec.config.env_id, s, **spec.config.env_options) for s in env_seeds]
+        envs = make_vector_envs(spec.vector_backend, spec.config.env_id, env_seeds, spec.config.env_options,
+                                mark=self.mark)
         self.collector = Collector(envs, env_seeds, env_id=spec.config.env_id, on_nonfinite=spec.config.on_nonfinite,
                                    where=f"actor {me}", mark=self.mark, n_step=spec.config.replay.n_step,
                                    random_steps=spec.config.random_steps)
         # The host checked the trainer class already; actors skip the smoke test.
         self.trainer = build_trainer(
-            spec.config, envs[0].observation_space, envs[0].action_space, seed=trainer_seed, check=False
+            spec.config, envs.observation_space, envs.action_space, seed=trainer_seed, check=False
         )
         self._w = self.weights.empty_like()
         self.version = 0

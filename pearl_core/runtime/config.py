@@ -28,7 +28,8 @@ from pearl_core import validation as v
 from pearl_core.envs import check_env_options
 from pearl_core.errors import SpecError
 
-__all__ = ["LIMITS", "ReplayConfig", "RunConfig", "RuntimePlan", "Setting", "StopCriteria", "check_field"]
+__all__ = ["LIMITS", "VECTOR_BACKENDS", "ReplayConfig", "RunConfig", "RuntimePlan", "Setting", "StopCriteria",
+           "check_field"]
 
 #: Sane upper bounds of the fields that size memory or processes (a typo such as ``10**12`` is refused
 #: at construction, not when the run allocates); per-machine limits are :mod:`pearl_core.runtime.machine`'s.
@@ -86,6 +87,9 @@ def _trainer_path(x: Any, label: str, err: type[Exception]) -> str:
 
 #: The rule of every validated field, per class: ``rule(value, label, error) -> normalised value``.
 #: The dataclasses below and the Composer's setters both check with these (:func:`check_field`).
+#: How an actor steps its environments (``RuntimePlan.vector_backend``; :mod:`pearl_core.runtime.vector`).
+VECTOR_BACKENDS = ("loop", "gym-sync", "gym-async", "envpool")
+
 _RULES: dict[str, dict[str, Any]] = {
     "ReplayConfig": {
         "kind": lambda x, label, err: v.one_of(x, label, ("prioritized", "uniform"), error=err),
@@ -135,6 +139,7 @@ _RULES: dict[str, dict[str, Any]] = {
         "on_nonfinite": lambda x, label, err: v.one_of(x, label, ("stop", "drop"), error=err),
     },
     "RuntimePlan": {
+        "vector_backend": lambda x, label, err: v.one_of(x, label, VECTOR_BACKENDS, error=err),
         "learner_threads": _count(1, "torch threads of the learner, e.g. 1", LIMITS["threads"]),
         "rm_threads": _count(1, "threads of the replay manager, e.g. 1", LIMITS["threads"]),
         "n_actors": _count(1, "actor processes, e.g. n_actors=4", LIMITS["n_actors"]),
@@ -385,6 +390,11 @@ class RuntimePlan(_Serialisable):
         rm_threads: threads of the RM's batched tree operations.
         n_actors: actor processes.
         envs_per_actor: environments stepped together (batched inference) in each actor.
+        vector_backend: how an actor (and the serial runtime) steps its environments, one of
+            :data:`VECTOR_BACKENDS`: ``"loop"`` (a Python loop, the default), ``"gym-sync"`` /
+            ``"gym-async"`` (gymnasium's SyncVectorEnv / AsyncVectorEnv; async only in the serial
+            runtime), ``"envpool"`` (EnvPool's own implementation of the id, where it has it and no
+            PEARL preset, wrapper or kwarg applies). See :mod:`pearl_core.runtime.vector`.
         insert_batch: transitions per actor message (DCQ batch).
         max_in_flight: sampled batches allowed ahead of the last priority update
             (1 = sampling for t+1 may start before update t lands).
@@ -405,6 +415,7 @@ class RuntimePlan(_Serialisable):
     rm_device: str | None = None
     backends: Mapping[str, str] = field(default_factory=dict)
     device_config: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    vector_backend: str = "loop"
 
     def __post_init__(self):
         o = "RuntimePlan"

@@ -214,6 +214,7 @@ class Host(HostFaults):
             control=self.ctrl.handle, weights=self.weights.handle, dcq=dcq,
             weight_check_every=self.rt.weight_check_every,
             env_seed_offset=self.session.state.env_steps if self.rt.checkpoint is not None else 0,
+            vector_backend=plan.vector_backend,
         )
         proc = self.ctx.Process(target=run_actor, args=(spec,), daemon=True, name=f"pearl-actor-{a}")
         proc.start()

@@ -32,6 +32,7 @@ import enum
 from typing import Any, Mapping, NamedTuple
 
 __all__ = [
+    "ALL_ENVS",
     "ActorFailed",
     "ActorReady",
     "Dropped",
@@ -49,6 +50,11 @@ __all__ = [
 ]
 
 
+#: ``Phase.ENV_STEP`` / ``ENV_RESET`` argument of a vector back end stepping or resetting every env at once
+#: (the largest 32-bit argument a heartbeat carries, so it reads back unchanged).
+ALL_ENVS = 0xFFFFFFFF
+
+
 class Phase(enum.IntEnum):
     """What a worker is doing, as it tells the host (with an argument, e.g. an environment index).
 
@@ -58,7 +64,7 @@ class Phase(enum.IntEnum):
     STARTING = 0
     THROTTLED = 1  # waiting for its env budget
     GET_ACTION = 2
-    ENV_STEP = 3  # arg: the environment's index
+    ENV_STEP = 3  # arg: the environment's index (ALL_ENVS: a vector back end stepping them all)
     ENV_RESET = 4  # arg: the environment's index
     SLOT_WAIT = 5  # waiting for a free experience slot
     SENDING = 6  # waiting for room in its queue to the host
@@ -73,8 +79,10 @@ class Phase(enum.IntEnum):
             Phase.STARTING: "starting",
             Phase.THROTTLED: "waiting for its env budget",
             Phase.GET_ACTION: "in trainer.get_action",
-            Phase.ENV_STEP: f"in env.step of environment {arg}",
-            Phase.ENV_RESET: f"in env.reset of environment {arg}",
+            Phase.ENV_STEP: "in a vector env step (all environments)" if arg == ALL_ENVS
+            else f"in env.step of environment {arg}",
+            Phase.ENV_RESET: "in a vector env reset (all environments)" if arg == ALL_ENVS
+            else f"in env.reset of environment {arg}",
             Phase.SLOT_WAIT: "waiting for a free experience slot",
             Phase.SENDING: "waiting for room in its queue to the host",
             Phase.WAITING: "waiting for the host's messages",

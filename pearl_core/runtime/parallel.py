@@ -121,6 +121,8 @@ class ParallelRuntime(Runtime):
             workers could not start.
     """
 
+    _actor_processes = True
+
     def __init__(self, config: RunConfig, plan: RuntimePlan | None = None, *,
                  resume_from: str | os.PathLike | Checkpoint | None = None, progress: bool | None = None,
                  tensorboard: bool | None = None, plot: bool = True, metrics_every: int = 1_000,

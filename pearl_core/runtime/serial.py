@@ -40,10 +40,10 @@ import time
 import traceback
 from pathlib import Path
 
-from pearl_core.envs import make_env
 from pearl_core.errors import ActorError, DataError, EvaluationError, HostError, LearnerError, WorkerError
 from pearl_core.replay.storage import StorageSpec
 from pearl_core.runtime.acting import Collector, InsertBuffer, actor_env_seeds
+from pearl_core.runtime.vector import make_vector_envs
 from pearl_core.runtime.control import RunResult
 from pearl_core.runtime.sanity import DropLog, check_state, nonfinite_in
 from pearl_core.runtime.session import Runtime, RunSession
@@ -108,12 +108,12 @@ class _Run:
         st = session.state
         # A resumed segment starts fresh episodes from seeds it has not used before.
         seeds = actor_env_seeds(cfg, plan.n_actors * plan.envs_per_actor, first=st.env_steps)
-        envs: list = []
+        envs: list = []  # what to close if building fails
         self.collector = None
         try:  # everything that can reject the config, before anything is written to log_dir
             load_trainer_class(cfg.trainer)  # first: a package that registers its environments on import
-            envs += [make_env(cfg.env_id, s, **cfg.env_options) for s in seeds]
-            self.collector = Collector(envs, seeds, env_id=cfg.env_id, on_nonfinite=cfg.on_nonfinite,
+            envs.append(make_vector_envs(plan.vector_backend, cfg.env_id, seeds, cfg.env_options))
+            self.collector = Collector(envs[0], seeds, env_id=cfg.env_id, on_nonfinite=cfg.on_nonfinite,
                                        n_step=cfg.replay.n_step, random_steps=cfg.random_steps)
             env = envs[0]
             self.spaces = (env.observation_space, env.action_space)

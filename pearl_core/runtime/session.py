@@ -51,6 +51,7 @@ from pearl_core.runtime.control import (
     plot_learning_curve,
 )
 from pearl_core.runtime.machine import check_machine
+from pearl_core.runtime.vector import check_vector_backend
 from pearl_core.runtime.runlock import RunLock, check_free
 from pearl_core.runtime.step import UpdateSchedule
 
@@ -86,6 +87,9 @@ class Runtime:
         SpecError: bad config/plan types or options, or a checkpoint that does not fit.
     """
 
+    #: whether actors run in processes of their own (the parallel runtime)
+    _actor_processes = False
+
     def __init__(self, config: RunConfig, plan: RuntimePlan | None = None, *,
                  resume_from: str | os.PathLike | Checkpoint | None = None, progress: bool | None = None,
                  tensorboard: bool | None = None, plot: bool = True, metrics_every: int = 1_000,
@@ -99,6 +103,11 @@ class Runtime:
             raise SpecError(f"{me} needs a RuntimePlan; found {type(plan).__name__}.")
         int_at_least(me, "metrics_every", metrics_every, 1)
         check_machine(config, plan)  # memory, cores, batch vs capacity, log_dir: before any worker or file
+        check_vector_backend(plan.vector_backend, config.env_id, config.env_kwargs, config.env_wrappers)
+        if plan.vector_backend == "gym-async" and self._actor_processes:
+            raise SpecError(f"{me}: RuntimePlan.vector_backend = 'gym-async' cannot run in actor processes (they "
+                            "are daemon processes, which may not start AsyncVectorEnv's subprocesses). Fix: use "
+                            "vector_backend='gym-sync' or 'envpool' here, or 'gym-async' with SerialRuntime.")
         self.config = config
         self.plan = plan
         from_path = isinstance(resume_from, (str, os.PathLike))

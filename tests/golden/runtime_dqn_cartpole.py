@@ -4,7 +4,7 @@
 #                          [--quiet] [--show-plan]
 #
 # Inputs
-#   environment   'CartPole-v1', 1 actor(s) x 1 env(s)
+#   environment   'CartPole-v1', 1 actor(s) x 1 env(s) stepped by the 'loop' vector back end
 #   trainer       'pearl_core.algorithms:DQN'
 #   trainer args  {'total_env_steps': 50000}
 #   learner       batch 64, replay ratio 0.5, learning starts 1000
@@ -102,6 +102,7 @@ RUNTIME_PLAN = RuntimePlan(
     rm_device='cpu',
     backends={'cpu': 'cpu'},
     device_config={},
+    vector_backend='loop',
 )
 
 

@@ -4,7 +4,7 @@
 #                          [--quiet] [--show-plan]
 #
 # Inputs
-#   environment   'CartPole-v1', 1 actor(s) x 2 env(s)
+#   environment   'CartPole-v1', 1 actor(s) x 2 env(s) stepped by the 'loop' vector back end
 #   trainer       'pearl_user_script:TinyDQN'
 #   trainer args  {'hidden_sizes': [64]}
 #   learner       batch 64, replay ratio 0.5, learning starts 1000
@@ -116,6 +116,7 @@ RUNTIME_PLAN = RuntimePlan(
     rm_device='cpu',
     backends={'cpu': 'cpu'},
     device_config={},
+    vector_backend='loop',
 )
 
 
