@@ -316,22 +316,9 @@ class DQNMLPKernel {
     }
 
     // 4. clip the global norm (torch: coef = max / (norm + 1e-6), applied when < 1)
-    if (max_grad_norm > 0.0) {
-      // eight independent partial sums: a vectorisable reduction without reassociation flags
-      double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      const size_t n = grads_.size(), n8 = n - n % 8;
-      const float* gv = grads_.data();
-      for (size_t e = 0; e < n8; e += 8)
-        for (size_t j = 0; j < 8; ++j) part[j] += static_cast<double>(gv[e + j]) * gv[e + j];
-      double ss = 0.0;
-      for (size_t e = n8; e < n; ++e) ss += static_cast<double>(gv[e]) * gv[e];
-      for (double p : part) ss += p;
-      const double coef = max_grad_norm / (std::sqrt(ss) + 1e-6);
-      if (coef < 1.0) {
-        const float c = static_cast<float>(coef);
-        for (float& v : grads_) v *= c;
-      }
-    }
+    const float clip = clip_coef(grads_.data(), grads_.size(), max_grad_norm);  // 1 when not due
+    if (clip < 1.0f)
+      for (float& v : grads_) v *= clip;
 
     // 5. Adam, torch's rule: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
     //    p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
