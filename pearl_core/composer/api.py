@@ -59,6 +59,7 @@ from pearl_core.fileio import atomic_write
 from pearl_core.runtime.config import check_field
 
 if TYPE_CHECKING:
+    from pearl_core.composer.knobs import KnobChoice
     from pearl_core.composer.workload import Workload
     from pearl_core.plugins import PluginRegistry
     from pearl_core.runtime.config import RunConfig
@@ -126,7 +127,8 @@ class Composer:
         self._env_options: tuple[dict[str, Any], tuple[str, ...] | None] = ({}, None)
         self._spaces: tuple[Any, Any] | None = None
         self._n_actors = 1
-        self._envs_per_actor = 1
+        self._envs_per_actor: int | None = None  # None: the composer chooses (pearl_core.composer.knobs)
+        self._envs_choice: Any = None  # the last run()'s KnobChoice
         self._vector_backend: str | None = None  # forced by the user; None: the composer's rule
         self._insert_batch: int | None = None
         self._trainer: type | None = None
@@ -138,7 +140,7 @@ class Composer:
         self._preflights: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ setters
-    def set_actors(self, env_id: str, n_actors: int = 1, *, envs_per_actor: int = 1,
+    def set_actors(self, env_id: str, n_actors: int = 1, *, envs_per_actor: int | None = None,
                    insert_batch: int | None = None, env_kwargs: Mapping[str, Any] | None = None,
                    wrappers: Sequence[str] | None = None, vector_backend: str | None = None) -> "Composer":
         """The environment (a gymnasium id) and the actor processes that step it.
@@ -148,7 +150,12 @@ class Composer:
                 (Atari, with the ``"atari"`` preset's wrappers) and ``"MinAtar/..."`` ids
                 register their families themselves (:mod:`pearl_core.envs`).
             n_actors: actor processes (on the host CPU).
-            envs_per_actor: environments each actor steps together (batched inference).
+            envs_per_actor: environments each actor steps together (batched inference);
+                ``None`` (default): the composer measures an actor at each of
+                :data:`~pearl_core.composer.knobs.ENVS_CANDIDATES` when it profiles the
+                host and takes the fewest within 10% of the fastest time per
+                experience (:func:`~pearl_core.composer.knobs.choose_envs_per_actor`), 1
+                on a what-if plan.
             insert_batch: ``BS_i`` for the cost models, experiences inserted per
                 learner iteration (default ``round(1 / replay_ratio)``).
             env_kwargs: keyword arguments of ``gymnasium.make`` (plain values: they are
@@ -165,7 +172,8 @@ class Composer:
         env_id = _field(w, "RunConfig", "env_id", env_id)
         env_kwargs, wrappers = check_env_options(env_kwargs, wrappers, w, ComposerError)
         n_actors = _field(w, "RuntimePlan", "n_actors", n_actors)
-        envs_per_actor = _field(w, "RuntimePlan", "envs_per_actor", envs_per_actor)
+        if envs_per_actor is not None:
+            envs_per_actor = _field(w, "RuntimePlan", "envs_per_actor", envs_per_actor)
         if insert_batch is not None:
             insert_batch = _int(w, "insert_batch", insert_batch, 1, "leave it None to derive it from the replay ratio")
         if vector_backend is not None:
@@ -179,6 +187,7 @@ class Composer:
             _check_trainer(self._trainer, spaces, self._trainer_kwargs, "Composer.set_actors", env_id)
         self._env_id, self._spaces, self._env_options = env_id, spaces, (env_kwargs, wrappers)
         self._n_actors, self._envs_per_actor, self._insert_batch = n_actors, envs_per_actor, insert_batch
+        self._envs_choice = None
         self._vector_backend = vector_backend
         return self
 
@@ -341,7 +350,10 @@ class Composer:
             raise ComposerError(f"Composer: the settings do not make a valid run config: {exc}") from exc
 
     def workload(self) -> "Workload":
-        """The :class:`~pearl_core.composer.workload.Workload` the cost models and Algorithm 1 plan for."""
+        """The :class:`~pearl_core.composer.workload.Workload` the cost models and Algorithm 1 plan for.
+
+        Its ``envs_per_actor`` is the user's, else the last :meth:`run`'s choice, else 1.
+        """
         from pearl_core.composer.workload import workload_for_env
 
         self._missing("Composer.workload()")
@@ -350,7 +362,8 @@ class Composer:
                                 trainer_kwargs=self._trainer_kwargs, replay=self._replay.kind,
                                 capacity=self._replay.capacity, fanout=self._replay.fanout,
                                 n_actors=self._n_actors, insert_batch=insert_batch,
-                                envs_per_actor=self._envs_per_actor, env_kwargs=self._env_options[0],
+                                envs_per_actor=self._envs_per_actor or (self._envs_choice.value if self._envs_choice
+                                                                        else 1), env_kwargs=self._env_options[0],
                                 env_wrappers=self._env_options[1], frame_storage=self._replay.frame_storage)
 
     def run(self, profile: bool = True, *, save: "str | os.PathLike[str] | None" = None,
@@ -387,12 +400,13 @@ class Composer:
         refuse_while_loading("Composer.run()")
         self._missing("Composer.run()")
         config = self.run_config()
-        wl = self.workload()
         forced = self._check_place(place)
         profiler = None
         if profile:
             profiler = profiler_for(self.spec, registry=self.registry, iterations=self.profile_iterations,
                                     cache_dir=self.cache_dir)
+        self._envs_choice = self._choose_envs(profile)
+        wl = self.workload()
         key = config.to_json()  # the same run is checked once per composer (each probe builds on the device)
         preflight = self._preflights.get(key)
         if preflight is None:
@@ -410,6 +424,9 @@ class Composer:
                 plan, runtime_plan, refusals = self._runnable_plan(plan, wl, preflight, choose, note)
         except SpecError as exc:
             raise ComposerError(f"Composer.run(): {exc}") from exc
+        if self._envs_choice is not None:  # recorded with the measurements behind it
+            plan = dataclasses.replace(plan, tuning={**plan.tuning,
+                                                     "knobs": {"envs_per_actor": self._envs_choice.to_dict()}})
         _, script = trainer_reference(self._trainer)  # type: ignore[arg-type]
         composition = Composition(plan, config, runtime_plan, script, refusals=tuple(refusals),
                                   emulated=self.emulated, checked=True)
@@ -417,9 +434,28 @@ class Composer:
             atomic_write(save, plan.to_json())
         return composition
 
+    def _choose_envs(self, profile: bool) -> "KnobChoice | None":
+        """Envs per actor when the user left them to the composer: measured on the host when it is this
+        machine and the run profiles, else ``None`` (1, nothing measured)."""
+        if self._envs_per_actor is not None or not profile:
+            return None
+        from pearl_core.composer.knobs import cached_envs_choice
+        from pearl_core.composer.profiling import present_device
+
+        host = next(d for d in self.spec.devices if d.name == self.spec.host)
+        if host.kind != "cpu" or present_device(host, self.registry) is None:
+            return None  # a described host: an actor measured here says nothing about it
+        self._envs_per_actor, choice = 1, None  # the workload to measure from (its envs are replaced)
+        try:
+            choice = cached_envs_choice(self.workload(), cache_dir=self.cache_dir)
+        finally:
+            self._envs_per_actor = None
+        return choice
+
     def _actor_fields(self) -> dict[str, Any]:
-        """The runtime plan's fields set by :meth:`set_actors` (``vector_backend`` only when forced)."""
-        out: dict[str, Any] = {"envs_per_actor": self._envs_per_actor}
+        """The runtime plan's fields set by :meth:`set_actors` (``vector_backend`` only when forced;
+        ``envs_per_actor`` comes from the plan's workload)."""
+        out: dict[str, Any] = {}
         if self._vector_backend is not None:
             out["vector_backend"] = self._vector_backend
         return out

@@ -154,6 +154,8 @@ def render_plan(plan: "PlacementPlan | Composition", console: Console) -> None:
                   f"{ch.power_w:,.1f} W, {ch.throughput / ch.power_w:,.1f} samples/J")
     if plan.variants:
         _render_variants(plan, console)
+    for name, knob in (plan.tuning.get("knobs") or {}).items():  # chosen by the composer (pearl_core.composer.knobs)
+        console.print(f"  {escape(name)}: {escape(str(knob.get('reason', knob.get('value'))))}")
     try:
         console.print(f"  runtime plan: {escape(repr(runtime_plan or plan.runtime_plan()))}")
     except PearlError as exc:
@@ -412,8 +414,10 @@ def plan_command(
     capacity: int = typer.Option(100_000, "--capacity", help="Replay capacity."),
     fanout: int = typer.Option(16, "--fanout", help="Sum-tree fanout."),
     n_actors: int = typer.Option(1, "--actors", help="Actor processes (on the host)."),
-    envs_per_actor: int = typer.Option(1, "--envs-per-actor", help="Environments each actor steps together "
-                                       "(one batched policy forward); the runtime plan records it."),
+    envs_per_actor: Optional[int] = typer.Option(None, "--envs-per-actor", help="Environments each actor steps "
+                                                 "together (one batched policy forward); the runtime plan records "
+                                                 "it. Default: pearl compose and validate measure an actor and "
+                                                 "choose it (docs/composer.md), pearl plan uses 1."),
     insert_batch: Optional[int] = typer.Option(None, "--insert-batch", help="Experiences inserted per learner "
                                                "iteration BS_i (default: the number of actors)."),
     png: Optional[Path] = typer.Option(None, "--png", help="Also draw the RM x learner grid as a PNG heatmap."),
@@ -441,7 +445,7 @@ def plan_command(
             trainer_cls = load_trainer_class(trainer)
         wl = workload_for_env(env_id, batch_size, trainer=trainer_cls, trainer_kwargs=kwargs, hidden_sizes=hidden,
                               replay=replay, capacity=capacity, fanout=fanout, n_actors=n_actors,
-                              insert_batch=insert_batch, envs_per_actor=envs_per_actor)
+                              insert_batch=insert_batch, envs_per_actor=envs_per_actor or 1)
         plan = make_plan(spec, wl, metric)
         png_plans = None if batches is None else batch_plans(spec, wl, metric, batches)
     except PearlError as exc:
