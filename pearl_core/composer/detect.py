@@ -14,6 +14,7 @@ conservative per-kind defaults and are listed in each device's ``assumed``.
 from __future__ import annotations
 
 import os
+import platform
 import re
 import warnings
 from typing import TYPE_CHECKING, Any, Mapping
@@ -25,7 +26,7 @@ from pearl_core.errors import SpecError
 if TYPE_CHECKING:
     from pearl_core.plugins import PluginRegistry
 
-__all__ = ["detect_hardware"]
+__all__ = ["cpu_model", "detect_hardware"]
 
 
 def detect_hardware(registry: "PluginRegistry | None" = None, *, emulated: bool = False) -> HardwareSpec:
@@ -104,3 +105,14 @@ def _device_from_info(info: Any, taken: set[str]) -> DeviceSpec:
     while name in taken:
         name, n = f"{base}_{n}", n + 1
     return _default_device(name, info.kind, dict(info.details or {}), info.description)
+
+
+def cpu_model() -> str:
+    """This machine's CPU model (``/proc/cpuinfo``'s first model name, else the platform's)."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            model = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), model)
+    except OSError:
+        pass
+    return model

@@ -102,10 +102,10 @@ def choose_envs_per_actor(wl: Workload, *, candidates: tuple[int, ...] = ENVS_CA
     :func:`~pearl_core.composer.profiling.profile_actor_step`); ``learner(workload)`` the learner's
     seconds per step on one thread (default :func:`~pearl_core.composer.profiling.profile_learner`).
     """
-    from pearl_core.composer import profiling
+    from pearl_core.composer.profiling import profile_actor_step, profile_learner
 
-    measure = measure or profiling.profile_actor_step
-    learner = learner or (lambda w: profiling.profile_learner(w, threads=1, iterations=100, warmup=10))
+    measure = measure or profile_actor_step
+    learner = learner or (lambda w: profile_learner(w, threads=1, iterations=100, warmup=10))
     times = {int(e): float(measure(dataclasses.replace(wl, envs_per_actor=int(e)), iterations=iterations))
              for e in sorted(set(candidates) | {1})}
     step = float(learner(dataclasses.replace(wl, envs_per_actor=1)))
@@ -126,7 +126,7 @@ def choose_envs_per_actor(wl: Workload, *, candidates: tuple[int, ...] = ENVS_CA
 
 
 def _machine() -> str:
-    from pearl_core.composer.sweep import cpu_model
+    from pearl_core.composer.detect import cpu_model
 
     return f"{cpu_model()} x{os.cpu_count()}"
 
@@ -136,7 +136,7 @@ def cached_envs_choice(wl: Workload, *, cache_dir: "str | os.PathLike[str] | Non
     """:func:`choose_envs_per_actor`, kept in the profile cache (:func:`~pearl_core.composer.profiling.cache_dir`)
     under the workload (its envs per actor aside), this machine's CPU and the candidates: composing the
     same run again gives the same choice, so its profiled row and calibration runs are found again too."""
-    from pearl_core import __version__
+    from pearl_core._version import __version__
     from pearl_core.composer.profiling import cache_dir as profile_cache_dir
     from pearl_core.fileio import atomic_write
 

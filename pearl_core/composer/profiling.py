@@ -580,12 +580,10 @@ def measure_run(wl: Workload, plan: "Any", *, window_s: float, learning_starts: 
                 prefix: str = "pearl-calibrate-", weight_sync_every: int | None = None) -> tuple[float, int]:
     """``(seconds per update, updates)`` of one run of ``plan`` (a RuntimePlan) with the workload.
 
-    The workload's run config at its replay ratio (one update per ``BS_i`` env steps), for
-    ``window_s`` seconds after ``learning_starts`` env steps, no evaluation, logs in a temporary
-    folder that is removed; the time is :func:`measured_iteration_s` of its ``metrics.csv``.
-    ``weight_sync_every`` replaces the run config's (``None``: its default).
-    Used by :func:`profile_runtime`, ``pearl validate`` and the knob choice
-    (:mod:`pearl_core.composer.knobs`). A failing run raises as the runtime does.
+    The workload's run config at its replay ratio (one update per ``BS_i`` env steps; ``weight_sync_every``
+    if given), for ``window_s`` seconds after ``learning_starts`` env steps, no evaluation, logs in a temporary
+    folder that is removed; the time is :func:`measured_iteration_s` of its ``metrics.csv``. Used by
+    :func:`profile_runtime`, ``pearl validate``, ``benchmarks/runtime_knobs.py``; a failing run raises.
     """
     from pearl_core.runtime.config import StopCriteria
     from pearl_core.runtime.parallel import ParallelRuntime
@@ -594,8 +592,7 @@ def measure_run(wl: Workload, plan: "Any", *, window_s: float, learning_starts: 
     config = dataclasses.replace(run_config_for(wl, seed=seed), replay_ratio=1.0 / bsi,
                                  learning_starts=learning_starts,
                                  stop=StopCriteria(max_wall_time_s=float(window_s), eval_every=10**9))
-    if weight_sync_every is not None:
-        config = dataclasses.replace(config, weight_sync_every=int(weight_sync_every))
+    config = config if weight_sync_every is None else dataclasses.replace(config, weight_sync_every=weight_sync_every)
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         config = dataclasses.replace(config, log_dir=str(Path(tmp) / "run"))
         ParallelRuntime(config, plan, progress=False, tensorboard=False, plot=False,

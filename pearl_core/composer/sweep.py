@@ -31,7 +31,6 @@ from __future__ import annotations
 import datetime
 import math
 import os
-import platform
 import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -42,8 +41,8 @@ if TYPE_CHECKING:
     from pearl_core.composer.validate import ValidationReport, ValidationRow
     from pearl_core.plugins import PluginRegistry
 
-__all__ = ["GRIDS", "PICK_TOLERANCE", "SweepPoint", "SweepReport", "SweepResult", "cpu_model", "run_sweep",
-           "sweep_command", "sweep_points", "validate_or_sweep_command"]
+__all__ = ["GRIDS", "PICK_TOLERANCE", "SweepPoint", "SweepReport", "SweepResult", "run_sweep", "sweep_command",
+           "sweep_points", "validate_or_sweep_command"]
 
 #: The pick counts as right when its measured time is within this fraction of the measured best's.
 PICK_TOLERANCE = 0.03
@@ -215,19 +214,10 @@ class SweepReport:
         return "\n".join(lines) + "\n"
 
 
-def cpu_model() -> str:
-    """This machine's CPU model (``/proc/cpuinfo``'s first model name, else the platform's)."""
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            model = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), model)
-    except OSError:
-        pass
-    return model
-
-
 def machine_line() -> str:
     """What the sweep ran on: CPU model, logical CPUs, load average at the start."""
+    from pearl_core.composer.detect import cpu_model
+
     model = cpu_model()
     try:
         load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
