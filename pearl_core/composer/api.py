@@ -151,11 +151,10 @@ class Composer:
                 register their families themselves (:mod:`pearl_core.envs`).
             n_actors: actor processes (on the host CPU).
             envs_per_actor: environments each actor steps together (batched inference);
-                ``None`` (default): the composer measures an actor at each of
-                :data:`~pearl_core.composer.knobs.ENVS_CANDIDATES` when it profiles the
-                host and takes the fewest within 10% of the fastest time per
-                experience (:func:`~pearl_core.composer.knobs.choose_envs_per_actor`), 1
-                on a what-if plan.
+                ``None`` (default): when it profiles this machine's host the composer
+                measures it (:func:`~pearl_core.composer.knobs.choose_envs_per_actor`: 1 where
+                the learner bounds the run, else the fewest envs within 10% of the fastest
+                time per experience); 1 on a what-if plan.
             insert_batch: ``BS_i`` for the cost models, experiences inserted per
                 learner iteration (default ``round(1 / replay_ratio)``).
             env_kwargs: keyword arguments of ``gymnasium.make`` (plain values: they are
@@ -354,16 +353,19 @@ class Composer:
 
         Its ``envs_per_actor`` is the user's, else the last :meth:`run`'s choice, else 1.
         """
+        self._missing("Composer.workload()")
+        choice = self._envs_choice.value if self._envs_choice is not None else 1
+        return self._workload(self._envs_per_actor or choice)
+
+    def _workload(self, envs_per_actor: int) -> "Workload":
         from pearl_core.composer.workload import workload_for_env
 
-        self._missing("Composer.workload()")
         insert_batch = self._insert_batch or max(1, round(1.0 / self._learner["replay_ratio"]))
         return workload_for_env(self._env_id or "", self._learner["batch_size"], trainer=self._trainer,
                                 trainer_kwargs=self._trainer_kwargs, replay=self._replay.kind,
                                 capacity=self._replay.capacity, fanout=self._replay.fanout,
                                 n_actors=self._n_actors, insert_batch=insert_batch,
-                                envs_per_actor=self._envs_per_actor or (self._envs_choice.value if self._envs_choice
-                                                                        else 1), env_kwargs=self._env_options[0],
+                                envs_per_actor=envs_per_actor, env_kwargs=self._env_options[0],
                                 env_wrappers=self._env_options[1], frame_storage=self._replay.frame_storage)
 
     def run(self, profile: bool = True, *, save: "str | os.PathLike[str] | None" = None,
@@ -445,12 +447,7 @@ class Composer:
         host = next(d for d in self.spec.devices if d.name == self.spec.host)
         if host.kind != "cpu" or present_device(host, self.registry) is None:
             return None  # a described host: an actor measured here says nothing about it
-        self._envs_per_actor, choice = 1, None  # the workload to measure from (its envs are replaced)
-        try:
-            choice = cached_envs_choice(self.workload(), cache_dir=self.cache_dir)
-        finally:
-            self._envs_per_actor = None
-        return choice
+        return cached_envs_choice(self._workload(1), cache_dir=self.cache_dir)
 
     def _actor_fields(self) -> dict[str, Any]:
         """The runtime plan's fields set by :meth:`set_actors` (``vector_backend`` only when forced;

@@ -70,10 +70,10 @@ class KnobChoice:
     Attributes:
         name: the field (``"envs_per_actor"``).
         value: the value the run uses.
-        chosen_by: ``"composer"`` (measured here), ``"user"`` (set explicitly) or
-            ``"default"`` (unset, and nothing measured: a what-if plan).
+        chosen_by: ``"composer"`` (measured here): only the composer's choices are recorded (a
+            user's value, or a what-if plan's 1, is in the workload and the runtime plan alone).
         measured_s: per candidate value, the measured seconds (an actor's time per
-            experience for ``envs_per_actor``); empty unless the composer chose.
+            experience for ``envs_per_actor``).
         reason: one sentence for people.
         learner_s: the learner's measured step (one thread) the actors were compared with; 0 if none.
     """
@@ -111,18 +111,17 @@ def choose_envs_per_actor(wl: Workload, *, candidates: tuple[int, ...] = ENVS_CA
     step = float(learner(dataclasses.replace(wl, envs_per_actor=1)))
     actors = int(wl.insert_batch or wl.n_actors) * times[1]  # actor CPU time per update at one env each
     shown = ", ".join(f"{e}: {t * 1e6:,.1f} us" for e, t in sorted(times.items()))
-    measured = {**times}
     if actors < ACTOR_SHARE * step:
         reason = (f"1 env per actor: the actors take {actors * 1e6:,.1f} us per update at one env each, under "
                   f"{ACTOR_SHARE:.0%} of the learner's {step * 1e6:,.1f} us step, so the learner bounds the run "
                   f"(an actor's time per experience: {shown})")
-        return KnobChoice("envs_per_actor", 1, "composer", measured, reason, step)
+        return KnobChoice("envs_per_actor", 1, "composer", times, reason, step)
     best = min(times.values())
     value = min(e for e, t in times.items() if t <= best * (1.0 + ENVS_TIE))
     reason = (f"{value} env(s) per actor: the actors take {actors * 1e6:,.1f} us per update at one env each, "
               f"{actors / step:.0%} of the learner's {step * 1e6:,.1f} us step; an actor's time per experience "
               f"({shown}): the fewest environments within {ENVS_TIE:.0%} of the fastest")
-    return KnobChoice("envs_per_actor", value, "composer", measured, reason, step)
+    return KnobChoice("envs_per_actor", value, "composer", times, reason, step)
 
 
 def _machine() -> str:
