@@ -75,22 +75,9 @@ if TYPE_CHECKING:
     from pearl_core.runtime.config import RunConfig
 
 __all__ = [
-    "CACHE_FORMAT",
-    "backend_settings",
-    "cache_dir",
-    "measure_run",
-    "measured_iteration_s",
-    "median_time",
-    "metrics_every_for",
-    "present_device",
-    "profile_actor_step",
-    "profile_learner",
-    "profile_message_hop",
-    "profile_replay_ops",
-    "profile_runtime",
-    "profile_worker_loop",
-    "profiler_for",
-    "run_config_for",
+    "CACHE_FORMAT", "backend_settings", "cache_dir", "measure_run", "measured_iteration_s", "median_time",
+    "metrics_every_for", "present_device", "profile_actor_step", "profile_learner", "profile_message_hop",
+    "profile_replay_ops", "profile_runtime", "profile_worker_loop", "profiler_for", "run_config_for",
 ]
 
 #: Version of the cache entries' layout and of what they measure; bump to invalidate old entries
@@ -583,7 +570,8 @@ def measure_run(wl: Workload, plan: "Any", *, window_s: float, learning_starts: 
     The workload's run config at its replay ratio (one update per ``BS_i`` env steps; ``weight_sync_every``
     if given), for ``window_s`` seconds after ``learning_starts`` env steps, no evaluation, logs in a temporary
     folder that is removed; the time is :func:`measured_iteration_s` of its ``metrics.csv``. Used by
-    :func:`profile_runtime`, ``pearl validate``, ``benchmarks/runtime_knobs.py``; a failing run raises.
+    :func:`profile_runtime`, ``pearl validate``, ``benchmarks/runtime_knobs.py``; a failing run raises (one
+    Ctrl-C / SIGTERM stopped: KeyboardInterrupt, so that no further run starts).
     """
     from pearl_core.runtime.config import StopCriteria
     from pearl_core.runtime.parallel import ParallelRuntime
@@ -595,6 +583,8 @@ def measure_run(wl: Workload, plan: "Any", *, window_s: float, learning_starts: 
     config = config if weight_sync_every is None else dataclasses.replace(config, weight_sync_every=weight_sync_every)
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         config = dataclasses.replace(config, log_dir=str(Path(tmp) / "run"))
-        ParallelRuntime(config, plan, progress=False, tensorboard=False, plot=False,
-                        metrics_every=metrics_every_for(bsi)).run()
+        result = ParallelRuntime(config, plan, progress=False, tensorboard=False, plot=False,
+                                 metrics_every=metrics_every_for(bsi)).run()
+        if result.stop_reason == "interrupted":
+            raise KeyboardInterrupt(result.stop_detail)
         return measured_iteration_s(Path(config.log_dir) / "metrics.csv")
