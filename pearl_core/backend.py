@@ -146,6 +146,15 @@ class Backend(abc.ABC):
             returns ``(|delta| per sample, loss, mean q)``; ``max_grad_norm`` 0
             means no clipping. The CPU backend provides it.
 
+        ``"dqn_cnn"``
+            the same DQN update when layer 0 is one unpadded ``Conv2d`` (then ReLU and a
+            flatten in torch's order: the small image encoder of :mod:`pearl_core.algorithms.cnn`).
+            ``factory(conv, online, target, exp_avgs, exp_avg_sqs, steps, batch)`` with
+            ``conv = (channels, height, width, kernel, stride)``, layer 0's weight and moments
+            seen 2-D ``(out_channels, channels * kernel * kernel)``; ``step`` as ``"dqn_mlp"``'s,
+            on observations flattened to ``(B, channels * height * width)`` float32. The CPU
+            backend provides it.
+
         ``"td3_mlp"``
             one TD3 update (two critics) or DDPG update (one critic) of ReLU MLPs, the
             actor ending in ``tanh`` (:mod:`pearl_core.algorithms.ac_engine` states what

@@ -129,9 +129,11 @@ class DQN(CountedTrainer):
         engine: how :meth:`update_policy` computes: ``"torch"`` (autograd and
             torch's Adam), ``"numpy"`` (the same math hand-written over BLAS,
             :mod:`pearl_core.algorithms.mlp_engine`), ``"native"`` (that math as
-            one call into the ``"dqn_mlp"`` kernel from ``learner_kernels``) or
+            one call into the ``"dqn_mlp"`` kernel from ``learner_kernels``; for the
+            small image encoder, one conv layer, the ``"dqn_cnn"`` kernel) or
             ``"auto"`` (native when ``learner_kernels`` gives the kernel, else
-            numpy, for a ReLU MLP on the CPU; torch otherwise).
+            numpy, for a ReLU MLP on the CPU; native for the small image encoder
+            when given ``"dqn_cnn"``; torch otherwise).
         learner_kernels: ``name -> kernel factory or None``, where native
             learner steps come from; the runtime passes
             ``pearl_core.plugins.kernel_lookup(<learner device>)``. ``None``: no
@@ -146,7 +148,7 @@ class DQN(CountedTrainer):
     supports_n_step = True  # the target bootstraps with gamma ** batch.steps (bootstrap_discount)
     #: Learner kernels this trainer can run (:meth:`pearl_core.backend.Backend.learner_kernel`): a
     #: backend whose device runs no torch can still host the learner if it offers one of them.
-    learner_kernel_names = ("dqn_mlp",)
+    learner_kernel_names = ("dqn_mlp", "dqn_cnn")
 
     def __init__(
         self,
@@ -394,18 +396,24 @@ class DQN(CountedTrainer):
 
 def _choose_engine(trainer: DQN, engine: str, learner_kernels: Any, device: str) -> tuple[str, Any]:
     """``(engine name, MLPDQNEngine or None)`` for ``DQN(engine=...)``; see the class docstring."""
-    from pearl_core.algorithms.mlp_engine import MLPDQNEngine, supports
+    from pearl_core.algorithms.mlp_engine import ConvDQNEngine, MLPDQNEngine, conv_front, supports
 
     if engine not in ENGINES:
         raise SpecError(f"DQN: engine = {engine!r}; expected 'auto', 'native', 'numpy' or 'torch'.")
     if learner_kernels is not None and not callable(learner_kernels):
         raise SpecError(f"DQN: learner_kernels = {learner_kernels!r}; expected a function name -> kernel factory "
                         "or None, e.g. pearl_core.plugins.kernel_lookup('cpu').")
+    conv = conv_front(trainer) if learner_kernels is not None and engine in ("auto", "native") else None
+    cnn_kernel = learner_kernels("dqn_cnn") if conv is not None else None
+    if cnn_kernel is not None:  # the small image encoder's native step (a backend's "dqn_cnn")
+        return "native", ConvDQNEngine(trainer, cnn_kernel, conv)
     fits = supports(trainer.q_net, trainer.device)
     if engine in ("numpy", "native") and not fits:
         what = ("a convolutional encoder" if trainer._image is not None else
                 "dueling heads" if trainer.dueling else f"device={device!r}")
-        raise SpecError(f"DQN: engine={engine!r} needs a ReLU MLP on the CPU (found {what}). "
+        also = (" or, for native, the small image encoder with a 'dqn_cnn' kernel from learner_kernels"
+                if engine == "native" else "")
+        raise SpecError(f"DQN: engine={engine!r} needs a ReLU MLP on the CPU{also} (found {what}). "
                         "Fix: engine='torch' or 'auto'.")
     wants_native = learner_kernels is not None and fits and engine in ("auto", "native")
     native = learner_kernels("dqn_mlp") if wants_native else None

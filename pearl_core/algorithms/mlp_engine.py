@@ -47,7 +47,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-__all__ = ["MLPDQNEngine", "supports"]
+__all__ = ["ConvDQNEngine", "MLPDQNEngine", "conv_front", "supports"]
 
 log = logging.getLogger("pearl_core.algorithms.mlp_engine")
 
@@ -198,8 +198,9 @@ class MLPDQNEngine:
         k = self._kernel
         if k is None or k[0] is not self._adam_key or k[1].batch != B:
             exp_avgs, exp_avg_sqs, _ = self._adam
-            kern = self.native_factory(online, target, [m.numpy() for m in exp_avgs],
-                                       [v.numpy() for v in exp_avg_sqs], self._steps, B)
+            shapes = [a.shape for pair in online for a in pair]  # a moment is seen as its parameter is
+            kern = self._make_kernel(online, target, [m.numpy().reshape(sh) for m, sh in zip(exp_avgs, shapes)],
+                                     [v.numpy().reshape(sh) for v, sh in zip(exp_avg_sqs, shapes)], B)
             k = self._kernel = (self._adam_key, kern)
             self._threads_itself = hasattr(kern, "threads")
             self._kernel_threads = None  # a new kernel: its threads are set below
@@ -209,6 +210,9 @@ class MLPDQNEngine:
             if self._kernel_threads != n:
                 kern.threads = self._kernel_threads = n
         return kern
+
+    def _make_kernel(self, online: list, target: list, exp_avgs: list, exp_avg_sqs: list, B: int) -> Any:
+        return self.native_factory(online, target, exp_avgs, exp_avg_sqs, self._steps, B)
 
     def learner_threads(self) -> int:
         """The learner's threads: :attr:`threads` where the runtime set it (``DQN.use_threads``), else
@@ -246,6 +250,11 @@ class MLPDQNEngine:
                 log.warning("the native dqn_mlp step %r takes no per-sample discount (n-step returns): n-step "
                             "batches run in the numpy engine instead (same math, slower). Fix: give the kernel's "
                             "step an optional discount argument (docs/writing-a-plugin.md).", type(kern).__name__)
+        return self._update_numpy(obs, act, rew, next_obs, done, w, discount)
+
+    def _update_numpy(self, obs: np.ndarray, act: np.ndarray, rew: np.ndarray, next_obs: np.ndarray,
+                      done: np.ndarray, w: np.ndarray, discount: np.ndarray | None) -> tuple[np.ndarray, float, float]:
+        t = self.t
         _blas_threads(self._blas_n())
         online, target = self._views()
         last = len(online) - 1
@@ -328,6 +337,94 @@ class MLPDQNEngine:
                 denom *= np.float32(lr / bc1)
                 p -= denom
         return ad, loss, float(q.sum()) / B
+
+
+def conv_front(trainer: Any) -> tuple[int, int, int, int, int] | None:
+    """``(C, H, W, kernel, stride)`` when ``trainer.q_net`` is one unpadded ``Conv2d``, ReLU and a flatten
+    (the small image encoder of :mod:`pearl_core.algorithms.cnn`) before a head :func:`supports` takes, on
+    channels-first images on the CPU; else ``None`` (the torch path)."""
+    image, net = getattr(trainer, "_image", None), trainer.q_net
+    if image is None or image.channels_last or trainer.device.type != "cpu":
+        return None
+    if not (isinstance(net, nn.Sequential) and len(net) == 2 and isinstance(net[0], nn.Sequential)
+            and len(net[0]) == 3):
+        return None
+    conv, relu, flat = net[0]
+    c, h, w = image.chw
+    ok = (type(conv) is nn.Conv2d and conv.bias is not None and conv.weight.dtype == torch.float32
+          and conv.in_channels == c and conv.groups == 1 and conv.dilation == (1, 1)
+          and conv.padding in ((0, 0), "valid") and conv.kernel_size[0] == conv.kernel_size[1]
+          and conv.stride[0] == conv.stride[1] and type(relu) is nn.ReLU and type(flat) is nn.Flatten
+          and flat.start_dim == 1 and flat.end_dim == -1 and supports(net[1], trainer.device))
+    return (c, h, w, conv.kernel_size[0], conv.stride[0]) if ok else None
+
+
+class ConvDQNEngine(MLPDQNEngine):
+    """The native DQN step of a ``"dqn_cnn"`` kernel, for a network :func:`conv_front` takes.
+
+    Layer 0 is the convolution, its weight (and Adam moments) seen 2-D ``(out, C * k * k)``; the
+    kernel runs the rest as :class:`MLPDQNEngine`'s native step does. Native only: without the
+    kernel the trainer keeps its torch path (there is no numpy convolution here).
+
+    Args:
+        trainer: the DQN whose networks and optimizer the engine updates in place.
+        native_factory: the ``"dqn_cnn"`` kernel factory (``Backend.learner_kernel``).
+        conv: what :func:`conv_front` returned for the trainer.
+    """
+
+    def __init__(self, trainer: Any, native_factory: Any, conv: tuple[int, int, int, int, int]):
+        super().__init__(trainer, native_factory)  # reads nothing of the trainer: a deepcopy may be half-built
+        self.conv = tuple(int(v) for v in conv)
+
+    @property
+    def _scale(self) -> np.float32:
+        """The network's input scale (``1 / high`` for ``uint8`` frames, 1 for 0/1 grids)."""
+        return np.float32(self.t._image.scale)
+
+    def __deepcopy__(self, memo: dict) -> "ConvDQNEngine":
+        import copy
+
+        return ConvDQNEngine(copy.deepcopy(self.t, memo), self.native_factory, self.conv)
+
+    def __getstate__(self) -> dict:
+        return {"t": self.t, "native_factory": self.native_factory, "conv": self.conv}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["t"], state["native_factory"], state["conv"])
+
+    def _views(self) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[tuple[np.ndarray, np.ndarray]]]:
+        if self._online is None or self._target is None:
+            def layers(net: nn.Sequential) -> list[tuple[np.ndarray, np.ndarray]]:
+                conv = net[0][0]
+                w = conv.weight.detach().numpy()
+                return [(w.reshape(w.shape[0], -1), conv.bias.detach().numpy()), *_layers(net[1])]
+
+            self._online, self._target = layers(self.t.q_net), layers(self.t.target_net)
+        return self._online, self._target
+
+    def _make_kernel(self, online: list, target: list, exp_avgs: list, exp_avg_sqs: list, B: int) -> Any:
+        return self.native_factory(self.conv, online, target, exp_avgs, exp_avg_sqs, self._steps, B)
+
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        """``Q(obs, .)`` of the online network from flattened observations (the torch forward)."""
+        x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).reshape(-1, *self.conv[:3])
+        with torch.inference_mode():
+            return self.t.q_net(x * float(self._scale) if self._scale != 1 else x).numpy()
+
+    def update(self, obs: np.ndarray, act: np.ndarray, rew: np.ndarray, next_obs: np.ndarray, done: np.ndarray,
+               w: np.ndarray, discount: np.ndarray | None = None) -> tuple[np.ndarray, float, float]:
+        if self._scale != 1:  # the network's input scale (1/255 for uint8 frames), applied once here
+            obs, next_obs = obs * self._scale, next_obs * self._scale
+        return super().update(obs, act, rew, next_obs, done, w, discount)
+
+    def _update_numpy(self, obs, act, rew, next_obs, done, w, discount):  # noqa: ANN001 - the parent's signature
+        from pearl_core.errors import KernelUnavailableError
+
+        raise KernelUnavailableError(
+            f"DQN: the native dqn_cnn step {type(self._kernel[1]).__name__ if self._kernel else None!r} takes no "
+            "per-sample discount, which n-step returns need, and there is no numpy convolution to fall back on. "
+            "Fix: give the kernel's step an optional discount argument (docs/writing-a-plugin.md), or "
+            "DQN(engine='torch').")
 
 
 class _Workspace:

@@ -3,7 +3,7 @@ the conformance suites a plugin subclasses:
 
 * :class:`SumTreeConformance` — a backend's sum tree (``make_sum_tree``);
 * :class:`DQNKernelConformance` — its ``"dqn_mlp"`` learner kernel (``learner_kernel``),
-  against the torch DQN;
+  against the torch DQN; :class:`DQNConvKernelConformance` — its ``"dqn_cnn"`` kernel, the same way;
 * :class:`ActorCriticKernelConformance` — its ``"td3_mlp"`` and ``"sac_mlp"`` learner kernels,
   against the torch TD3, DDPG and SAC;
 * :class:`TransportConformance` — its LAQ/LDQ queue (``make_transport``);
@@ -16,7 +16,7 @@ the conformance suites a plugin subclasses:
 
 from pearl_core.testing.reference import ReferenceSumTree
 
-__all__ = ["ActorCriticKernelConformance", "DQNKernelConformance", "ReferenceSumTree", "StorageConformance",
+__all__ = ["ActorCriticKernelConformance", "DQNConvKernelConformance", "DQNKernelConformance", "ReferenceSumTree", "StorageConformance",
            "SumTreeConformance", "TransportConformance", "strategies"]
 
 
@@ -31,10 +31,10 @@ def __getattr__(name):
         from pearl_core.testing.ac_kernels import ActorCriticKernelConformance
 
         return ActorCriticKernelConformance
-    if name == "DQNKernelConformance":
-        from pearl_core.testing.learner_kernels import DQNKernelConformance
+    if name in ("DQNKernelConformance", "DQNConvKernelConformance"):
+        from pearl_core.testing import learner_kernels
 
-        return DQNKernelConformance
+        return getattr(learner_kernels, name)
     if name == "TransportConformance":
         from pearl_core.testing.transports import TransportConformance
 

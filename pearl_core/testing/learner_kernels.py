@@ -1,4 +1,4 @@
-"""The conformance suite for a backend's ``"dqn_mlp"`` learner kernel
+"""The conformance suites for a backend's ``"dqn_mlp"`` and ``"dqn_cnn"`` learner kernels
 (:meth:`pearl_core.backend.Backend.learner_kernel`).
 
 Usage, in a plugin's test module::
@@ -32,6 +32,10 @@ above every ``|delta|``: the MSE regime, ``delta^2 / 2``; ``DQN`` requires
 ``huber_delta > 0``), gradient clipping off (the kernel gets ``max_grad_norm`` 0)
 and on (small norms, so that it is active), one to three hidden layers, odd
 batch sizes and more than two actions.
+
+:class:`DQNConvKernelConformance` runs the same checks on a ``"dqn_cnn"`` kernel
+(:data:`CONV_CASES`: the small image encoder on 0/1 grids and on scaled ``uint8``
+frames, square and not, several channel counts, double DQN and clipping).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-__all__ = ["CASES", "DQNKernelConformance", "KernelCase"]
+__all__ = ["CASES", "CONV_CASES", "DQNConvKernelConformance", "DQNKernelConformance", "KernelCase"]
 
 #: float32 tolerances of one synced step: TD errors, loss and mean q; weights and Adam moments.
 TD_TOL = {"rtol": 2e-4, "atol": 2e-5}
@@ -67,6 +71,8 @@ class KernelCase:
     gamma: float = 0.97
     lr: float = 3e-3
     uniform_weights: bool = False
+    image: tuple[int, int, int] | None = None  # (C, H, W) uint8 observations (the "dqn_cnn" cases)
+    image_high: int = 1                        # their largest value (> 1: the trainer scales by 1/high)
 
     def dqn_kwargs(self) -> dict[str, Any]:
         return {"hidden_sizes": self.hidden_sizes, "double_dqn": self.double_dqn, "huber_delta": self.huber_delta,
@@ -85,9 +91,19 @@ CASES: tuple[KernelCase, ...] = (
 )
 
 
+#: The ``"dqn_cnn"`` cases: the small encoder (16 3x3 filters, stride 1) and its fully connected head.
+CONV_CASES: tuple[KernelCase, ...] = (
+    KernelCase("minatar-grid", (32,), 32, n_actions=3, image=(4, 10, 10), max_grad_norm=0.05),
+    KernelCase("frames-scaled-double", (24, 16), 9, n_actions=4, image=(2, 12, 9), image_high=255, double_dqn=True),
+    KernelCase("one-channel-mse", (16,), 16, image=(1, 5, 7), huber_delta=1e3, max_grad_norm=0.1),
+)
+
+
 def _spaces(case: KernelCase):
     import gymnasium.spaces as spaces
 
+    if case.image is not None:
+        return spaces.Box(0, case.image_high, case.image, np.uint8), spaces.Discrete(case.n_actions)
     return (spaces.Box(-1.0, 1.0, shape=(case.obs_dim,), dtype=np.float32), spaces.Discrete(case.n_actions))
 
 
@@ -95,8 +111,12 @@ def _batch(case: KernelCase, rng: np.random.Generator, size: int | None = None):
     from pearl_core.replay.storage import Batch
 
     B = case.batch if size is None else size
-    obs = rng.standard_normal((B, case.obs_dim)).astype(np.float32)
-    nxt = rng.standard_normal((B, case.obs_dim)).astype(np.float32)
+    if case.image is not None:
+        obs = rng.integers(0, case.image_high + 1, (B, *case.image), dtype=np.uint8)
+        nxt = rng.integers(0, case.image_high + 1, (B, *case.image), dtype=np.uint8)
+    else:
+        obs = rng.standard_normal((B, case.obs_dim)).astype(np.float32)
+        nxt = rng.standard_normal((B, case.obs_dim)).astype(np.float32)
     batch = Batch(obs, rng.integers(0, case.n_actions, B), rng.standard_normal(B).astype(np.float32), nxt,
                   rng.random(B) < 0.2)
     w = np.ones(B, np.float32) if case.uniform_weights else rng.uniform(0.2, 1.0, B).astype(np.float32)
@@ -142,6 +162,8 @@ class DQNKernelConformance:
     steps: int = 4
     seed: int = 0
     target_noise: float = 0.3
+    #: The kernel's name (what the trainer asks ``learner_kernels`` for).
+    kernel_name: str = "dqn_mlp"
 
     def kernel_factory(self) -> Callable[..., Any]:
         """The ``"dqn_mlp"`` factory under test (what ``Backend.learner_kernel("dqn_mlp")`` returns)."""
@@ -168,7 +190,7 @@ class DQNKernelConformance:
         torch.manual_seed(self.seed)
         ref = DQN(obs_space, act_space, engine="torch", seed=self.seed, **case.dqn_kwargs())
         cand = DQN(obs_space, act_space, engine="native", seed=self.seed, **case.dqn_kwargs(),
-                   learner_kernels=lambda name: factory if name == "dqn_mlp" else None)
+                   learner_kernels=lambda name: factory if name == self.kernel_name else None)
         assert cand.engine == "native", f"{case.id}: the candidate DQN runs engine {cand.engine!r}, not the kernel"
         rng = np.random.default_rng(self.seed)
         for _ in range(self.warmup):
@@ -262,6 +284,69 @@ class DQNKernelConformance:
     def test_free_run_matches_torch(self):
         """Steps without re-loading (the kernel carries the Adam state and counters), batch size changing."""
         case = KernelCase("free-run", (32, 16), 16, double_dqn=True, max_grad_norm=0.05, lr=1e-2)
+        ref, cand, rng = self._pair(case)
+        cand.load_state_dict(copy.deepcopy(ref.state_dict()))
+        target_before = _target(cand)
+        for i, size in enumerate((16, 16, 9, 9, 16, 16)):
+            batch, w = _batch(case, rng, size)
+            ra, rb = ref.update_policy(batch, w), cand.update_policy(batch, w)
+            self._compare(case, f"free step {i} (batch {size})", ref, cand, ra, rb, target_before, free_run=True)
+
+
+class DQNConvKernelConformance(DQNKernelConformance):
+    """Subclass and implement :meth:`kernel_factory` to run the suite on a ``"dqn_cnn"`` kernel: the
+    torch comparisons of :class:`DQNKernelConformance` on :data:`CONV_CASES` (the trainer flattens and
+    scales the images; the kernel's layer 0 is the convolution, seen 2-D)."""
+
+    kernel_name = "dqn_cnn"
+
+    def kernel_factory(self) -> Callable[..., Any]:
+        """The ``"dqn_cnn"`` factory under test (what ``Backend.learner_kernel("dqn_cnn")`` returns)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not implement kernel_factory(self). Fix: return your backend's "
+            "learner_kernel('dqn_cnn').")
+
+    def test_factory_makes_a_kernel_that_updates_in_place(self):
+        """Through the trainer (it builds the kernel over its own arrays): one step moves every online
+        parameter and Adam moment, counts every Adam step and leaves the target network alone."""
+        case = CONV_CASES[0]
+        ref, cand, rng = self._pair(case)
+        cand.load_state_dict(copy.deepcopy(ref.state_dict()))
+        online, target, adam = _online(cand), _target(cand), _adam(cand)
+        cand.update_policy(*_batch(case, rng))
+        assert getattr(cand._engine._kernel[1], "batch", None) == case.batch, "the kernel's .batch is not the batch size"
+        for (name, before), (_, after) in zip(online + adam, _online(cand) + _adam(cand)):
+            if name.endswith(" step"):
+                np.testing.assert_array_equal(after, before + 1, err_msg=f"{name}: one step must count one")
+            else:
+                assert not np.array_equal(after, before), f"step() must update {name} in place"
+        for before, after in zip(target, _target(cand)):
+            np.testing.assert_array_equal(after, before, err_msg="step() wrote the target network")
+
+    @pytest.mark.parametrize("case", CONV_CASES, ids=[c.id for c in CONV_CASES])
+    def test_matches_torch_step_by_step(self, case):
+        super().test_matches_torch_step_by_step(case)
+
+    @pytest.mark.parametrize("case", CONV_CASES[:2], ids=[c.id for c in CONV_CASES[:2]])
+    def test_n_step_discounts_match_torch(self, case):
+        if not self._discount_taken(case):
+            pytest.skip("the kernel's step takes no discount argument (optional; without it a CNN trainer's "
+                        "n-step batches fail with a clear error)")
+        super().test_n_step_discounts_match_torch(case)
+
+    def _discount_taken(self, case: KernelCase) -> bool:
+        import inspect
+
+        ref, cand, rng = self._pair(case)
+        kern = cand._engine._native_kernel(case.batch)
+        try:
+            return "discount" in inspect.signature(kern.step).parameters
+        except (TypeError, ValueError):  # a compiled method: its docstring lists the arguments
+            return "discount" in (getattr(kern.step, "__doc__", "") or "")
+
+    def test_free_run_matches_torch(self):
+        case = KernelCase("free-run-conv", (32,), 16, n_actions=3, image=(3, 8, 8), double_dqn=True,
+                          max_grad_norm=0.05, lr=1e-2)
         ref, cand, rng = self._pair(case)
         cand.load_state_dict(copy.deepcopy(ref.state_dict()))
         target_before = _target(cand)

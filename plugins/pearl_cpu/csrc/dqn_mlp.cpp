@@ -21,6 +21,13 @@
 // per-call input is checked before anything is written: bad input raises
 // ValueError and changes nothing. The GIL is released for the arithmetic.
 //
+// Convolutional front (`conv` = (C, H, W, k, stride), the "dqn_cnn" kernel): layer 0 is one
+// Conv2d(C, O, k, stride) without padding, then ReLU and a flatten in torch's (O, OH, OW) order,
+// as pearl_core's small image encoder (MinAtar's network). The observation (B, C*H*W) is unfolded
+// once per step into the (B*P, C*k*k) patch matrix (P = OH*OW positions), so the convolution is one
+// product with the (O, C*k*k) weight, and its weight gradient is one product with the same patches.
+// Being the first layer it needs no gradient of its input.
+//
 // Threads (`threads` = 2): the step's independent products run on two threads,
 // the caller's and one helper the kernel owns: the target network's forward next
 // to the online one, each layer's weight gradient next to its input gradient,
@@ -82,7 +89,7 @@ struct Layer {
 class DQNMLPKernel {
  public:
   DQNMLPKernel(uintptr_t sgemm, bool ilp64, const py::list& online, const py::list& target, const py::list& exp_avgs,
-               const py::list& exp_avg_sqs, const py::handle& steps, int64_t batch)
+               const py::list& exp_avg_sqs, const py::handle& steps, int64_t batch, const std::vector<int64_t>& conv)
       : B_(batch) {
     if (sgemm == 0) fail("no sgemm function pointer");
     gemm_.fn = sgemm;
@@ -93,6 +100,7 @@ class DQNMLPKernel {
     if (exp_avgs.size() != 2 * L || exp_avg_sqs.size() != 2 * L)
       fail("expected " + std::to_string(2 * L) + " Adam moment arrays of each kind");
     if (B_ < 1) fail("batch size must be >= 1");
+    if (!conv.empty()) set_conv(conv, online);
     int64_t flat = 0;
     for (size_t i = 0; i < L; ++i) {
       auto pair = online[i].cast<py::sequence>();
@@ -102,9 +110,10 @@ class DQNMLPKernel {
       Layer l;
       l.out = W0.shape(0);
       l.in = W0.shape(1);
-      if (i > 0 && l.in != layers_.back().out)
+      const int64_t given = i == 1 && P_ ? layers_.back().out * P_ : i > 0 ? layers_.back().out : 0;
+      if (i > 0 && l.in != given)
         fail("layer " + std::to_string(i) + " takes " + std::to_string(l.in) + " inputs; the previous layer gives " +
-             std::to_string(layers_.back().out));
+             std::to_string(given));
       const std::string n = "layer " + std::to_string(i);
       l.W = held(pair[0], {l.out, l.in}, n + " weight");
       l.b = held(pair[1], {l.out}, n + " bias");
@@ -135,11 +144,19 @@ class DQNMLPKernel {
       l.gb = grads_.data() + off;
       off += l.out;
     }
-    for (const auto& l : layers_) {
-      h_.emplace_back(static_cast<size_t>(B_ * l.out));
-      ht_.emplace_back(static_cast<size_t>(B_ * l.out));
-      hn_.emplace_back(static_cast<size_t>(B_ * l.out));
-      g_.emplace_back(static_cast<size_t>(B_ * l.out));
+    for (size_t i = 0; i < L; ++i) {
+      const size_t n = static_cast<size_t>(B_ * layers_[i].out * (i == 0 && P_ ? P_ : 1));
+      h_.emplace_back(n);
+      ht_.emplace_back(n);
+      hn_.emplace_back(n);
+      g_.emplace_back(n);
+    }
+    if (P_) {
+      const size_t rows = static_cast<size_t>(B_ * P_);
+      col_.resize(rows * static_cast<size_t>(layers_[0].in));
+      coln_.resize(col_.size());
+      tmp_.resize(rows * static_cast<size_t>(layers_[0].out));
+      tmpn_.resize(tmp_.size());
     }
     y_.resize(static_cast<size_t>(B_));
   }
@@ -153,7 +170,10 @@ class DQNMLPKernel {
     helper_.set(n >= 2);
   }
   int64_t n_actions() const { return layers_.back().out; }
-  int64_t in_features() const { return layers_.front().in; }
+  int64_t in_features() const { return P_ ? C_ * H_ * W_ : layers_.front().in; }
+  std::vector<int64_t> conv() const {
+    return P_ ? std::vector<int64_t>{C_, H_, W_, K_, S_} : std::vector<int64_t>{};
+  }
 
   // One update; returns (|delta| per sample, loss, mean q). discount (optional, float32 (B,), each in
   // [0, 1]): the per-sample factor of the bootstrap term (gamma ** k of an n-step transition) in place
@@ -199,6 +219,57 @@ class DQNMLPKernel {
   }
 
  private:
+  // The convolutional front's geometry (see the file's header); checks it against layer 0's weight.
+  void set_conv(const std::vector<int64_t>& c, const py::list& online) {
+    if (c.size() != 5) fail("conv must be (channels, height, width, kernel, stride); found " +
+                            std::to_string(c.size()) + " numbers");
+    C_ = c[0], H_ = c[1], W_ = c[2], K_ = c[3], S_ = c[4];
+    if (C_ < 1 || K_ < 1 || S_ < 1 || H_ < K_ || W_ < K_)
+      fail("conv (" + std::to_string(C_) + ", " + std::to_string(H_) + ", " + std::to_string(W_) + ", " +
+           std::to_string(K_) + ", " + std::to_string(S_) + ") is not a valid unpadded convolution: expected "
+           "channels, kernel and stride >= 1 and an image at least kernel x kernel");
+    if (online.size() < 2) fail("a convolutional front needs at least one fully connected layer after it");
+    const auto W0 = online[0].cast<py::sequence>()[0].cast<py::array>();
+    if (W0.ndim() != 2 || W0.shape(1) != C_ * K_ * K_)
+      fail("layer 0 (the convolution) weight must be (out_channels, channels * kernel * kernel) = (O, " +
+           std::to_string(C_ * K_ * K_) + ")");
+    OH_ = (H_ - K_) / S_ + 1;
+    OW_ = (W_ - K_) / S_ + 1;
+    P_ = OH_ * OW_;
+  }
+
+  // The (B*P, C*k*k) patch matrix of x (B, C*H*W): row b*P + p, column (c*k + ky)*k + kx, torch's order.
+  void im2col(const float* x, float* col) const {
+    const int64_t CK = C_ * K_ * K_;
+    for (int64_t b = 0; b < B_; ++b) {
+      const float* img = x + b * C_ * H_ * W_;
+      for (int64_t oy = 0; oy < OH_; ++oy)
+        for (int64_t ox = 0; ox < OW_; ++ox) {
+          float* row = col + (b * P_ + oy * OW_ + ox) * CK;
+          for (int64_t c = 0; c < C_; ++c)
+            for (int64_t ky = 0; ky < K_; ++ky) {
+              const float* src = img + (c * H_ + oy * S_ + ky) * W_ + ox * S_;
+              for (int64_t kx = 0; kx < K_; ++kx) *row++ = src[kx];
+            }
+        }
+    }
+  }
+
+  // h (B, O*P) = ReLU(conv(x) + b) flattened as torch's (O, OH, OW); tmp (B*P, O) is scratch.
+  void conv_forward(const float* col, const float* W, const float* b, float* tmp, float* h) const {
+    const int64_t O = layers_[0].out, CK = layers_[0].in;
+    gemm_(false, true, B_ * P_, O, CK, col, CK, W, CK, 0.0f, tmp, O);
+    for (int64_t bi = 0; bi < B_; ++bi)
+      for (int64_t p = 0; p < P_; ++p) {
+        const float* row = tmp + (bi * P_ + p) * O;
+        float* dst = h + bi * O * P_ + p;
+        for (int64_t o = 0; o < O; ++o) {
+          const float v = row[o] + b[o];
+          dst[o * P_] = v > 0.0f ? v : 0.0f;
+        }
+      }
+  }
+
   // out (B x n) = x (B x m) W^T + b, ReLU unless the last layer.
   void forward(const float* x, const float* W, const float* b, int64_t m, int64_t n, float* out, bool relu) const {
     gemm_(false, true, B_, n, m, x, m, W, m, 0.0f, out, n);
@@ -216,10 +287,17 @@ class DQNMLPKernel {
   }
 
   // Q(x, .) of the online (target == false) or target network into bufs; returns the last layer's output.
-  const float* net(const float* x, bool target, std::vector<std::vector<float>>& bufs) {
+  // With the convolutional front, col is x's patch matrix (im2col) and tmp its scratch.
+  const float* net(const float* x, bool target, std::vector<std::vector<float>>& bufs, const float* col = nullptr,
+                   float* tmp = nullptr) {
     const size_t L = layers_.size();
     for (size_t i = 0; i < L; ++i) {
       const Layer& l = layers_[i];
+      if (i == 0 && P_) {
+        conv_forward(col, target ? l.pWt : l.pW, target ? l.pbt : l.pb, tmp, bufs[0].data());
+        x = bufs[0].data();
+        continue;
+      }
       forward(x, target ? l.pWt : l.pW, target ? l.pbt : l.pb, l.in, l.out, bufs[i].data(),
               i + 1 < L);
       x = bufs[i].data();
@@ -241,10 +319,15 @@ class DQNMLPKernel {
     const float* q_all = nullptr;
     const float* qn = nullptr;
     const float* qo = nullptr;
-    both(hp, [&] { q_all = net(obs, false, h_); },
+    both(hp,
          [&] {
-           qn = net(nobs, true, ht_);
-           if (double_dqn) qo = net(nobs, false, hn_);
+           if (P_) im2col(obs, col_.data());
+           q_all = net(obs, false, h_, col_.data(), tmp_.data());
+         },
+         [&] {
+           if (P_) im2col(nobs, coln_.data());
+           qn = net(nobs, true, ht_, coln_.data(), tmpn_.data());
+           if (double_dqn) qo = net(nobs, false, hn_, coln_.data(), tmpn_.data());
          });
 
     // targets y = r + gamma * (1 - done) * Q'(s')[a*]
@@ -294,7 +377,19 @@ class DQNMLPKernel {
       Layer& l = layers_[ii];
       const float* g = g_[ii].data();
       const float* inp = ii ? h_[ii - 1].data() : obs;
-      auto grads = [this, &l, g, inp, B] {
+      auto grads = [this, &l, g, inp, B, ii] {
+        if (ii == 0 && P_) {  // the convolution: its (B*P, O) output gradient against the patches
+          const int64_t O = l.out, rows = B * P_;
+          float* G = tmp_.data();
+          for (int64_t bi = 0; bi < B; ++bi)
+            for (int64_t p = 0; p < P_; ++p)
+              for (int64_t o = 0; o < O; ++o) G[(bi * P_ + p) * O + o] = g[bi * O * P_ + o * P_ + p];
+          gemm_(true, false, O, l.in, rows, G, O, col_.data(), l.in, 0.0f, l.gW, l.in);
+          std::fill(l.gb, l.gb + O, 0.0f);
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t o = 0; o < O; ++o) l.gb[o] += G[r * O + o];
+          return;
+        }
         gemm_(true, false, l.out, l.in, B, g, l.out, inp, l.in, 0.0f, l.gW, l.in);  // dW = g^T inp
         std::fill(l.gb, l.gb + l.out, 0.0f);
         for (int64_t r = 0; r < B; ++r) {
@@ -351,21 +446,26 @@ class DQNMLPKernel {
   float* psteps_ = nullptr;
   std::vector<float> grads_, y_;
   std::vector<std::vector<float>> h_, ht_, hn_, g_;  // activations: online on s, target on s', online on s'
+  // The convolutional front (P_ > 0): geometry, patch matrices of s and s', and (B*P, O) scratch.
+  int64_t C_ = 0, H_ = 0, W_ = 0, K_ = 0, S_ = 1, OH_ = 0, OW_ = 0, P_ = 0;
+  std::vector<float> col_, coln_, tmp_, tmpn_;
   HelperSlot helper_;  // threads >= 2 (see set_threads); last, so it stops first
 };
 
 }  // namespace
 
 PYBIND11_MODULE(_learner, m) {
-  m.doc() = "Native learner steps of the CPU backend (a DQN update of a ReLU MLP).";
+  m.doc() = "Native learner steps of the CPU backend (a DQN update of a ReLU MLP, optionally after one convolution).";
   py::class_<DQNMLPKernel>(m, "DQNMLPKernel")
       .def(py::init<uintptr_t, bool, const py::list&, const py::list&, const py::list&, const py::list&,
-                    const py::handle&, int64_t>(),
+                    const py::handle&, int64_t, const std::vector<int64_t>&>(),
            py::arg("sgemm"), py::arg("ilp64"), py::arg("online"), py::arg("target"), py::arg("exp_avgs"),
-           py::arg("exp_avg_sqs"), py::arg("steps"), py::arg("batch"))
+           py::arg("exp_avg_sqs"), py::arg("steps"), py::arg("batch"), py::arg("conv") = std::vector<int64_t>{})
       .def_property_readonly("batch", &DQNMLPKernel::batch)
       .def_property_readonly("n_actions", &DQNMLPKernel::n_actions)
       .def_property_readonly("in_features", &DQNMLPKernel::in_features)
+      .def_property_readonly("conv", &DQNMLPKernel::conv,
+                             "(channels, height, width, kernel, stride) of the convolutional front; empty: none")
       .def_property("threads", &DQNMLPKernel::threads, &DQNMLPKernel::set_threads,
                     "threads a step uses: 1 (the caller's), or 2 (the caller's and a help-first helper); "
                     "setting n >= 2 gives 2")

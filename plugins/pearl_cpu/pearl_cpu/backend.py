@@ -85,11 +85,12 @@ class CpuBackend(Backend):
         return CpuSumTree(capacity, fanout, threads=threads)
 
     def learner_kernel(self, name: str) -> Callable[..., Any] | None:
-        """``"dqn_mlp"``: the native DQN step (:func:`pearl_cpu.learner.dqn_mlp_kernel`);
+        """``"dqn_mlp"``: the native DQN step (:func:`pearl_cpu.learner.dqn_mlp_kernel`); ``"dqn_cnn"``: the
+        same after one convolution (:func:`pearl_cpu.learner.dqn_cnn_kernel`, the small image encoder);
         ``"td3_mlp"``: the native TD3/DDPG step (:func:`pearl_cpu.learner.td3_mlp_kernel`);
         ``"sac_mlp"``: the native SAC step (:func:`pearl_cpu.learner.sac_mlp_kernel`); each when
         its extension imports and numpy's BLAS exposes ``cblas_sgemm``; else ``None``."""
-        modules = {"dqn_mlp": "_learner", "td3_mlp": "_learner_ac", "sac_mlp": "_learner_ac"}
+        modules = {"dqn_mlp": "_learner", "dqn_cnn": "_learner", "td3_mlp": "_learner_ac", "sac_mlp": "_learner_ac"}
         if name not in modules:
             return None
         try:

@@ -24,7 +24,7 @@ from typing import Any
 
 from pearl_core.errors import DeviceRuntimeError
 
-__all__ = ["find_sgemm", "dqn_mlp_kernel", "sac_mlp_kernel", "td3_mlp_kernel"]
+__all__ = ["find_sgemm", "dqn_cnn_kernel", "dqn_mlp_kernel", "sac_mlp_kernel", "td3_mlp_kernel"]
 
 # cblas_sgemm under the names BLAS builds export it, with whether its integers are 64-bit.
 _SGEMM_SYMBOLS = (
@@ -88,6 +88,31 @@ def dqn_mlp_kernel(online: list, target: list, exp_avgs: list, exp_avg_sqs: list
                                  "DQN(engine='numpy'), or a numpy build whose BLAS exports cblas_sgemm.")
     address, ilp64 = found
     return DQNMLPKernel(address, ilp64, list(online), list(target), list(exp_avgs), list(exp_avg_sqs), steps, batch)
+
+
+def dqn_cnn_kernel(conv: Any, online: list, target: list, exp_avgs: list, exp_avg_sqs: list, steps: Any,
+                   batch: int) -> Any:
+    """A :class:`~pearl_cpu._learner.DQNMLPKernel` whose layer 0 is one convolution (``csrc/dqn_mlp.cpp``).
+
+    Args:
+        conv: ``(channels, height, width, kernel, stride)`` of layer 0, an unpadded ``Conv2d`` followed
+            by ReLU and a flatten in torch's ``(out_channels, OH, OW)`` order.
+        online, target: ``[(W, b), ...]`` as :func:`dqn_mlp_kernel`'s; layer 0's ``W`` is the convolution's
+            weight seen 2-D, ``(out_channels, channels * kernel * kernel)``.
+        exp_avgs, exp_avg_sqs, steps, batch: as :func:`dqn_mlp_kernel`'s (layer 0's moments seen 2-D too).
+
+    The step takes observations as float32 ``(B, channels * height * width)`` rows (the image
+    flattened, scaled as the network expects).
+
+    Raises:
+        DeviceRuntimeError: numpy's BLAS exposes no ``cblas_sgemm`` (see :func:`find_sgemm`).
+        ValueError: an array has the wrong shape, dtype or layout, or ``conv`` is not a valid convolution.
+    """
+    from pearl_cpu._learner import DQNMLPKernel
+
+    address, ilp64 = _sgemm("DQN")
+    return DQNMLPKernel(address, ilp64, list(online), list(target), list(exp_avgs), list(exp_avg_sqs), steps, batch,
+                        [int(v) for v in conv])
 
 
 def _sgemm(owner: str) -> tuple[int, bool]:
