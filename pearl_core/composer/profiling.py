@@ -585,6 +585,6 @@ def measure_run(wl: Workload, plan: "Any", *, window_s: float, learning_starts: 
         config = dataclasses.replace(config, log_dir=str(Path(tmp) / "run"))
         result = ParallelRuntime(config, plan, progress=False, tensorboard=False, plot=False,
                                  metrics_every=metrics_every_for(bsi)).run()
-        if result.stop_reason == "interrupted":
+        if getattr(result, "stop_reason", None) == "interrupted":
             raise KeyboardInterrupt(result.stop_detail)
         return measured_iteration_s(Path(config.log_dir) / "metrics.csv")
