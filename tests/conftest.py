@@ -3,7 +3,7 @@
 * ``no_leaks`` — fails a test that leaves child processes or ``/dev/shm`` segments behind.
 * ``cartpole`` — one CartPole-v1 environment per test session (its spaces seed
   nothing: tests that need a seeded env build their own).
-* :func:`child_pids`, :func:`wait_no_children` — the leak checks' process scan, for
+* :func:`proc_table`, :func:`child_pids`, :func:`wait_no_children` — the leak checks' process scan, for
   tests that look at processes themselves (``from conftest import child_pids``).
 """
 
@@ -20,16 +20,9 @@ from pearl_core.runtime.shm import list_segments
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def child_pids(pid: int | None = None) -> list[int]:
-    """Live (non-zombie) worker processes under ``pid``, from /proc.
-
-    Children of ``pid``, and the children of multiprocessing's fork server (the parallel
-    runtime's workers start from it, :mod:`pearl_core.runtime.procs`). The resource tracker
-    and the fork server themselves are helpers that live as long as the Python process and
-    are not counted.
-    """
-    pid = os.getpid() if pid is None else pid
-    procs = {}  # pid -> (ppid, cmdline)
+def proc_table() -> dict[int, tuple[int, str]]:
+    """``pid -> (ppid, command line)`` of every live (non-zombie) process, from /proc."""
+    procs = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -43,6 +36,19 @@ def child_pids(pid: int | None = None) -> list[int]:
         fields = stat[stat.rindex(")") + 2:].split()
         if fields[0] != "Z":
             procs[int(entry)] = (int(fields[1]), cmd)
+    return procs
+
+
+def child_pids(pid: int | None = None) -> list[int]:
+    """Live (non-zombie) worker processes under ``pid``, from /proc.
+
+    Children of ``pid``, and the children of multiprocessing's fork server (the parallel
+    runtime's workers start from it, :mod:`pearl_core.runtime.procs`). The resource tracker
+    and the fork server themselves are helpers that live as long as the Python process and
+    are not counted.
+    """
+    pid = os.getpid() if pid is None else pid
+    procs = proc_table()
     out = []
     for child, (ppid, cmd) in procs.items():
         if ppid != pid or "resource_tracker" in cmd:

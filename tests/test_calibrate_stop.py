@@ -23,6 +23,8 @@ from pearl_core.composer.workload import workload_for_env
 from pearl_core.errors import PearlError
 from pearl_core.runtime.shm import list_segments
 
+from conftest import proc_table
+
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; Linux's parent-death signal")]
 
@@ -31,19 +33,7 @@ WORKLOAD = dict(env_id="CartPole-v1", batch_size=32, hidden_sizes=[16, 16], repl
 
 def _procs() -> dict[int, int]:
     """pid -> ppid of every live (non-zombie) process."""
-    out = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="utf-8") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if fields[0] != "Z":
-            out[int(entry)] = int(fields[1])
-    return out
+    return {pid: ppid for pid, (ppid, _) in proc_table().items()}
 
 
 def _descendants(pid: int) -> set[int]:
@@ -66,11 +56,7 @@ def _wait_gone(pids: set[int], timeout: float) -> set[int]:
 
 
 def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return fh.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
+    return proc_table().get(pid, (0, ""))[1]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
@@ -89,7 +75,8 @@ def test_killing_the_caller_stops_the_calibration_child_and_its_workers(sig):
         deadline, child, tree = time.monotonic() + 120, None, set()
         while time.monotonic() < deadline and caller.poll() is None:
             tree = _descendants(caller.pid)
-            child = next((p for p in tree if "pearl_core.composer.calibrate" in _cmdline(p)), None)
+            table = proc_table()
+            child = next((p for p in tree if "pearl_core.composer.calibrate" in table.get(p, (0, ""))[1]), None)
             if child is not None and len(_descendants(child)) >= 3 and list_segments(child):
                 break
             time.sleep(0.2)
