@@ -52,10 +52,6 @@ import dataclasses
 
 import math
 import os
-import signal
-import threading
-import time
-from typing import Any
 
 from pearl_core.errors import (
     ActorError,
@@ -71,6 +67,7 @@ from pearl_core.runtime.checkpoint import Checkpoint
 from pearl_core.runtime.config import RunConfig, RuntimePlan
 from pearl_core.runtime.control import RunResult
 from pearl_core.runtime.host import Host
+from pearl_core.runtime.procs import install_stop_handlers, restore_stop_handlers
 from pearl_core.runtime.session import Runtime, int_at_least
 
 __all__ = ["DEFAULT_STALL_TIMEOUT_S", "ActorError", "DataError", "EvaluationError", "HostError", "LearnerError",
@@ -180,7 +177,7 @@ class ParallelRuntime(Runtime):
             torch.set_num_threads(threads)
             raise
         self._host = host
-        handlers = _install_signal_handlers(host)
+        handlers = install_stop_handlers(host)
         try:
             result = host.loop()
             return dataclasses.replace(result, dropped_nonfinite=int(self.dropped_nonfinite))
@@ -188,28 +185,6 @@ class ParallelRuntime(Runtime):
             try:
                 host.close()
             finally:
-                _restore_signal_handlers(handlers)
+                restore_stop_handlers(handlers)
                 torch.set_num_threads(threads)
                 self._host = None
-
-
-def _install_signal_handlers(host: Host) -> dict[int, Any]:
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-
-    def on_signal(signum, frame):
-        if host.interrupted is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # second Ctrl-C: abort now (the finally clauses still clean up)
-        if host.interrupted_at is None:
-            host.interrupted_at = time.monotonic()  # from now on every wait of the host is cut short
-        host.interrupted = signal.Signals(signum).name
-
-    old = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        old[sig] = signal.signal(sig, on_signal)
-    return old
-
-
-def _restore_signal_handlers(old: dict[int, Any]) -> None:
-    for sig, handler in old.items():
-        signal.signal(sig, handler)

@@ -33,8 +33,11 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import sys
+import threading
 import time
+from typing import Any
 
 from pearl_core.errors import SpecError
 
@@ -141,3 +144,31 @@ def quick_exit(code: int) -> None:
         except Exception:
             pass
     os._exit(code)
+
+
+def install_stop_handlers(target: Any) -> dict[int, Any]:
+    """SIGINT / SIGTERM set ``target.interrupted`` (the signal's name) and ``target.interrupted_at``
+    (``time.monotonic()`` of the first) instead of raising, so the run's loop stops cleanly with a
+    checkpoint; a second Ctrl-C raises :class:`KeyboardInterrupt` (the ``finally`` clauses still clean
+    up). Only in the main thread (elsewhere nothing is installed). Returns the handlers replaced, for
+    :func:`restore_stop_handlers`."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def on_signal(signum, frame):
+        if target.interrupted is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # second Ctrl-C: abort now
+        if target.interrupted_at is None:
+            target.interrupted_at = time.monotonic()  # from now on every wait is cut short
+        target.interrupted = signal.Signals(signum).name
+
+    old = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        old[sig] = signal.signal(sig, on_signal)
+    return old
+
+
+def restore_stop_handlers(old: dict[int, Any]) -> None:
+    """Put back the handlers :func:`install_stop_handlers` replaced."""
+    for sig, handler in old.items():
+        signal.signal(sig, handler)

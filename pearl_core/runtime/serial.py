@@ -89,7 +89,7 @@ class SerialRuntime(Runtime):
         torch.set_num_threads(self.plan.learner_threads)
         run = None
         try:  # a run refused while it is built (e.g. another run owns the log directory) restores the threads too
-            run = _Run(self)
+            run = self._open()
             result = run.loop()
             return dataclasses.replace(result, dropped_nonfinite=int(self.dropped_nonfinite))
         finally:
@@ -97,9 +97,16 @@ class SerialRuntime(Runtime):
                 run.close()
             torch.set_num_threads(threads)
 
+    def _open(self) -> "_Run":
+        """Build one segment of the run (a subclass's runtime builds its own kind)."""
+        return _Run(self)
+
 
 class _Run:
     """One segment of a serial run: built from a :class:`SerialRuntime`, looped once, closed."""
+
+    #: the runtime's name in messages, and its id in checkpoints (``extra["runtime"]``)
+    name, runtime_id = "serial runtime", "serial"
 
     def __init__(self, rt: SerialRuntime):
         cfg, plan, ck = rt.config, rt.plan, rt.checkpoint
@@ -107,26 +114,19 @@ class _Run:
         self.session = session = RunSession(rt, continuous=False)
         st = session.state
         # A resumed segment starts fresh episodes from seeds it has not used before.
-        seeds = actor_env_seeds(cfg, plan.n_actors * plan.envs_per_actor, first=st.env_steps)
-        envs: list = []  # what to close if building fails
         self.collector = None
         try:  # everything that can reject the config, before anything is written to log_dir
             load_trainer_class(cfg.trainer)  # first: a package that registers its environments on import
-            envs.append(make_vector_envs(plan.vector_backend, cfg.env_id, seeds, cfg.env_options))
-            self.collector = Collector(envs[0], seeds, env_id=cfg.env_id, on_nonfinite=cfg.on_nonfinite,
-                                       n_step=cfg.replay.n_step, random_steps=cfg.random_steps)
-            env = envs[0]
-            self.spaces = (env.observation_space, env.action_space)
-            self.trainer = build_trainer(cfg, env.observation_space, env.action_space, plan=plan)
+            self.spaces = obs_space, act_space = self._start_actors(rt)
+            self.trainer = build_trainer(cfg, obs_space, act_space, plan=plan)
             self.trainer.use_threads(plan.learner_threads)  # torch's, or the trainer's own (Trainer.use_threads)
-            spec = StorageSpec.from_spaces(env.observation_space, env.action_space)
+            spec = StorageSpec.from_spaces(obs_space, act_space)
             self.replay = build_replay(cfg, plan, spec, state=ck.replay if ck is not None else None)
             self.evaluator = session.make_evaluator()
             if ck is not None:
                 self.trainer.load_state_dict(ck.trainer_state)
         except BaseException:
-            for e in envs:
-                e.close()
+            self._stop_actors()
             session.close()
             raise
         self.learner = LearnerStep(self.trainer, self.replay, cfg.batch_size, updates=st.updates)
@@ -140,11 +140,38 @@ class _Run:
         try:
             session.open()
         except BaseException:  # e.g. the log directory's lock is held: close what was built
-            for e in envs:
-                e.close()
+            self._stop_actors()
             session.close()
             raise
         session.start_clock()
+
+    def _start_actors(self, rt) -> tuple:
+        """Build what steps the environments (here: one :class:`Collector` over every environment of
+        the plan, in this process); returns the (observation, action) spaces. A subclass that acts
+        elsewhere overrides this, :meth:`act`, :meth:`flush_pending`, :meth:`dropped` and :meth:`_stop_actors`."""
+        cfg, plan = self.cfg, self.plan
+        # A resumed segment starts fresh episodes from seeds it has not used before.
+        seeds = actor_env_seeds(cfg, plan.n_actors * plan.envs_per_actor, first=self.session.state.env_steps)
+        env = make_vector_envs(plan.vector_backend, cfg.env_id, seeds, cfg.env_options)
+        try:
+            self.collector = Collector(env, seeds, env_id=cfg.env_id, on_nonfinite=cfg.on_nonfinite,
+                                       n_step=cfg.replay.n_step, random_steps=cfg.random_steps)
+        except BaseException:
+            env.close()
+            raise
+        return env.observation_space, env.action_space
+
+    def _stop_actors(self) -> None:
+        if self.collector is not None:
+            self.collector.close()
+
+    def dropped(self) -> int:
+        """Transitions the actors dropped in this segment (``on_nonfinite="drop"``)."""
+        return self.collector.dropped if self.collector is not None else 0
+
+    def check(self):
+        """The decision to stop (a :class:`~pearl_core.runtime.control.StopDecision`), or ``None``."""
+        return self.session.check()
 
     def act(self) -> None:
         """One step of every environment; stage the transitions; record finished episodes."""
@@ -188,11 +215,11 @@ class _Run:
         """Checkpoint ``trainer`` (default: the run's, checked finite first) with the replay if asked."""
         self.inserts.flush(self.replay)
         if trainer is None:
-            check_state(self.trainer.state_dict(), update=self.learner.updates, owner="learner (serial runtime)")
+            check_state(self.trainer.state_dict(), update=self.learner.updates, owner=f"learner ({self.name})")
             trainer = self.trainer
         self.rt.dropped_nonfinite = self.drops.total
         return self.session.save(trainer, replay_state(self.replay) if self.cfg.save_replay else None,
-                                 extra={"runtime": "serial", "dropped_nonfinite": self.drops.total})
+                                 extra={"runtime": self.runtime_id, "dropped_nonfinite": self.drops.total})
 
     def flush_pending(self) -> None:
         """n-step returns: the windows still open (at most ``n - 1`` steps per environment, already
@@ -205,7 +232,7 @@ class _Run:
     def loop(self) -> RunResult:
         session, st = self.session, self.session.state
         try:
-            decision = session.check()
+            decision = self.check()
             while decision is None:
                 self.part = "actor"
                 self.act()
@@ -216,7 +243,7 @@ class _Run:
                     self.evaluate()
                 self.part = "host"
                 session.tick(self.save)
-                decision = session.check()
+                decision = self.check()
             self.flush_pending()
             return session.finish(decision, self.save)
         except Exception as exc:
@@ -226,8 +253,8 @@ class _Run:
                 raise
             raise err from exc
         finally:
-            self.drops.summary(self.drops.base + self.collector.dropped)
-            self.rt.dropped_nonfinite = self.drops.base + self.collector.dropped
+            self.drops.summary(self.drops.base + self.dropped())
+            self.rt.dropped_nonfinite = self.drops.base + self.dropped()
 
     def _error(self, exc: Exception) -> Exception:
         """The error the run ends with: ``exc`` itself if it already names the component, else a wrapper."""
@@ -237,7 +264,7 @@ class _Run:
         tb, what = traceback.format_exc(), f"{type(exc).__name__}: {exc}"
         st, env = self.session.state, self.cfg.env_id
         if self.part == "learner" or learner:
-            return LearnerError(f"the learner failed (serial runtime) after update {self.learner.updates}: {what}. "
+            return LearnerError(f"the learner failed ({self.name}) after update {self.learner.updates}: {what}. "
                                 "Fix: see the traceback (traceback_text).", tb)
         if self.part == "actor":
             return ActorError(f"the serial runtime's actor failed at env step {st.env_steps} (stepping {env!r} with "
@@ -247,7 +274,7 @@ class _Run:
             return EvaluationError(f"the greedy evaluation at env step {st.env_steps} failed "
                                    f"{self.evaluator.doing} of {env!r}: {what}. Fix: make the environment work for "
                                    "the evaluation seeds, or drop the eval_return criterion.", tb)
-        return HostError(f"the serial runtime failed while logging, checkpointing or ending the run: {what}.", tb)
+        return HostError(f"the {self.name} failed while logging, checkpointing or ending the run: {what}.", tb)
 
     def _fail(self, err: Exception) -> None:
         """Checkpoint what is sound before ``err`` propagates (nothing if the segment made no progress)."""
@@ -274,5 +301,4 @@ class _Run:
 
     def close(self) -> None:
         self.session.close()
-        if self.collector is not None:
-            self.collector.close()
+        self._stop_actors()
