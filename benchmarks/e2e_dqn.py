@@ -88,12 +88,11 @@ EPS_DECAY_STEPS = int(0.16 * ZOO_RUN_STEPS)
 HEADER = "| contestant | seed | solved at (env steps) | wall-to-solved s | env steps/s | updates/s | samples/s |"
 
 
-def run_pearl(name: str, seed: int, budget: int, eval_every: int, eval_episodes: int, log_root: Path,
-              n_actors: int, envs_per_actor: int, learner_threads: dict[int, int] | None = None) -> dict:
+def cartpole_config(replay: str, seed: int, budget: int, eval_every: int, eval_episodes: int, log_dir: Path):
+    """The zoo's DQN on CartPole-v1 as a PEARL RunConfig (``replay``: ``"uniform"`` or ``"prioritized"``)."""
     from pearl_core.runtime.config import ReplayConfig, RunConfig, StopCriteria
 
-    _, replay, _ = PEARL[name]
-    cfg = RunConfig(
+    return RunConfig(
         env_id="CartPole-v1",
         trainer="pearl_core.algorithms:DQN",
         trainer_kwargs={"total_env_steps": ZOO_RUN_STEPS},  # eps over 16% of 50k, as the zoo
@@ -105,12 +104,24 @@ def run_pearl(name: str, seed: int, budget: int, eval_every: int, eval_episodes:
         stop=StopCriteria(eval_return=SOLVED_RETURN, eval_every=eval_every, eval_episodes=eval_episodes,
                           max_env_steps=budget),
         seed=seed,
-        log_dir=str(log_root / f"{name}-seed{seed}"),
+        log_dir=str(log_dir),
     )
+
+
+def run_pearl(name: str, seed: int, budget: int, eval_every: int, eval_episodes: int, log_root: Path,
+              n_actors: int, envs_per_actor: int, learner_threads: dict[int, int] | None = None) -> dict:
+    _, replay, _ = PEARL[name]
+    cfg = cartpole_config(replay, seed, budget, eval_every, eval_episodes, log_root / f"{name}-seed{seed}")
     # A stopwatch, as for SB3: from building the runtime to run() returning. The run's own clock
     # starts once its processes are up (res.startup_s before it); the stopwatch figures count that
     # start-up, and the shutdown after, as SB3's do.
     res, wall, before_clock, plan = timed_pearl_run(cfg, name, n_actors, envs_per_actor, learner_threads)
+    return pearl_row(res, wall, before_clock, plan)
+
+
+def pearl_row(res, wall: float, before_clock: float, plan: dict) -> dict:
+    """A PEARL run's row: ``res`` (its RunResult) timed by a stopwatch of ``wall`` s, of which
+    ``before_clock`` s came before the run's own clock started."""
     return {
         "solved_at": res.solved_at_env_steps,
         "wall_to_solved_s": None if res.solved_at_wall_s is None else before_clock + res.solved_at_wall_s,

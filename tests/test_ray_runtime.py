@@ -11,8 +11,6 @@ runtime says how to install it. No assertion depends on wall-clock time.
 
 from __future__ import annotations
 
-import csv
-import math
 import os
 import signal
 import sys
@@ -24,8 +22,9 @@ import pytest
 
 from pearl_core.errors import ActorError, SpecError
 from pearl_core.runtime.checkpoint import load_checkpoint
-from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
+from pearl_core.runtime.config import RunConfig, RuntimePlan
 from pearl_core.runtime.serial import SerialRuntime
+from test_runtime_parallel import FIELDS, config, owed, read_csv  # the same tiny runs as the parallel runtime's
 
 ray = pytest.importorskip("ray", reason="the Ray runtime's tests need the extra: pip install 'pearl-core[ray]'")
 
@@ -36,29 +35,9 @@ pytestmark = pytest.mark.slow
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The worker processes import the trainers of tests/test_runtime_support.py.
 RUNTIME_ENV = {"env_vars": {"PYTHONPATH": os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}}
-FIELDS = ("obs", "action", "reward", "next_obs", "done")
-LS, TE, RATIO = 64, 32, 0.5
-
-
-def config(tmp_path, name="run", trainer="test_runtime_support:LinearQ", steps=512, **kw) -> RunConfig:
-    kw.setdefault("replay", ReplayConfig(capacity=8192))
-    kw.setdefault("save_replay", True)
-    return RunConfig(env_id="CartPole-v1", trainer=trainer, batch_size=16, learning_starts=LS, train_every=TE,
-                     replay_ratio=RATIO, stop=StopCriteria(max_env_steps=steps), log_dir=str(tmp_path / name), **kw)
-
-
-def owed(steps: int) -> int:
-    return math.floor((steps - LS) * RATIO)
-
-
 def ray_runtime(cfg, plan, **kw) -> RayRuntime:
     return RayRuntime(cfg, plan, progress=False, plot=False, tensorboard=False, runtime_env=RUNTIME_ENV,
                       stall_timeout_s=120, **kw)
-
-
-def read_csv(path):
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
 
 
 def start_cluster():
@@ -131,6 +110,15 @@ def test_actors_on_both_worker_nodes_priorities_flow_back_and_nothing_outlives(c
     assert int(rep["sample_steps"]) == res.updates
     assert np.unique(prio).size > 50 and (prio < 1.0).sum() > 50  # the learner's |TD| came back
     assert all_cpus_free(), ray.available_resources()
+
+
+def test_the_cluster_model_reads_the_running_cluster():
+    from pearl_core.composer.cluster import LOCAL_LINK, ClusterSpec
+
+    c = ClusterSpec.from_ray()  # the cluster this process is connected to
+    assert len(c.nodes) == 3 and sorted(n.cpus for n in c.nodes) == [0, 2, 2]
+    assert c.driver.cpus == 0  # the driver is on the head node, which has no CPU for actors
+    assert all((n.latency_s, n.bandwidth_Bps) == LOCAL_LINK for n in c.nodes)  # one host
 
 
 def test_actors_pinned_to_the_nodes_named(cluster, tmp_path):

@@ -428,6 +428,15 @@ def plan_command(
                                               "and --json stay those of --batch-size. Without it --png draws the "
                                               "one grid of --batch-size."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the plan as JSON."),
+    ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS", help="Also place the actors on the Ray "
+                                      "cluster at ADDRESS ('auto': this machine's cluster): its nodes from "
+                                      "ray.nodes(), the replay and learner on this node (pearl_core/composer/"
+                                      "cluster.py)."),
+    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Also place the actors on the cluster this "
+                                           "spec describes (TOML: [[node]] name, cpus, latency_us, bandwidth_GBps, "
+                                           "driver)."),
+    ray_actors: Optional[int] = typer.Option(None, "--ray-actors", help="With --ray / --cluster: actors to place "
+                                             "(default: the fewest that keep the learner fed)."),
 ) -> None:
     """Plan where the replay manager, learner and Data Storage run: matrix, RM x learner grid, choice."""
     console = Console(width=max(132, Console().width))
@@ -446,11 +455,16 @@ def plan_command(
         wl = workload_for_env(env_id, batch_size, trainer=trainer_cls, trainer_kwargs=kwargs, hidden_sizes=hidden,
                               replay=replay, capacity=capacity, fanout=fanout, n_actors=n_actors,
                               insert_batch=insert_batch, envs_per_actor=envs_per_actor or 1)
+        if ray is not None and cluster is not None:
+            raise InvalidValueError("--ray and --cluster both name a cluster. Fix: give one of them.")
         plan = make_plan(spec, wl, metric)
         png_plans = None if batches is None else batch_plans(spec, wl, metric, batches)
+        cluster_lines = cluster_placement_lines(plan, ray, cluster, ray_actors)
     except PearlError as exc:
         fail(console, exc)
     render_plan(plan, console)
+    for line in cluster_lines:
+        console.print(escape(line), soft_wrap=True)
     if png_plans is not None:
         value = _default_value(plan)
         what, unit = _value_label(plan, value)
@@ -459,6 +473,19 @@ def plan_command(
             console.print(f"  BS={p.workload['batch_size']}: RM on {escape(p.rm_device)}, learner on "
                           f"{escape(p.learner_device)}, {getattr(p.chosen, value):,.4g} {unit}")
     write_plan_outputs(plan, console, png, json_out, png_plans=png_plans)
+
+
+def cluster_placement_lines(plan: PlacementPlan, address: Optional[str], spec: Optional[Path],
+                            n_actors: Optional[int]) -> Sequence[str]:
+    """``--ray`` / ``--cluster``: the actors' placement on the cluster, as lines (none without either)."""
+    if address is None and spec is None:
+        if n_actors is not None:
+            raise InvalidValueError("--ray-actors places actors on a cluster, but no --ray or --cluster was given.")
+        return ()
+    from pearl_core.composer.cluster import ClusterSpec, describe, place_for_plan
+
+    nodes = ClusterSpec.from_ray(address) if address is not None else ClusterSpec.load(spec)  # type: ignore[arg-type]
+    return describe(place_for_plan(nodes, plan, n_actors=n_actors), nodes)
 
 
 def fail(console: Console, exc: BaseException | str) -> NoReturn:
