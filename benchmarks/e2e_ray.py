@@ -41,7 +41,8 @@ from e2e_dqn import BATCH, EPS_DECAY_STEPS, EVAL_EPISODES, EVAL_EVERY, GRADIENT_
     TRAIN_EVERY, cartpole_config, pearl_row  # noqa: E402
 
 CONTESTANTS = ("pearl-ray-per", "pearl-par2-per", "rllib-dqn")
-HEADER = "| contestant | seed | solved at (env steps) | wall-to-solved s | env steps/s | updates/s | wall s |"
+HEADER = ("| contestant | seed | solved at (env steps) | wall-to-solved s | env steps/s | updates/s | updates per env step "
+          "| wall s |")
 
 
 def start_cluster(workers: int, cpus: int):
@@ -79,7 +80,8 @@ def run_rllib(seed, budget, eval_every, eval_episodes, actors) -> dict:
     config = (
         DQNConfig()
         .environment("CartPole-v1")
-        .env_runners(num_env_runners=actors, num_envs_per_env_runner=1, num_cpus_per_env_runner=1)
+        .env_runners(num_env_runners=actors, num_envs_per_env_runner=1, num_cpus_per_env_runner=1,
+                     create_env_on_local_worker=True)  # the greedy evaluations run here, as PEARL's
         .training(lr=2.3e-3, gamma=0.99, train_batch_size_per_learner=BATCH, target_network_update_freq=10 * 128,
                   num_steps_sampled_before_learning_starts=1_000, double_q=True, dueling=False, n_step=1,
                   epsilon=[(0, 1.0), (EPS_DECAY_STEPS, 0.04)], grad_clip=10.0,
@@ -117,10 +119,12 @@ def run_rllib(seed, budget, eval_every, eval_episodes, actors) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    out = [HEADER, "|---|---|---|---|---|---|---|"]
+    out = [HEADER, "|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        per_step = r["updates"] / r["env_steps"] if r["env_steps"] else None
         out.append(f"| {r['contestant']} | {r['seed']} | {fmt(r['solved_at'])} | {fmt(r['wall_to_solved_s'], '.1f')} "
-                   f"| {fmt(r['env_steps_per_s'])} | {fmt(r['updates_per_s'])} | {fmt(r['wall_s'], '.1f')} |")
+                   f"| {fmt(r['env_steps_per_s'])} | {fmt(r['updates_per_s'])} | {fmt(per_step, '.2f')} "
+                   f"| {fmt(r['wall_s'], '.1f')} |")
     return "\n".join(out)
 
 
@@ -151,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--contestants", default=",".join(CONTESTANTS), help=f"comma list of {', '.join(CONTESTANTS)}")
     p.add_argument("--budget", type=int, default=100_000, help="env steps per run (default 100k)")
+    p.add_argument("--rllib-budget", type=int, default=None,
+                   help="env steps per RLlib run (default: --budget); RLlib runs ~50x slower here")
     p.add_argument("--actors", type=int, default=2, help="actors (RLlib: env runners) of every contestant")
     p.add_argument("--workers", type=int, default=2, help="worker nodes of the local cluster")
     p.add_argument("--worker-cpus", type=int, default=1, help="CPUs of each worker node")
@@ -171,6 +177,10 @@ def main(argv: list[str] | None = None) -> int:
             names.remove("rllib-dqn")
             notes.append(f"rllib-dqn skipped: {exc} (pip install 'ray[rllib]')")
     budget, eval_every, eval_episodes = (3_000, 1_500, 2) if args.quick else (args.budget, EVAL_EVERY, EVAL_EPISODES)
+    rllib_budget = budget if args.rllib_budget is None or args.quick else args.rllib_budget
+    if "rllib-dqn" in names and rllib_budget != budget:
+        notes.append(f"rllib-dqn ran {rllib_budget:,} env steps per run (the others up to {budget:,}): its "
+                     "env steps/s compare, its time to solved does not")
     warm_up_process(names)
     cluster = start_cluster(args.workers, args.worker_cpus)
     started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
@@ -188,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                         cfg = cartpole_config("prioritized", seed, budget, eval_every, eval_episodes, log_dir)
                         r = pearl_row(*timed_pearl_run(cfg, name, args.actors, 1, {2: 1}))
                     else:
-                        r = run_rllib(seed, budget, eval_every, eval_episodes, args.actors)
+                        r = run_rllib(seed, rllib_budget, eval_every, eval_episodes, args.actors)
                     keep_run(rows, {"contestant": name, "seed": seed, **r}, args.jsonl, args.out,
                              lambda: report(rows, started, load_start, False, notes))
     finally:

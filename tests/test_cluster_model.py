@@ -108,3 +108,26 @@ def test_pearl_plan_places_the_actors_of_a_cluster_spec():
     assert bad.exit_code == 2 and "room for 17 actors" in " ".join(bad.output.split())
     lone = CliRunner().invoke(app, ["plan", "-H", str(THIS_MACHINE), "--ray-actors", "2"])
     assert lone.exit_code == 2 and "no --ray or --cluster" in lone.output
+
+
+def test_an_unreachable_cluster_is_a_clear_error_and_nothing_is_written(monkeypatch, tmp_path):
+    ray = pytest.importorskip("ray", reason="needs the extra: pip install 'pearl-core[ray]'")
+    from pearl_core.cli import app
+    from pearl_core.runtime.config import RunConfig
+    from pearl_core.runtime.rayrun import RayRuntime
+
+    def refuse(*args, **kwargs):
+        raise ConnectionError("Could not find any running Ray instance.")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", refuse)
+    match = r"cannot connect to the Ray cluster at '10.0.0.9:6379': ConnectionError.*ray start --head"
+    with pytest.raises(SpecError, match=match):
+        ClusterSpec.from_ray("10.0.0.9:6379")
+    res = CliRunner().invoke(app, ["plan", "-H", str(THIS_MACHINE), "--ray", "10.0.0.9:6379"])
+    assert res.exit_code == 2 and "cannot connect to the Ray cluster" in " ".join(res.output.split())
+    cfg = RunConfig(env_id="CartPole-v1", trainer="pearl_core.algorithms:DQN", log_dir=str(tmp_path / "run"))
+    rt = RayRuntime(cfg, address="10.0.0.9:6379", progress=False, plot=False, tensorboard=False)
+    with pytest.raises(SpecError, match=match):
+        rt.run()
+    assert not (tmp_path / "run").exists()

@@ -161,12 +161,11 @@ class ClusterSpec:
         """The alive nodes of the Ray cluster at ``address`` (``None``: the one this process is connected
         to, else ``"auto"``); the driver is this process's node. ``network``: (latency s, bandwidth B/s)
         of a node on another host."""
-        from pearl_core.runtime.rayrun import import_ray
+        from pearl_core.runtime.rayrun import connect_ray, import_ray
 
         ray = import_ray()
         started = not ray.is_initialized()
-        if started:
-            ray.init(address=address or "auto", logging_level="ERROR")
+        connect_ray(ray, address or "auto")
         try:
             here = ray.get_runtime_context().get_node_id()
             rows = [n for n in ray.nodes() if n.get("Alive")]

@@ -96,7 +96,8 @@ class RayActorBody:
         import ray
 
         if version > self.version:
-            self.trainer.set_weights(ray.get(weights[0]))
+            # writable copies: the object store's arrays are read-only views
+            self.trainer.set_weights({k: np.array(v) for k, v in ray.get(weights[0]).items()})
             self.version = version
         cols: list[list[np.ndarray]] = [[] for _ in range(6)]
         episodes: list[tuple[float, int]] = []

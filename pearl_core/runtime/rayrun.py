@@ -62,7 +62,7 @@ from pearl_core.runtime.serial import SerialRuntime, _Run
 
 log = logging.getLogger("pearl_core.runtime.rayrun")
 
-__all__ = ["RAY_INSTALL", "RayRuntime", "import_ray"]
+__all__ = ["RAY_INSTALL", "RayRuntime", "connect_ray", "import_ray"]
 
 #: How to install the Ray runtime's dependency.
 RAY_INSTALL = "pip install 'pearl-core[ray]'"
@@ -78,6 +78,29 @@ def import_ray():
         raise SpecError(f"the Ray runtime needs Ray, which is not installed here ({exc}). Fix: {RAY_INSTALL} "
                         "(Ray >= 2.40), or train on one machine with SerialRuntime / ParallelRuntime.") from exc
     return ray
+
+
+def connect_ray(ray, address: str | None) -> bool:
+    """Connect this process to Ray unless it is already: to the cluster at ``address``, or (``None``)
+    a local Ray started here. Returns whether it was started here (the caller shuts it down).
+
+    Raises:
+        SpecError: no cluster answers at ``address`` (or a local Ray cannot start), with the fix.
+    """
+    if ray.is_initialized():
+        return False
+    try:
+        if address is not None:
+            ray.init(address=address, logging_level=logging.WARNING)
+            return False
+        ray.init(include_dashboard=False, logging_level=logging.WARNING)
+        return True
+    except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError here
+        where = f"the Ray cluster at {address!r}" if address is not None else "a local Ray"
+        raise SpecError(f"cannot connect to {where}: {type(exc).__name__}: {str(exc).strip()[:300]}. Fix: start "
+                        "the cluster (`ray start --head` on its head node, `ray start --address HEAD:6379` on the "
+                        "others) and give its address (HOST:6379, ray://HOST:10001, or 'auto' on one of its "
+                        "nodes).") from exc
 
 
 def _positive(owner: str, name: str, value: Any) -> float:
@@ -318,12 +341,7 @@ class _RayRun(_Run):
         self.pool: _ActorPool | None = None
         self.owns_ray = False
         ray = import_ray()
-        if not ray.is_initialized():
-            if rt.address is not None:
-                ray.init(address=rt.address, logging_level=logging.WARNING)
-            else:
-                ray.init(include_dashboard=False, logging_level=logging.WARNING)
-                self.owns_ray = True
+        self.owns_ray = connect_ray(ray, rt.address)
         self.ray = ray
         rt.live_state = self.session.state
         plan = self.plan
