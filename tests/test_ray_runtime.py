@@ -23,8 +23,7 @@ import pytest
 from pearl_core.errors import ActorError, SpecError
 from pearl_core.runtime.checkpoint import load_checkpoint
 from pearl_core.runtime.config import RunConfig, RuntimePlan
-from pearl_core.runtime.serial import SerialRuntime
-from test_runtime_parallel import FIELDS, config, owed, read_csv  # the same tiny runs as the parallel runtime's
+from test_runtime_parallel import assert_replays_the_serial_run, config, owed, run_serial  # its tiny runs
 
 ray = pytest.importorskip("ray", reason="the Ray runtime's tests need the extra: pip install 'pearl-core[ray]'")
 
@@ -138,19 +137,9 @@ def test_one_actor_agrees_with_the_serial_oracle(cluster, tmp_path):
     """One actor with a deterministic policy replays the serial run exactly: same rows, same counters."""
     plan = RuntimePlan(n_actors=1, envs_per_actor=2, insert_batch=16)
     trainer = "test_runtime_support:FixedPolicy"
-    ser = SerialRuntime(config(tmp_path, "serial", trainer), plan, progress=False, plot=False,
-                        tensorboard=False).run()
+    ser = run_serial(config(tmp_path, "serial", trainer), plan)
     par = ray_runtime(config(tmp_path, "ray", trainer), plan).run()
-    for name in ("env_steps", "updates", "episodes", "final_mean_return", "stop_reason"):
-        assert getattr(par, name) == getattr(ser, name), name
-    a, b = load_checkpoint(ser.checkpoint_path).replay, load_checkpoint(par.checkpoint_path).replay
-    assert a["size"] == b["size"] == 512 and a["cursor"] == b["cursor"]
-    for f in FIELDS:
-        np.testing.assert_array_equal(a[f], b[f], err_msg=f)
-    assert a["sample_steps"] == b["sample_steps"]
-    eps_s = [(r["env_steps"], r["return"]) for r in read_csv(tmp_path / "serial" / "episodes.csv")]
-    eps_r = [(r["env_steps"], r["return"]) for r in read_csv(tmp_path / "ray" / "episodes.csv")]
-    assert eps_s == eps_r
+    assert_replays_the_serial_run(ser, par, tmp_path, "ray", ("env_steps", "return"))
 
 
 # --------------------------------------------------------------------------- faults

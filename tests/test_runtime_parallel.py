@@ -165,16 +165,22 @@ def test_agrees_with_the_serial_oracle(tmp_path, setting):
     trainer = "test_runtime_support:FixedPolicy"
     ser = run_serial(config(tmp_path, "serial", trainer), plan)
     _, par = run_parallel(config(tmp_path, "parallel", trainer), plan)
+    assert_replays_the_serial_run(ser, par, tmp_path, "parallel", ("return",))
+
+
+def assert_replays_the_serial_run(ser, other, tmp_path, other_dir: str, episode_cols: tuple[str, ...]) -> None:
+    """``other`` (a run logged in ``tmp_path / other_dir``) stored exactly the serial run's 512 rows, with the
+    same counters and the same episodes (the ``episodes.csv`` columns ``episode_cols``)."""
     for name in ("env_steps", "updates", "episodes", "final_mean_return", "stop_reason"):
-        assert getattr(par, name) == getattr(ser, name), name
-    a, b = load_checkpoint(ser.checkpoint_path).replay, load_checkpoint(par.checkpoint_path).replay
+        assert getattr(other, name) == getattr(ser, name), name
+    a, b = load_checkpoint(ser.checkpoint_path).replay, load_checkpoint(other.checkpoint_path).replay
     assert a["size"] == b["size"] == 512 and a["cursor"] == b["cursor"]
     for f in FIELDS:
         np.testing.assert_array_equal(a[f], b[f], err_msg=f)
     assert a["sample_steps"] == b["sample_steps"]
-    eps_s = [r["return"] for r in read_csv(tmp_path / "serial" / "episodes.csv")]
-    eps_p = [r["return"] for r in read_csv(tmp_path / "parallel" / "episodes.csv")]
-    assert eps_s == eps_p
+    eps_s = [tuple(r[c] for c in episode_cols) for r in read_csv(tmp_path / "serial" / "episodes.csv")]
+    eps_o = [tuple(r[c] for c in episode_cols) for r in read_csv(tmp_path / other_dir / "episodes.csv")]
+    assert eps_s == eps_o
 
 
 def test_two_actors_store_only_serial_trajectories(tmp_path):

@@ -323,8 +323,7 @@ class _ActorPool:
             pass
         self.dropped_before += self.dropped[i]
         self.incarnation[i] += 1
-        self._spawn(i)
-        self.rt.actor_nodes.setdefault(i, []).append("(restarting)")
+        self._spawn(i)  # its node joins actor_nodes with its first batch
 
 
 def _reason(exc: BaseException) -> str:
