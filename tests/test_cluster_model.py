@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pearl_core.composer.cluster import LOCAL_LINK, RPC_S, ClusterSpec, NodeSpec, place_actors
+from pearl_core.composer.cluster import LOCAL_LINK, RPC_S, ClusterSpec, NodeSpec, place_actors, place_host
 from pearl_core.errors import SpecError
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "hardware" / "ray-cluster.toml"
 THIS_MACHINE = ROOT / "examples" / "hardware" / "this-machine.toml"
+CPU_GPU_FPGA = ROOT / "examples" / "hardware" / "cpu-gpu-fpga.toml"
 
 # A workload where one actor call (32 experiences) costs 32 x 50 us of acting.
 KW = dict(actor_step_s=50e-6, replay_ratio=0.5, experience_bytes=40, weight_bytes=280_000, insert_batch=32)
@@ -28,7 +29,8 @@ def cluster(*workers: tuple[str, float, float, float], driver_cpus: float = 2) -
 
 def test_the_example_spec_loads_in_si_units():
     c = ClusterSpec.load(EXAMPLE)
-    assert [n.name for n in c.nodes] == ["head", "worker-1", "worker-2"] and c.driver.name == "head"
+    assert [n.name for n in c.nodes] == ["head", "worker-1", "gpu-box"] and c.driver.name == "head"
+    assert [n.devices for n in c.nodes] == [(), (), ("h100",)]
     w = c.nodes[1]
     assert w.cpus == 8 and w.latency_s == pytest.approx(100e-6) and w.bandwidth_Bps == pytest.approx(1.25e9)
     assert (c.driver.latency_s, c.driver.bandwidth_Bps) == LOCAL_LINK
@@ -84,6 +86,7 @@ def test_no_room_is_refused_with_the_room_there_is():
     ('[[node]]\nname = "a"\ncpus = 1\ndriver = true\nspeed = 3\n', r"unknown keys \['speed'\]"),
     ('[[node]]\nname = "a"\ncpus = -1\ndriver = true\n', r"cpus = -1"),
     ('[[node]]\nname = "a"\ncpus = 1\ndriver = true\nlatency_us = 1\nlatency_ms = 1\n', r"latency given twice"),
+    ('[[node]]\nname = "a"\ncpus = 1\ndriver = true\ndevices = "h100"\n', r"devices = 'h100'; expected a list"),
     ('name = "x"\n', r"has no node"),
 ])
 def test_bad_cluster_specs_are_refused(tmp_path, text, match):
@@ -91,6 +94,84 @@ def test_bad_cluster_specs_are_refused(tmp_path, text, match):
     f.write_text(text)
     with pytest.raises(SpecError, match=match):
         ClusterSpec.load(f)
+
+
+XEON, H100, AGILEX = ({"name": "xeon", "kind": "cpu"}, {"name": "h100", "kind": "cuda"},
+                      {"name": "agilex", "kind": "fpga"})
+
+
+def test_the_host_goes_to_the_node_with_the_plans_devices():
+    c = ClusterSpec((NodeSpec("head", 2, driver=True), NodeSpec("w", 8, 1e-4, 1e9),
+                     NodeSpec("gpu", 8, 1e-4, 1e9, devices=("h100",)), NodeSpec("any-gpu", 8, 1e-4, 1e9, devices=("cuda",))))
+    assert place_host(c, [XEON, XEON, XEON]).name == "head"  # a CPU plan stays on the driver's node
+    assert place_host(c, [XEON, H100, XEON]).name == "gpu"  # the first node with the learner's device
+    kinds = ClusterSpec((NodeSpec("head", 2, driver=True), NodeSpec("g", 8, 1e-4, 1e9, devices=("cuda",))))
+    assert place_host(kinds, [XEON, H100, H100]).name == "g"  # by kind, as a Ray node with GPUs is read
+    with_gpu = ClusterSpec((NodeSpec("head", 2, driver=True, devices=("h100",)), NodeSpec("gpu", 8, 1e-4, 1e9,
+                                                                                      devices=("h100",))))
+    assert place_host(with_gpu, [XEON, H100, XEON]).name == "head"  # the driver's node first when it has them
+    with pytest.raises(SpecError, match=r"no node .* has the plan's devices \['agilex \(fpga\)', 'h100 \(cuda\)'\]"):
+        place_host(c, [AGILEX, H100, XEON])
+
+
+def test_actors_are_costed_by_their_link_to_the_host_node():
+    c = ClusterSpec((NodeSpec("head", 2, driver=True), NodeSpec("gpu", 3, 1e-3, 1e6, devices=("h100",)),
+                     NodeSpec("w", 4, 2e-3, 1e8)))
+    p = place_actors(c, iteration_s=1e-3, n_actors=8, host="gpu", host_gpus=1, **KW)
+    acting = 32 * 50e-6
+
+    def call(lat, bw):
+        return acting + RPC_S + lat + 32 * 40 / bw + (RPC_S + lat + 280_000 / bw) * min(1.0, 32 * 0.5 / 10)
+
+    assert p.call_s["gpu"] == pytest.approx(call(*LOCAL_LINK))  # on the host node itself: local
+    assert p.call_s["head"] == pytest.approx(call(1e-3, 1e6))  # the driver reaches it over the host's link
+    assert p.call_s["w"] == pytest.approx(call(2e-3, 1e6))  # two other nodes: the slower of the two links
+    # the host node keeps one CPU for the learner, the driver's node none: 2 + 2 + 4 slots
+    assert p.actors == (("gpu", 2), ("head", 2), ("w", 4))
+    assert p.host == "gpu" and not p.on_driver
+    assert p.runtime_kwargs() == {"nodes": p.nodes(), "host_node": "gpu", "host_gpus": 1.0}
+    on_driver = place_actors(c, iteration_s=1e-3, n_actors=2, **KW)
+    assert on_driver.host == "head" and on_driver.runtime_kwargs() == {"nodes": on_driver.nodes()}
+    with pytest.raises(SpecError, match="host = 'nowhere' is not a node"):
+        place_actors(c, iteration_s=1e-3, host="nowhere", **KW)
+
+
+def test_a_running_clusters_gpus_and_resources_are_its_devices(monkeypatch):
+    import pearl_core.runtime.rayrun as rayrun
+
+    class FakeRay:
+        def is_initialized(self):
+            return True
+
+        def get_runtime_context(self):
+            return type("Ctx", (), {"get_node_id": lambda self: "n0"})()
+
+        def nodes(self):
+            return [{"NodeID": "n0", "Alive": True, "NodeManagerAddress": "10.0.0.1",
+                     "Resources": {"CPU": 4.0, "memory": 1e9, "node:10.0.0.1": 1.0, "node:__internal_head__": 1.0}},
+                    {"NodeID": "n1", "Alive": True, "NodeManagerAddress": "10.0.0.2",
+                     "Resources": {"CPU": 16.0, "GPU": 2.0, "accelerator_type:H100": 1.0, "object_store_memory": 1e9}},
+                    {"NodeID": "n2", "Alive": True, "NodeManagerAddress": "10.0.0.3",
+                     "Resources": {"CPU": 8.0, "fpga": 1.0}},
+                    {"NodeID": "n3", "Alive": False, "NodeManagerAddress": "10.0.0.4", "Resources": {"CPU": 8.0}}]
+
+    monkeypatch.setattr(rayrun, "import_ray", lambda: FakeRay())
+    c = ClusterSpec.from_ray()
+    assert [(n.name, n.cpus, n.devices, n.driver) for n in c.nodes] == [
+        ("n0", 4.0, (), True), ("n1", 16.0, ("cuda",), False), ("n2", 8.0, ("fpga",), False)]
+    assert place_host(c, [XEON, H100, XEON]).name == "n1" and place_host(c, [AGILEX, XEON, XEON]).name == "n2"
+
+
+def test_pearl_plan_puts_a_gpu_plans_host_on_the_gpu_node():
+    from pearl_core.cli import app
+
+    res = CliRunner().invoke(app, ["plan", "-H", str(CPU_GPU_FPGA), "-b", "512", "--hidden", "256,256",
+                                   "--cluster", str(EXAMPLE)])
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.output.split())
+    assert "replay and learner on node gpu-box (not the driver's: the program runs them there as a Ray actor " \
+           "with 1 GPU(s))" in out
+    assert "gpu-box: 2 actor(s)" in out and "(host)" in out
 
 
 def test_pearl_plan_places_the_actors_of_a_cluster_spec():
@@ -102,7 +183,7 @@ def test_pearl_plan_places_the_actors_of_a_cluster_spec():
     out = " ".join(res.output.split())
     assert "replay and learner on the driver's node head" in out
     # the driver's node first (local link), then worker-1 fills before worker-2 (spec order on a tie)
-    assert "head: 1 actor(s)" in out and "worker-1: 8 actor(s)" in out and "worker-2: 3 actor(s)" in out
+    assert "head: 1 actor(s)" in out and "worker-1: 8 actor(s)" in out and "gpu-box: 3 actor(s)" in out
     assert "env steps/s" in out
     bad = CliRunner().invoke(app, [*args, "--ray-actors", "40"])
     assert bad.exit_code == 2 and "room for 17 actors" in " ".join(bad.output.split())

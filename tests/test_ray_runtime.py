@@ -184,6 +184,40 @@ def test_ctrl_c_stops_cleanly_with_a_checkpoint(cluster, tmp_path):
     assert all_cpus_free()
 
 
+# --------------------------------------------------------------------------- the host on another node
+
+
+def test_the_host_runs_on_the_node_named_and_ctrl_c_reaches_it(cluster, tmp_path):
+    """host_node: the replay and learner run in a Ray actor on that worker node (not in this process);
+    Ctrl-C here stops it there with its final checkpoint; its actors go with it."""
+    _, workers = cluster
+    rt = ray_runtime(config(tmp_path, steps=100_000), RuntimePlan(n_actors=2, envs_per_actor=1, insert_batch=8),
+                     host_node=workers[1])
+    when_steps(rt, 300, lambda: os.kill(os.getpid(), signal.SIGINT))  # live_state: the host's counters
+    res = rt.run()
+    assert rt.host_node_ran == workers[1] and ray.get_runtime_context().get_node_id() != workers[1]
+    assert res.stop_reason == "interrupted" and 300 <= res.env_steps < 100_000
+    assert res.updates > 0  # the learner trained there
+    assert {nodes[0] for nodes in rt.actor_nodes.values()} <= set(workers) and len(rt.actor_nodes) == 2
+    ck = load_checkpoint(res.checkpoint_path)  # this machine's disk is the host node's too
+    assert ck.extra["runtime"] == "ray" and ck.replay["size"] == res.env_steps
+    assert all_cpus_free()
+
+
+def test_an_error_on_the_host_node_comes_back_as_itself(cluster, tmp_path):
+    _, workers = cluster
+    cfg = config(tmp_path, trainer="test_runtime_support:RaisingActor", steps=2048)
+    cfg = RunConfig.from_dict({**cfg.to_dict(), "trainer_kwargs": {"raise_at": 300}})
+    rt = ray_runtime(cfg, RuntimePlan(n_actors=1, envs_per_actor=2, insert_batch=16), host_node=workers[0])
+    with pytest.raises(ActorError, match=r"Ray actor 0 \(on node [0-9a-f]+\) failed .*actor exploded"):
+        rt.run()
+    assert load_checkpoint(tmp_path / "run" / "checkpoint.pt").replay["size"] >= 256
+    with pytest.raises(SpecError, match=r"host_node = 'f+' is not an alive node"):
+        ray_runtime(config(tmp_path, "other"), RuntimePlan(), host_node="f" * 56).run()
+    assert not (tmp_path / "other").exists()
+    assert all_cpus_free()
+
+
 def test_the_composed_program_runs_its_actors_on_the_cluster(cluster, tmp_path):
     """The README's two commands: compose a program from a hardware spec, run it with --ray ADDRESS."""
     import json
@@ -247,6 +281,8 @@ def test_bad_arguments_are_refused(tmp_path):
     cfg = config(tmp_path)
     for kw, what in (({"address": ""}, "address"), ({"nodes": []}, "nodes"), ({"nodes": "abc"}, "nodes"),
                      ({"actor_cpus": 0}, "actor_cpus"), ({"max_actor_restarts": -1}, "max_actor_restarts"),
-                     ({"runtime_env": "x"}, "runtime_env"), ({"stall_timeout_s": float("nan")}, "stall_timeout_s")):
+                     ({"runtime_env": "x"}, "runtime_env"), ({"stall_timeout_s": float("nan")}, "stall_timeout_s"),
+                     ({"host_node": ""}, "host_node"), ({"host_node": "n", "host_gpus": -1}, "host_gpus"),
+                     ({"host_gpus": 1}, "without host_node"), ({"host_node": "n", "host_cpus": 0}, "host_cpus")):
         with pytest.raises(SpecError, match=what):
             RayRuntime(cfg, RuntimePlan(), **kw)

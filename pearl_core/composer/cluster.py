@@ -1,9 +1,14 @@
-r"""The cluster a Ray run's actors go to: its nodes, their links to the driver, and where the actors go.
+r"""The cluster a Ray run goes to: its nodes, their devices and links, where the host and the actors go.
 
 Algorithm 1 (:mod:`pearl_core.composer.algorithm`) places the replay manager, the learner and the
-Data Storage on the devices of the node that runs the program (the *driver*); across a cluster
-(:class:`~pearl_core.runtime.rayrun.RayRuntime`) only the actors move. What a node's link changes is
-the actors' side of the iteration. Notation as in Algorithm 1 (SI units), plus::
+Data Storage on the devices of one machine's hardware spec. On a cluster
+(:class:`~pearl_core.runtime.rayrun.RayRuntime`) those three run together on one node, the *host
+node*: the node that has the plan's devices for them (:func:`place_host`: the driver's node when it
+has them, else the first node that does, e.g. the GPU box of a plan whose learner is a GPU), and
+the actors spread over the nodes by their link to the host node. A node's link is given to the
+driver's node; between two other nodes the model takes the slower of their two links (the larger
+latency, the smaller bandwidth). What a link changes is the actors' side of the iteration. Notation
+as in Algorithm 1 (SI units), plus::
 
     a        actor seconds per experience (its policy's action + one env step; measured by
              profile_actor_step, or the host row's ``actor_step_s`` of a profiled plan)
@@ -18,7 +23,7 @@ the actors' side of the iteration. Notation as in Algorithm 1 (SI units), plus::
                                                                                weight_sync_every updates)
 
 Placement: nodes in increasing ``t_call`` (the cheapest link first; ties: more CPUs first, then spec
-order); each takes one actor per ``actor_cpus`` of its CPUs (the driver's node keeps ``reserve``
+order); each takes one actor per ``actor_cpus`` of its CPUs (the host node keeps ``reserve``
 CPUs for the host loop and the learner) until ``n_actors`` are placed, or, with ``n_actors=None``,
 until the supply meets the demand (the fewest actors that keep the learner fed, at most every
 CPU). :meth:`ClusterPlacement.nodes` lists the node of each actor for ``RayRuntime(nodes=...)``.
@@ -29,16 +34,18 @@ A cluster spec is TOML (units in the key names, as the hardware spec)::
     [[node]]
     name = "head"
     cpus = 4
-    driver = true            # the program runs here (replay, learner); its link is the local one
+    driver = true            # the program runs here; its link is the local one
     [[node]]
     name = "gpu-box-2"
     cpus = 16
+    devices = ["h100"]       # devices of the hardware spec (names or kinds) on this node; a CPU is implied
     latency_us = 100         # one message to the driver's node
     bandwidth_GBps = 1.25    # 10 GbE
 
 or it is read from a running cluster (:meth:`ClusterSpec.from_ray`): ``ray.nodes()`` gives each
-node's CPUs and address; a node on the driver's host gets :data:`LOCAL_LINK`, another host
-:data:`NETWORK_LINK` unless the caller says otherwise (Ray does not report link speeds).
+node's CPUs, GPUs (kind ``cuda``), custom resources (each a device kind, e.g. ``fpga``) and address;
+a node on the driver's host gets :data:`LOCAL_LINK`, another host :data:`NETWORK_LINK` unless the
+caller says otherwise (Ray does not report link speeds).
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ from typing import Any, Mapping, Sequence
 from pearl_core.errors import SpecError
 
 __all__ = ["ClusterPlacement", "ClusterSpec", "LOCAL_LINK", "NETWORK_LINK", "NodeSpec", "RPC_S", "describe",
-           "place_actors", "place_for_plan"]
+           "place_actors", "place_for_plan", "place_host"]
 
 #: (latency s, bandwidth B/s) between Ray nodes on one host: an object-store copy through shared
 #: memory (estimate: a few GB/s for a memcpy in and out; tens of microseconds to hand a buffer over).
@@ -67,14 +74,16 @@ RPC_S = 300e-6
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """One node: CPUs for actors and its link to the driver's node.
+    """One node: CPUs for actors, its devices, and its link to the driver's node.
 
     Attributes:
         name: a label (the spec's, or the Ray node id).
         cpus: CPUs Ray may give actors there.
         latency_s, bandwidth_Bps: one message to the driver's node.
-        driver: whether the program (replay, learner) runs here.
+        driver: whether the program runs here.
         address: the node's IP address, when known.
+        devices: the devices of the hardware spec on this node besides its CPU, by name
+            (``"h100"``) or kind (``"cuda"``: what a Ray node with GPUs gets).
     """
 
     name: str
@@ -83,11 +92,18 @@ class NodeSpec:
     bandwidth_Bps: float = LOCAL_LINK[1]
     driver: bool = False
     address: str = ""
+    devices: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         where = f"node {self.name!r}"
         if not isinstance(self.name, str) or not self.name:
             raise SpecError(f"cluster spec: a node's name = {self.name!r}; expected a non-empty string.")
+        devices = self.devices
+        if isinstance(devices, str) or not isinstance(devices, (tuple, list)) or not all(
+                isinstance(d, str) and d for d in devices):
+            raise SpecError(f"cluster spec, {where}: devices = {devices!r}; expected a list of device names or "
+                            'kinds of the hardware spec (e.g. ["h100"]).')
+        object.__setattr__(self, "devices", tuple(devices))
         for key, v, low in (("cpus", self.cpus, 0.0), ("latency", self.latency_s, 0.0),
                             ("bandwidth", self.bandwidth_Bps, None)):
             ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and (
@@ -99,6 +115,11 @@ class NodeSpec:
     def call_s(self, nbytes: float) -> float:
         """Seconds of one actor call whose reply holds ``nbytes`` bytes (Ray's work + the link)."""
         return RPC_S + self.latency_s + nbytes / self.bandwidth_Bps
+
+    def has(self, device: Mapping[str, Any]) -> bool:
+        """Whether this node has ``device`` (a hardware-spec device table: ``name``, ``kind``); every
+        node has a CPU."""
+        return device.get("kind") == "cpu" or device.get("name") in self.devices or device.get("kind") in self.devices
 
 
 @dataclass(frozen=True)
@@ -138,7 +159,7 @@ class ClusterSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "") -> "ClusterSpec":
-        known = {"name", "cpus", "driver", "address", "latency_us", "latency_ms", "latency_s", "bandwidth_GBps",
+        known = {"name", "cpus", "driver", "address", "devices", "latency_us", "latency_ms", "latency_s", "bandwidth_GBps",
                  "bandwidth_MBps", "bandwidth_Bps"}
         nodes = []
         for i, raw in enumerate(data.get("node", ())):
@@ -153,7 +174,8 @@ class ClusterSpec:
                             source)
             bw = _quantity(raw, "bandwidth", {"GBps": 1e9, "MBps": 1e6, "Bps": 1.0},
                            LOCAL_LINK[1] if driver else None, source)
-            nodes.append(NodeSpec(raw.get("name", ""), raw.get("cpus", 0), lat, bw, driver, raw.get("address", "")))
+            nodes.append(NodeSpec(raw.get("name", ""), raw.get("cpus", 0), lat, bw, driver, raw.get("address", ""),
+                                  raw.get("devices", ())))
         return cls(tuple(nodes), name=str(data.get("name", "cluster")), source=source)
 
     @classmethod
@@ -177,9 +199,16 @@ class ClusterSpec:
         for n in rows:
             local = n.get("NodeManagerAddress", "") == host
             lat, bw = LOCAL_LINK if local else network
-            nodes.append(NodeSpec(n["NodeID"], float(n.get("Resources", {}).get("CPU", 0.0)), lat, bw,
-                                  n["NodeID"] == here, n.get("NodeManagerAddress", "")))
+            res = n.get("Resources", {})
+            devices = (("cuda",) if float(res.get("GPU", 0.0)) > 0 else ()) + tuple(sorted(
+                k for k in res if k not in _RAY_PLAIN_RESOURCES and not k.startswith(("node:", "accelerator_type:"))))
+            nodes.append(NodeSpec(n["NodeID"], float(res.get("CPU", 0.0)), lat, bw, n["NodeID"] == here,
+                                  n.get("NodeManagerAddress", ""), devices))
         return cls(tuple(nodes), name="ray", source=f"ray cluster {address or 'auto'}")
+
+
+#: Ray resources that are not devices of a hardware spec.
+_RAY_PLAIN_RESOURCES = frozenset({"CPU", "GPU", "memory", "object_store_memory"})
 
 
 def _quantity(raw: Mapping[str, Any], prefix: str, units: Mapping[str, float], default: float | None,
@@ -200,19 +229,25 @@ def _quantity(raw: Mapping[str, Any], prefix: str, units: Mapping[str, float], d
 
 @dataclass(frozen=True)
 class ClusterPlacement:
-    """Where the actors go, and what the model predicts of it.
+    """Where the host and the actors go, and what the model predicts of it.
 
     Attributes:
         actors: ``(node name, actors there)`` in placement order (nodes with none left out).
         call_s: seconds of one actor call per node used.
         supply: env steps/s the actors deliver; demand: env steps/s the learner uses.
         predicted: ``min(supply, demand)``; bound: ``"actors"`` or ``"learner"``.
+        host: the node the host loop, the replay manager and the learner run on ("": the driver's).
+        host_gpus: GPUs the host reserves there (the plan's CUDA devices for RM, learner and DS).
+        on_driver: whether the host node is the driver's (the program's own process hosts the run).
     """
 
     actors: tuple[tuple[str, int], ...]
     call_s: Mapping[str, float] = field(default_factory=dict)
     supply: float = 0.0
     demand: float = 0.0
+    host: str = ""
+    host_gpus: float = 0.0
+    on_driver: bool = True
 
     @property
     def predicted(self) -> float:
@@ -230,15 +265,61 @@ class ClusterPlacement:
         """The node of each actor, in actor order (``RayRuntime(nodes=...)``)."""
         return [name for name, k in self.actors for _ in range(k)]
 
+    def runtime_kwargs(self) -> dict[str, Any]:
+        """``RayRuntime``'s placement arguments: ``nodes``, and ``host_node`` / ``host_gpus`` when the
+        host is not the driver's node."""
+        kw: dict[str, Any] = {"nodes": self.nodes()}
+        if not self.on_driver:
+            kw.update(host_node=self.host, host_gpus=self.host_gpus)
+        return kw
+
+
+def _link(n: NodeSpec, host: NodeSpec) -> NodeSpec:
+    """``n`` with its link to ``host`` (see the module): local on the host itself, the node's own
+    link when the host is the driver's node (or ``n`` is the driver, the host's), else the slower
+    of the two."""
+    if n.name == host.name:
+        lat, bw = LOCAL_LINK
+    elif host.driver:
+        lat, bw = n.latency_s, n.bandwidth_Bps
+    elif n.driver:
+        lat, bw = host.latency_s, host.bandwidth_Bps
+    else:
+        lat, bw = max(n.latency_s, host.latency_s), min(n.bandwidth_Bps, host.bandwidth_Bps)
+    return NodeSpec(n.name, n.cpus, lat, bw, n.driver, n.address, n.devices)
+
+
+def place_host(cluster: ClusterSpec, devices: Sequence[Mapping[str, Any]]) -> NodeSpec:
+    """The node that runs the host loop, the replay manager and the learner: the driver's node when
+    it has every one of ``devices`` (the plan's RM, learner and DS devices), else the first node
+    in spec order that does.
+
+    Raises:
+        SpecError: no node has them all (which device is missing where, and the fix).
+    """
+    need = [d for d in devices if d.get("kind") != "cpu"]
+    order = [cluster.driver] + [n for n in cluster.nodes if not n.driver]
+    for n in order:
+        if all(n.has(d) for d in need):
+            return n
+    wanted = sorted({f"{d.get('name')} ({d.get('kind')})" for d in need})
+    have = {n.name: list(n.devices) for n in cluster.nodes}
+    raise SpecError(f"no node of the cluster {cluster.source or cluster.name!r} has the plan's devices {wanted} for "
+                    f"the replay manager, learner and Data Storage (devices per node: {have}). Fix: add "
+                    "devices = [...] to the node that has them in the cluster spec (or start its Ray node with "
+                    "--num-gpus / --resources), or compose the plan for the devices the cluster has.")
+
 
 def place_actors(cluster: ClusterSpec, *, actor_step_s: float, iteration_s: float, replay_ratio: float,
                  experience_bytes: int, weight_bytes: int, insert_batch: int = 32, envs_per_actor: int = 1,
                  weight_sync_every: int = 10, n_actors: int | None = None, actor_cpus: float = 1.0,
-                 reserve: float = 1.0) -> ClusterPlacement:
-    """Place the actors of a Ray run on ``cluster`` (the module's model and rule).
+                 reserve: float = 1.0, host: str | None = None, host_gpus: float = 0.0) -> ClusterPlacement:
+    """Place the actors of a Ray run on ``cluster`` (the module's model and rule), around the host
+    node ``host`` (a node name; ``None``: the driver's).
 
     Raises:
-        SpecError: a bad number, or no room for ``n_actors`` actors (the CPUs each node offers).
+        SpecError: a bad number, an unknown host, or no room for ``n_actors`` actors (the CPUs each
+        node offers).
     """
     for name, v in (("actor_step_s", actor_step_s), ("iteration_s", iteration_s), ("replay_ratio", replay_ratio),
                     ("actor_cpus", actor_cpus)):
@@ -247,14 +328,20 @@ def place_actors(cluster: ClusterSpec, *, actor_step_s: float, iteration_s: floa
     if n_actors is not None and (isinstance(n_actors, bool) or not isinstance(n_actors, int) or n_actors < 1):
         raise SpecError(f"place_actors: n_actors = {n_actors!r}; expected None (as many as keep the learner fed) "
                         "or an int >= 1.")
+    by = {n.name: n for n in cluster.nodes}
+    if host is not None and host not in by:
+        raise SpecError(f"place_actors: host = {host!r} is not a node of the cluster {cluster.source or cluster.name!r} "
+                        f"(nodes: {sorted(by)}).")
+    home = by[host] if host is not None else cluster.driver
+    linked = [_link(n, home) for n in cluster.nodes]
     per_call = max(1, math.ceil(insert_batch / envs_per_actor)) * envs_per_actor  # experiences per call
     calls_per_sync = weight_sync_every / (per_call * replay_ratio)  # calls between two publications
     call_s = {}
-    for n in cluster.nodes:
+    for n in linked:
         call_s[n.name] = (per_call * actor_step_s + n.call_s(per_call * experience_bytes)
                           + n.call_s(weight_bytes) * min(1.0, 1.0 / calls_per_sync))
-    slots = {n.name: int((n.cpus - (reserve if n.driver else 0.0)) // actor_cpus) for n in cluster.nodes}
-    order = sorted(cluster.nodes, key=lambda n: (call_s[n.name], -slots[n.name], cluster.nodes.index(n)))
+    slots = {n.name: int((n.cpus - (reserve if n.name == home.name else 0.0)) // actor_cpus) for n in linked}
+    order = sorted(linked, key=lambda n: (call_s[n.name], -slots[n.name], [m.name for m in linked].index(n.name)))
     demand = 1.0 / (iteration_s * replay_ratio)
     want = n_actors if n_actors is not None else sum(max(0, s) for s in slots.values())
     placed: dict[str, int] = {}
@@ -269,23 +356,27 @@ def place_actors(cluster: ClusterSpec, *, actor_step_s: float, iteration_s: floa
     if got == 0 or (n_actors is not None and got < n_actors):
         room = {k: max(0, v) for k, v in slots.items()}
         raise SpecError(f"the cluster {cluster.source or cluster.name!r} has room for {sum(room.values())} actors of "
-                        f"{actor_cpus:g} CPU(s) (per node: {room}; the driver's node keeps {reserve:g} for the "
-                        f"learner), but {n_actors or 1} are asked for. Fix: fewer actors, smaller actor_cpus, or "
+                        f"{actor_cpus:g} CPU(s) (per node: {room}; the host node {home.name} keeps {reserve:g} for "
+                        f"the learner), but {n_actors or 1} are asked for. Fix: fewer actors, smaller actor_cpus, or "
                         "more nodes.")
     actors = tuple((n.name, placed[n.name]) for n in order if placed.get(n.name))
-    return ClusterPlacement(actors, {k: call_s[k] for k, _ in actors}, supply, demand)
+    return ClusterPlacement(actors, {k: call_s[k] for k, _ in actors}, supply, demand, home.name, float(host_gpus),
+                            home.driver)
 
 
 def describe(placement: ClusterPlacement, cluster: ClusterSpec) -> Sequence[str]:
     """Lines for a terminal: actors per node with their link and call cost, supply vs demand."""
-    by = {n.name: n for n in cluster.nodes}
-    lines = [f"Ray cluster {cluster.source or cluster.name}: {len(cluster.nodes)} nodes; replay and learner on the "
-             f"driver's node {cluster.driver.name}"]
+    home = next((n for n in cluster.nodes if n.name == placement.host), cluster.driver)
+    by = {n.name: _link(n, home) for n in cluster.nodes}
+    where = (f"the driver's node {home.name}" if home.driver else
+             f"node {home.name} (not the driver's: the program runs them there as a Ray actor"
+             + (f" with {placement.host_gpus:g} GPU(s)" if placement.host_gpus else "") + ")")
+    lines = [f"Ray cluster {cluster.source or cluster.name}: {len(cluster.nodes)} nodes; replay and learner on {where}"]
     for name, k in placement.actors:
         n = by[name]
         lines.append(f"  {name}: {k} actor(s), {n.cpus:g} CPUs, link {n.latency_s * 1e6:.0f} us / "
                      f"{n.bandwidth_Bps / 1e9:.3g} GB/s, {placement.call_s[name] * 1e3:.3f} ms per actor call"
-                     + (" (driver)" if n.driver else ""))
+                     + (" (host)" if n.name == home.name else "") + (" (driver)" if n.driver else ""))
     lines.append(f"  actors deliver {placement.supply:,.0f} env steps/s; the learner uses {placement.demand:,.0f}; "
                  f"predicted {placement.predicted:,.0f} env steps/s ({placement.bound}-bound)")
     return lines
@@ -298,7 +389,12 @@ def place_for_plan(cluster: ClusterSpec, plan: Any, *, replay_ratio: float = 0.5
     iteration, its workload's experience and weight bytes and envs per actor (``insert_batch``,
     ``weight_sync_every``: the runtime's, whose defaults the composer keeps); the actor's
     time per experience from the plan's profiled host row (``actor_step_s``), else measured here
-    (:func:`~pearl_core.composer.profiling.profile_actor_step`) unless given."""
+    (:func:`~pearl_core.composer.profiling.profile_actor_step`) unless given. The host node is
+    :func:`place_host`'s for the plan's RM, learner and DS devices; it reserves as many GPUs as
+    the highest CUDA index they use + 1 (Ray numbers a node's GPUs it hands out from 0)."""
+    devices = [plan._device(name) for name in (plan.rm_device, plan.learner_device, plan.ds_device)]
+    home = place_host(cluster, devices)
+    cuda = [int(d.get("index") or 0) for d in devices if d.get("kind") == "cuda"]
     wl = plan.workload_value()
     if actor_step_s is None:
         host = plan.spec.get("host")
@@ -313,4 +409,5 @@ def place_for_plan(cluster: ClusterSpec, plan: Any, *, replay_ratio: float = 0.5
     return place_actors(cluster, actor_step_s=actor_step_s, iteration_s=plan.predicted_iteration_s,
                         replay_ratio=replay_ratio, experience_bytes=wl.experience_bytes, weight_bytes=wl.param_bytes,
                         insert_batch=insert_batch, envs_per_actor=wl.envs_per_actor,
-                        weight_sync_every=weight_sync_every, n_actors=n_actors)
+                        weight_sync_every=weight_sync_every, n_actors=n_actors, host=home.name,
+                        host_gpus=float(max(cuda) + 1) if cuda else 0.0)

@@ -3,8 +3,11 @@
 Optional: it needs Ray (``pip install "pearl-core[ray]"``); without it the rest of PEARL
 is untouched and building this runtime's run raises a :class:`SpecError` saying how to
 install it. The host runtime, the replay manager (sum tree and Data Storage) and the
-learner run in the driver process, on the node the script runs on, exactly as the
-serial runtime (the oracle) runs them; the actors are Ray actors
+learner run in one process exactly as the serial runtime (the oracle) runs them: the
+driver process, on the node the script runs on, or (``host_node=...``) a Ray actor
+pinned to the node the plan names (:class:`RayHostBody`: the node with the plan's
+learner device, e.g. the GPU box; ``host_gpus`` GPUs reserved there for the learner),
+while the driver waits for its result and forwards Ctrl-C. The actors are Ray actors
 (:class:`~pearl_core.runtime.rayactor.RayActorBody`), spread over the cluster's nodes
 (or pinned to the nodes named)::
 
@@ -39,11 +42,17 @@ killed, and a Ray this runtime started is shut down.
 As in the parallel runtime, the n-step windows still open in the actors when the run
 stops (at most ``n - 1`` steps per environment) are not shipped.
 
+With ``host_node`` the run's files (logs, checkpoints, the curve) are written on that
+node, under ``config.log_dir`` (give a directory every node sees, or fetch them from
+there); a host node lost mid-run ends the run with :class:`HostError` (the plan cannot
+continue without its replay and learner), and the last checkpoint there resumes it.
+
 Usage::
 
     rt = RayRuntime(config, RuntimePlan(n_actors=4, envs_per_actor=8), address="auto")
     result = rt.run()
     rt.actor_nodes        # {actor: [node ids it ran on, in order]}
+    rt.host_node_ran      # the node id the replay and learner ran on
 """
 
 from __future__ import annotations
@@ -54,7 +63,7 @@ import time
 import traceback
 from typing import Any, Mapping, Sequence
 
-from pearl_core.errors import ActorError, DataError, SpecError, StallError
+from pearl_core.errors import ActorError, DataError, HostError, PearlError, SpecError, StallError
 from pearl_core.runtime.control import StopDecision
 from pearl_core.runtime.procs import install_stop_handlers, restore_stop_handlers
 from pearl_core.runtime.rayactor import RayActorBody
@@ -62,7 +71,7 @@ from pearl_core.runtime.serial import SerialRuntime, _Run
 
 log = logging.getLogger("pearl_core.runtime.rayrun")
 
-__all__ = ["RAY_INSTALL", "RayRuntime", "connect_ray", "import_ray"]
+__all__ = ["RAY_INSTALL", "RayHostBody", "RayRuntime", "connect_ray", "import_ray"]
 
 #: How to install the Ray runtime's dependency.
 RAY_INSTALL = "pip install 'pearl-core[ray]'"
@@ -127,21 +136,37 @@ class RayRuntime(SerialRuntime):
             ``{"env_vars": {"PYTHONPATH": ...}}`` so that workers import the trainer's module).
         stall_timeout_s: seconds without a batch from any actor before the run ends with
             :class:`StallError` (e.g. no node has room for an actor, or an env is frozen).
+        host_node: the Ray node id to run the host loop, the replay manager and the learner
+            on (a Ray actor pinned there; see the module); ``None`` (default): this process.
+        host_cpus, host_gpus: what that host actor reserves (Ray's ``num_cpus`` / ``num_gpus``;
+            give ``host_gpus=1`` for a learner on a GPU there). Only with ``host_node``.
 
     Attributes:
         actor_nodes: ``{actor index: [Ray node ids, in the order it ran on them]}``.
         actor_restarts: actors restarted after a loss, over the run.
+        host_node_ran: the node id the host loop, replay and learner ran on.
 
     Raises (from :meth:`run`): as :class:`SerialRuntime`, and :class:`SpecError` when Ray is
-    not installed; :class:`ActorError` when an actor cannot be built or is lost more than
-    ``max_actor_restarts`` times; :class:`StallError` as above.
+    not installed, or ``host_node`` is not an alive node; :class:`ActorError` when an actor
+    cannot be built or is lost more than ``max_actor_restarts`` times; :class:`StallError`
+    as above; :class:`HostError` when the host node is lost.
     """
 
     def __init__(self, config, plan=None, *, address: str | None = None, nodes: Sequence[str] | None = None,
                  actor_cpus: float = 1.0, max_actor_restarts: int = 3, runtime_env: Mapping[str, Any] | None = None,
-                 stall_timeout_s: float = 300.0, **kwargs: Any):
+                 stall_timeout_s: float = 300.0, host_node: str | None = None, host_cpus: float = 1.0,
+                 host_gpus: float = 0.0, **kwargs: Any):
         super().__init__(config, plan, **kwargs)
         me = type(self).__name__
+        if host_node is not None and (not isinstance(host_node, str) or not host_node):
+            raise SpecError(f"{me}: host_node = {host_node!r}; expected None or a Ray node id "
+                            "(ray.nodes()[i]['NodeID']).")
+        if isinstance(host_gpus, bool) or not isinstance(host_gpus, (int, float)) or not (
+                math.isfinite(host_gpus) and host_gpus >= 0):
+            raise SpecError(f"{me}: host_gpus = {host_gpus!r}; expected a finite number >= 0.")
+        if host_node is None and host_gpus:
+            raise SpecError(f"{me}: host_gpus = {host_gpus!r} without host_node; GPUs are reserved for a host "
+                            "actor only. Fix: give host_node=..., or leave host_gpus at 0.")
         if address is not None and (not isinstance(address, str) or not address):
             raise SpecError(f"{me}: address = {address!r}; expected None or a Ray address such as 'auto'.")
         if nodes is not None and (isinstance(nodes, str) or not nodes
@@ -158,6 +183,14 @@ class RayRuntime(SerialRuntime):
         self.max_actor_restarts = max_actor_restarts
         self.runtime_env = dict(runtime_env) if runtime_env is not None else None
         self.stall_timeout_s = _positive(me, "stall_timeout_s", stall_timeout_s)
+        self.host_node = host_node
+        self.host_cpus = _positive(me, "host_cpus", host_cpus)
+        self.host_gpus = float(host_gpus)
+        self.host_node_ran: str | None = None
+        # What a host actor builds its own RayRuntime from (host_node=None there).
+        self._host_args = dict(kwargs, address=None, nodes=nodes, actor_cpus=actor_cpus,
+                               max_actor_restarts=max_actor_restarts, runtime_env=runtime_env,
+                               stall_timeout_s=stall_timeout_s)
         self.actor_nodes: dict[int, list[str]] = {}
         self.actor_restarts = 0
         #: the run's counters (:class:`~pearl_core.runtime.control.RunState`) once it has started
@@ -165,8 +198,99 @@ class RayRuntime(SerialRuntime):
         self.interrupted: str | None = None  # the signal that stops the run (install_stop_handlers)
         self.interrupted_at: float | None = None
 
+    def run(self):
+        """Train (see :class:`SerialRuntime`); with ``host_node``, in a Ray actor on that node."""
+        if self.host_node is None:
+            return super().run()
+        return _run_on_host(self)
+
     def _open(self) -> "_RayRun":
         return _RayRun(self)
+
+
+class RayHostBody:
+    """The host of a Ray run on another node: a :class:`RayRuntime` (``host_node=None``) built and
+    run inside a Ray actor pinned there, so the replay manager and the learner live on that node.
+    Two calls may run at once (``max_concurrency=2``): :meth:`interrupt` and :meth:`state` while
+    :meth:`run` runs."""
+
+    def __init__(self, config, plan, kwargs: Mapping[str, Any]):
+        self.rt = RayRuntime(config, plan, **kwargs)
+
+    def run(self) -> tuple:
+        import ray
+
+        result = self.rt.run()
+        return (result, self.rt.actor_nodes, self.rt.actor_restarts, self.rt.dropped_nonfinite,
+                ray.get_runtime_context().get_node_id())
+
+    def interrupt(self, signame: str) -> None:
+        """Stop the run cleanly with its final checkpoint (the driver's Ctrl-C / SIGTERM)."""
+        if self.rt.interrupted_at is None:
+            self.rt.interrupted_at = time.monotonic()
+        self.rt.interrupted = signame
+
+    def state(self):
+        """The run's counters so far (``None`` before it starts)."""
+        return self.rt.live_state
+
+
+def _run_on_host(rt: RayRuntime):
+    """Run ``rt`` in a :class:`RayHostBody` on ``rt.host_node``; wait, forwarding Ctrl-C; return its result."""
+    ray = import_ray()
+    owns = connect_ray(ray, rt.address)
+    host = None
+    handlers: dict = {}
+    try:
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        if rt.host_node not in alive:
+            raise SpecError(f"RayRuntime: host_node = {rt.host_node!r} is not an alive node of the cluster (alive: "
+                            f"{sorted(alive)}). Fix: give one of those ids (ray.nodes()[i]['NodeID']), or leave "
+                            "host_node=None to run the replay and learner in this process.")
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        opts: dict[str, Any] = {"num_cpus": rt.host_cpus, "num_gpus": rt.host_gpus, "max_restarts": 0,
+                                "max_task_retries": 0, "max_concurrency": 2,
+                                "scheduling_strategy": NodeAffinitySchedulingStrategy(rt.host_node, soft=False)}
+        if rt.runtime_env is not None:
+            opts["runtime_env"] = rt.runtime_env
+        host = ray.remote(RayHostBody).options(**opts).remote(rt.config, rt.plan, rt._host_args)
+        ref = host.run.remote()
+        handlers = install_stop_handlers(rt)
+        forwarded = False
+        while not ray.wait([ref], timeout=WAIT_S)[0]:
+            if rt.interrupted is not None and not forwarded:
+                host.interrupt.remote(rt.interrupted)
+                forwarded = True
+            try:
+                rt.live_state = ray.get(host.state.remote(), timeout=WAIT_S)
+            except ray.exceptions.GetTimeoutError:  # still starting; the next round asks again
+                pass
+            except ray.exceptions.RayError:  # lost: ray.get(ref) below says how
+                pass
+        try:
+            result, rt.actor_nodes, rt.actor_restarts, rt.dropped_nonfinite, rt.host_node_ran = ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:  # the run raised there: the same error here
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, PearlError):
+                raise cause from None
+            raise HostError(f"the host of the Ray run on node {rt.host_node} failed: {_reason(exc)}.",
+                            str(exc)) from exc
+        except ray.exceptions.RayActorError as exc:
+            raise HostError(f"the host of the Ray run (replay manager, learner) on node {rt.host_node} was lost "
+                            f"({_reason(exc)}); the run cannot go on without them. Its last checkpoint is under "
+                            f"{rt.config.log_dir!r} on that node. Fix: check the node (`ray status`), then resume "
+                            "with RayRuntime.from_checkpoint(...).", str(exc)) from exc
+        return result
+    finally:
+        restore_stop_handlers(handlers)
+        if host is not None:  # its actors are owned by it: they go with it
+            try:
+                ray.kill(host, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        if owns:
+            ray.shutdown()
 
 
 class _ActorPool:
@@ -343,6 +467,7 @@ class _RayRun(_Run):
         self.owns_ray = connect_ray(ray, rt.address)
         self.ray = ray
         rt.live_state = self.session.state
+        rt.host_node_ran = ray.get_runtime_context().get_node_id()
         plan = self.plan
         self.k = max(1, math.ceil(plan.insert_batch / plan.envs_per_actor))  # steps per call
         self.published_at = self.session.state.updates

@@ -3,7 +3,8 @@
 # Run:  python <this file> [--max-env-steps N] [--max-wall-time-s S] [--log-dir DIR] [--seed S]
 #                          [--quiet] [--show-plan] [--ray ADDRESS [--ray-actors N]]
 # --ray ADDRESS runs the actors on a Ray cluster (pearl_core.runtime.rayrun.RayRuntime), placed on its
-# nodes by the cluster model (pearl_core.composer.cluster).
+# nodes by the cluster model (pearl_core.composer.cluster); the replay and learner run on the node with
+# the plan's devices for them (this process's node when it has them).
 #
 # Inputs
 #   environment   'CartPole-v1', 1 actor(s) x 2 env(s) stepped by the 'loop' vector back end
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             for line in () if args.quiet else describe(actors, cluster):
                 print(line)
             runtime = RayRuntime(config, dataclasses.replace(RUNTIME_PLAN, n_actors=actors.n_actors), address=args.ray,
-                                 nodes=actors.nodes(), progress=not args.quiet)
+                                 progress=not args.quiet, **actors.runtime_kwargs())
         else:
             runtime = ParallelRuntime(config, RUNTIME_PLAN, progress=not args.quiet)
     except PearlError as exc:
