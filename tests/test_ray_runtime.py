@@ -218,6 +218,25 @@ def test_an_error_on_the_host_node_comes_back_as_itself(cluster, tmp_path):
     assert all_cpus_free()
 
 
+def test_a_lost_host_node_ends_the_run_with_a_host_error(cluster, tmp_path):
+    """The replay and learner cannot move: losing their node is a HostError naming it; the host's actors go
+    with it. (A fresh worker node replaces the lost one afterwards.)"""
+    from pearl_core.errors import HostError
+
+    c, workers = cluster
+    rt = ray_runtime(config(tmp_path, steps=100_000), RuntimePlan(n_actors=2, envs_per_actor=1, insert_batch=8),
+                     host_node=workers[0])
+    doomed = next(n for n in c.worker_nodes if n.node_id == workers[0])
+    when_steps(rt, 300, lambda: c.remove_node(doomed))
+    try:
+        with pytest.raises(HostError, match=rf"on node {workers[0]} was lost .* resume"):
+            rt.run()
+    finally:
+        workers[0] = c.add_node(num_cpus=2).node_id
+        c.wait_for_nodes()
+    assert all_cpus_free()
+
+
 def test_the_composed_program_runs_its_actors_on_the_cluster(cluster, tmp_path):
     """The README's two commands: compose a program from a hardware spec, run it with --ray ADDRESS."""
     import json
