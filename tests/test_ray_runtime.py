@@ -111,13 +111,18 @@ def test_actors_on_both_worker_nodes_priorities_flow_back_and_nothing_outlives(c
     assert all_cpus_free(), ray.available_resources()
 
 
-def test_the_cluster_model_reads_the_running_cluster():
+def test_the_cluster_model_reads_the_running_cluster(cluster):
     from pearl_core.composer.cluster import LOCAL_LINK, ClusterSpec
 
     c = ClusterSpec.from_ray()  # the cluster this process is connected to
     assert len(c.nodes) == 3 and sorted(n.cpus for n in c.nodes) == [0, 2, 2]
     assert c.driver.cpus == 0  # the driver is on the head node, which has no CPU for actors
     assert all((n.latency_s, n.bandwidth_Bps) == LOCAL_LINK for n in c.nodes)  # one host
+    m = ClusterSpec.from_ray(measure=True)  # each node's link measured by a task pinned there
+    assert m.source.endswith("(links measured)") and [n.name for n in m.nodes] == [n.name for n in c.nodes]
+    for n in m.nodes:
+        assert 1e-6 <= n.latency_s < 1.0 and 1e6 < n.bandwidth_Bps < 1e12, n
+    assert ray.available_resources().get("CPU") == ray.cluster_resources().get("CPU")  # the tasks held none
 
 
 def test_actors_pinned_to_the_nodes_named(cluster, tmp_path):
@@ -251,8 +256,12 @@ def test_the_composed_program_runs_its_actors_on_the_cluster(cluster, tmp_path):
     made = CliRunner().invoke(app, ["compose", "-H", spec, "--no-profile", "--hidden", "32,32", "-o",
                                     str(tmp_path / "runtime.py")])
     assert made.exit_code == 0, made.output
-    out = subprocess.run([sys.executable, "runtime.py", "--ray", c.address, "--max-env-steps", "300", "--log-dir",
-                          "run", "--quiet"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    lone = subprocess.run([sys.executable, "runtime.py", "--measure-links"], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert lone.returncode == 2 and "no --ray ADDRESS" in lone.stderr, lone.stderr[-2000:]
+    out = subprocess.run([sys.executable, "runtime.py", "--ray", c.address, "--measure-links", "--max-env-steps",
+                          "300", "--log-dir", "run", "--quiet"], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "stopped by max_env_steps" in out.stdout
     result = json.loads((tmp_path / "run" / "result.json").read_text())

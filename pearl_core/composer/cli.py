@@ -428,13 +428,15 @@ def plan_command(
                                               "and --json stay those of --batch-size. Without it --png draws the "
                                               "one grid of --batch-size."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the plan as JSON."),
-    ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS", help="Also place the actors on the Ray "
+    ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS", help="Also place the run on the Ray "
                                       "cluster at ADDRESS ('auto': this machine's cluster): its nodes from "
-                                      "ray.nodes(), the replay and learner on this node (pearl_core/composer/"
-                                      "cluster.py)."),
-    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Also place the actors on the cluster this "
-                                           "spec describes (TOML: [[node]] name, cpus, latency_us, bandwidth_GBps, "
-                                           "driver)."),
+                                      "ray.nodes(), the replay and learner on the node with the plan's devices "
+                                      "(pearl_core/composer/cluster.py)."),
+    measure_links: bool = typer.Option(False, "--measure-links", help="With --ray: measure each node's latency "
+                                       "and bandwidth to this process (a few seconds) instead of assuming 10 GbE."),
+    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Also place the run on the cluster this "
+                                           "spec describes (TOML: [[node]] name, cpus, devices, latency_us, "
+                                           "bandwidth_GBps, driver)."),
     ray_actors: Optional[int] = typer.Option(None, "--ray-actors", help="With --ray / --cluster: actors to place "
                                              "(default: the fewest that keep the learner fed)."),
 ) -> None:
@@ -459,7 +461,7 @@ def plan_command(
             raise InvalidValueError("--ray and --cluster both name a cluster. Fix: give one of them.")
         plan = make_plan(spec, wl, metric)
         png_plans = None if batches is None else batch_plans(spec, wl, metric, batches)
-        cluster_lines = cluster_placement_lines(plan, ray, cluster, ray_actors)
+        cluster_lines = cluster_placement_lines(plan, ray, cluster, ray_actors, measure_links)
     except PearlError as exc:
         fail(console, exc)
     render_plan(plan, console)
@@ -476,15 +478,19 @@ def plan_command(
 
 
 def cluster_placement_lines(plan: PlacementPlan, address: Optional[str], spec: Optional[Path],
-                            n_actors: Optional[int]) -> Sequence[str]:
-    """``--ray`` / ``--cluster``: the actors' placement on the cluster, as lines (none without either)."""
+                            n_actors: Optional[int], measure_links: bool = False) -> Sequence[str]:
+    """``--ray`` / ``--cluster``: the run's placement on the cluster, as lines (none without either)."""
+    if measure_links and address is None:
+        raise InvalidValueError("--measure-links measures a running cluster's links, but no --ray was given "
+                                "(a --cluster spec states its links).")
     if address is None and spec is None:
         if n_actors is not None:
             raise InvalidValueError("--ray-actors places actors on a cluster, but no --ray or --cluster was given.")
         return ()
     from pearl_core.composer.cluster import ClusterSpec, describe, place_for_plan
 
-    nodes = ClusterSpec.from_ray(address) if address is not None else ClusterSpec.load(spec)  # type: ignore[arg-type]
+    nodes = (ClusterSpec.from_ray(address, measure=measure_links) if address is not None
+             else ClusterSpec.load(spec))  # type: ignore[arg-type]
     return describe(place_for_plan(nodes, plan, n_actors=n_actors), nodes)
 
 

@@ -43,9 +43,12 @@ A cluster spec is TOML (units in the key names, as the hardware spec)::
     bandwidth_GBps = 1.25    # 10 GbE
 
 or it is read from a running cluster (:meth:`ClusterSpec.from_ray`): ``ray.nodes()`` gives each
-node's CPUs, GPUs (kind ``cuda``), custom resources (each a device kind, e.g. ``fpga``) and address;
-a node on the driver's host gets :data:`LOCAL_LINK`, another host :data:`NETWORK_LINK` unless the
-caller says otherwise (Ray does not report link speeds).
+node's CPUs, GPUs (kind ``cuda``), custom resources (each a device kind, e.g. ``fpga``) and address.
+Ray does not report link speeds: a node on the driver's host gets :data:`LOCAL_LINK`, another host
+:data:`NETWORK_LINK` unless the caller says otherwise, or (``measure=True``,
+:func:`measure_links`) each node's link is measured: the median round trip of a call to a Ray
+actor pinned there returning 1 byte (less :data:`RPC_S`: the latency) and of one returning
+``payload_bytes`` (the difference: the bandwidth), fetched into the driver's process.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ from typing import Any, Mapping, Sequence
 from pearl_core.errors import SpecError
 
 __all__ = ["ClusterPlacement", "ClusterSpec", "LOCAL_LINK", "NETWORK_LINK", "NodeSpec", "RPC_S", "describe",
-           "place_actors", "place_for_plan", "place_host"]
+           "measure_links", "place_actors", "place_for_plan", "place_host"]
 
 #: (latency s, bandwidth B/s) between Ray nodes on one host: an object-store copy through shared
 #: memory (estimate: a few GB/s for a memcpy in and out; tens of microseconds to hand a buffer over).
@@ -179,10 +182,12 @@ class ClusterSpec:
         return cls(tuple(nodes), name=str(data.get("name", "cluster")), source=source)
 
     @classmethod
-    def from_ray(cls, address: str | None = None, *, network: tuple[float, float] = NETWORK_LINK) -> "ClusterSpec":
+    def from_ray(cls, address: str | None = None, *, network: tuple[float, float] = NETWORK_LINK,
+                 measure: bool = False) -> "ClusterSpec":
         """The alive nodes of the Ray cluster at ``address`` (``None``: the one this process is connected
         to, else ``"auto"``); the driver is this process's node. ``network``: (latency s, bandwidth B/s)
-        of a node on another host."""
+        of a node on another host; ``measure``: measure every node's link instead
+        (:func:`measure_links`, a few seconds)."""
         from pearl_core.runtime.rayrun import connect_ray, import_ray
 
         ray = import_ray()
@@ -191,6 +196,7 @@ class ClusterSpec:
         try:
             here = ray.get_runtime_context().get_node_id()
             rows = [n for n in ray.nodes() if n.get("Alive")]
+            measured = measure_links(ray, [n["NodeID"] for n in rows]) if measure else {}
         finally:
             if started:
                 ray.shutdown()
@@ -198,13 +204,68 @@ class ClusterSpec:
         nodes = []
         for n in rows:
             local = n.get("NodeManagerAddress", "") == host
-            lat, bw = LOCAL_LINK if local else network
+            lat, bw = measured.get(n["NodeID"], LOCAL_LINK if local else network)
             res = n.get("Resources", {})
             devices = (("cuda",) if float(res.get("GPU", 0.0)) > 0 else ()) + tuple(sorted(
                 k for k in res if k not in _RAY_PLAIN_RESOURCES and not k.startswith(("node:", "accelerator_type:"))))
             nodes.append(NodeSpec(n["NodeID"], float(res.get("CPU", 0.0)), lat, bw, n["NodeID"] == here,
                                   n.get("NodeManagerAddress", ""), devices))
-        return cls(tuple(nodes), name="ray", source=f"ray cluster {address or 'auto'}")
+        return cls(tuple(nodes), name="ray", source=f"ray cluster {address or 'auto'}"
+                   + (" (links measured)" if measured else ""))
+
+
+class _Echo:
+    """What a link measurement calls on a node: a Ray actor whose :meth:`payload` returns ``nbytes``
+    bytes (a numpy array: Ray's object store carries it without pickling its data)."""
+
+    def payload(self, nbytes: int):
+        import numpy as np
+
+        return np.ones(nbytes, dtype=np.uint8)
+
+
+def measure_links(ray, node_ids: Sequence[str], *, payload_bytes: int = 8 << 20,
+                  rounds: int = 5) -> dict[str, tuple[float, float]]:
+    """``{node id: (latency s, bandwidth B/s)}`` from each node to this process, measured the way
+    the runtime talks to its actors.
+
+    Per node, a Ray actor pinned there (no CPU reserved) is called to return 1 byte, then
+    ``payload_bytes`` bytes, ``rounds`` times each after one warm-up call; latency = median small
+    round trip - :data:`RPC_S` (at least 1 us: the model adds :data:`RPC_S` back), and bandwidth =
+    ``payload_bytes`` / (median large - median small round trip). The actors are killed after.
+
+    Raises:
+        SpecError: a node does not answer within 60 s (it is busy or gone; the fix).
+    """
+    import statistics
+    import time
+
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    cls = ray.remote(_Echo)
+    out: dict[str, tuple[float, float]] = {}
+    for node in node_ids:
+        echo = cls.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+
+        def round_trip(nbytes: int) -> float:
+            t0 = time.perf_counter()
+            got = ray.get(echo.payload.remote(nbytes), timeout=60)
+            dt = time.perf_counter() - t0
+            if got.size != nbytes:  # pragma: no cover - Ray returned something else
+                raise SpecError(f"measuring the link of node {node}: {got.size} bytes came back, {nbytes} asked.")
+            return dt
+
+        try:
+            round_trip(1)
+            small = statistics.median(round_trip(1) for _ in range(rounds))
+            large = statistics.median(round_trip(payload_bytes) for _ in range(rounds))
+        except ray.exceptions.GetTimeoutError as exc:
+            raise SpecError(f"measuring the link of Ray node {node}: no answer within 60 s. Fix: check the node "
+                            "(`ray status`), or read the cluster without measuring its links.") from exc
+        finally:
+            ray.kill(echo, no_restart=True)
+        out[node] = (max(1e-6, small - RPC_S), payload_bytes / max(large - small, 1e-9))
+    return out
 
 
 #: Ray resources that are not devices of a hardware spec.
