@@ -4,6 +4,7 @@ go, and `pearl plan --cluster`. (Reading a running cluster is tested in test_ray
 from __future__ import annotations
 
 import math
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -217,3 +218,44 @@ def test_an_unreachable_cluster_is_a_clear_error_and_nothing_is_written(monkeypa
     with pytest.raises(SpecError, match=match):
         rt.run()
     assert not (tmp_path / "run").exists()
+
+
+def running(*nodes: tuple[str, float, str], driver: str = "n0") -> ClusterSpec:
+    """A cluster as ClusterSpec.from_ray reads it: Ray node ids, CPUs, host addresses; local links."""
+    return ClusterSpec(tuple(NodeSpec(name, cpus, driver=name == driver, address=addr) for name, cpus, addr in nodes),
+                       name="ray", source="ray cluster auto")
+
+
+def test_a_spec_gives_the_running_nodes_their_links_by_address(tmp_path):
+    live = running(("n0", 0, "10.0.0.1"), ("n1", 4, "10.0.0.1"), ("n2", 8, "10.0.0.2"), ("n3", 8, "10.0.0.2"))
+    spec = tmp_path / "c.toml"
+    spec.write_text('[[node]]\nname = "me"\ncpus = 1\ndriver = true\n'
+                    '[[node]]\nname = "rack"\ncpus = 1\nlatency_us = 2000\nbandwidth_MBps = 50\naddress = "10.0.0.2"\n'
+                    '[[node]]\nname = "spare"\ncpus = 1\nlatency_us = 300\nbandwidth_GBps = 1\naddress = "10.0.0.9"\n')
+    c = live.with_links_from(ClusterSpec.load(spec))
+    links = {n.name: (n.cpus, n.latency_s, n.bandwidth_Bps, n.driver) for n in c.nodes}
+    # the driver and the node on its host keep the local link; both nodes at 10.0.0.2 get the spec's
+    assert links == {"n0": (0, *LOCAL_LINK, True), "n1": (4, *LOCAL_LINK, False),
+                     "n2": (8, pytest.approx(2e-3), pytest.approx(50e6), False),
+                     "n3": (8, pytest.approx(2e-3), pytest.approx(50e6), False)}
+    assert c.source == f"ray cluster auto, links from {spec} (not running: spare (10.0.0.9))"
+    # the spec's links decide the placement: the slow host's nodes come last
+    p = place_actors(c, iteration_s=1e-3, n_actors=6, reserve=0, **KW)
+    assert p.actors == (("n1", 4), ("n2", 2))
+
+
+def test_a_spec_that_cannot_give_every_remote_node_its_link_is_refused(tmp_path):
+    live = running(("n0", 0, "10.0.0.1"), ("n1", 8, "10.0.0.2"), ("n2", 8, "10.0.0.3"))
+
+    def spec(text: str) -> ClusterSpec:
+        return ClusterSpec.from_dict(tomllib.loads('[[node]]\nname = "me"\ndriver = true\n' + text),
+                                     source="c.toml")
+
+    one = '[[node]]\nname = "a"\ncpus = 1\nlatency_us = 100\nbandwidth_GBps = 1\naddress = "10.0.0.2"\n'
+    with pytest.raises(SpecError, match=r"no node with address '10.0.0.3', where the running cluster has node n2 "
+                                        r"\(8 CPUs\)\. Fix: add a \[\[node\]\] with address = \"10.0.0.3\""):
+        live.with_links_from(spec(one))
+    with pytest.raises(SpecError, match=r"nodes 'a' and 'b' both have address '10.0.0.2'"):
+        live.with_links_from(spec(one + one.replace('"a"', '"b"')))
+    with pytest.raises(SpecError, match=r"node 'c': no address; .* Fix: add address ="):
+        live.with_links_from(spec('[[node]]\nname = "c"\ncpus = 1\nlatency_us = 100\nbandwidth_GBps = 1\n'))

@@ -125,6 +125,29 @@ def test_the_cluster_model_reads_the_running_cluster(cluster):
     assert ray.available_resources().get("CPU") == ray.cluster_resources().get("CPU")  # the tasks held none
 
 
+def test_a_cluster_spec_gives_the_running_nodes_their_links(cluster, tmp_path):
+    """`pearl plan --ray ADDRESS --cluster SPEC`: the running cluster's nodes, their links from the spec
+    (by their host's address: on this one-host cluster every node but the driver's gets it)."""
+    from typer.testing import CliRunner
+
+    from pearl_core.cli import app
+
+    c, _ = cluster
+    address = {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
+    assert len(address) == 1
+    spec = tmp_path / "lab.toml"
+    spec.write_text('[[node]]\nname = "me"\ncpus = 1\ndriver = true\n[[node]]\nname = "slow"\ncpus = 1\n'
+                    f'latency_us = 2000\nbandwidth_MBps = 50\naddress = "{address.pop()}"\n')
+    this_machine = os.path.join(os.path.dirname(HERE), "examples", "hardware", "this-machine.toml")
+    args = ["plan", "-H", this_machine, "-b", "64", "--hidden", "32,32", "--ray", c.address, "--ray-actors", "3"]
+    res = CliRunner().invoke(app, [*args, "--cluster", str(spec)])
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.output.split())
+    assert f"links from {spec}" in out and out.count("link 2000 us / 0.05 GB/s") == 2, out[-2000:]
+    both = CliRunner().invoke(app, [*args, "--cluster", str(spec), "--measure-links"])
+    assert both.exit_code == 2 and "both give the nodes' links" in both.output
+
+
 def test_actors_pinned_to_the_nodes_named(cluster, tmp_path):
     _, workers = cluster
     plan = RuntimePlan(n_actors=2, envs_per_actor=1, insert_batch=8)
@@ -256,13 +279,20 @@ def test_the_composed_program_runs_its_actors_on_the_cluster(cluster, tmp_path):
     made = CliRunner().invoke(app, ["compose", "-H", spec, "--no-profile", "--hidden", "32,32", "-o",
                                     str(tmp_path / "runtime.py")])
     assert made.exit_code == 0, made.output
-    lone = subprocess.run([sys.executable, "runtime.py", "--measure-links"], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)
-    assert lone.returncode == 2 and "no --ray ADDRESS" in lone.stderr, lone.stderr[-2000:]
-    out = subprocess.run([sys.executable, "runtime.py", "--ray", c.address, "--measure-links", "--max-env-steps",
-                          "300", "--log-dir", "run", "--quiet"], capture_output=True, text=True, timeout=300,
-                         cwd=tmp_path)
+    for wrong, why in ((["--measure-links"], "no --ray ADDRESS"),
+                       (["--ray", c.address, "--measure-links", "--cluster", "lab.toml"], "both give the nodes' links")):
+        lone = subprocess.run([sys.executable, "runtime.py", *wrong], capture_output=True, text=True, timeout=300,
+                              cwd=tmp_path)
+        assert lone.returncode == 2 and why in lone.stderr, lone.stderr[-2000:]
+    # the nodes' links from a cluster spec (every node of this one-host cluster is at one address)
+    address = {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}.pop()
+    (tmp_path / "lab.toml").write_text('[[node]]\nname = "me"\ncpus = 1\ndriver = true\n[[node]]\nname = "lan"\n'
+                                       f'cpus = 1\nlatency_us = 300\nbandwidth_GBps = 1\naddress = "{address}"\n')
+    out = subprocess.run([sys.executable, "runtime.py", "--ray", c.address, "--cluster", "lab.toml",
+                          "--ray-actors", "2", "--max-env-steps", "300", "--log-dir", "run"], capture_output=True,
+                         text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "links from lab.toml" in out.stdout and "link 300 us / 1 GB/s" in out.stdout, out.stdout[-3000:]
     assert "stopped by max_env_steps" in out.stdout
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     assert result["env_steps"] == 300

@@ -436,7 +436,8 @@ def plan_command(
                                        "and bandwidth to this process (a few seconds) instead of assuming 10 GbE."),
     cluster: Optional[Path] = typer.Option(None, "--cluster", help="Also place the run on the cluster this "
                                            "spec describes (TOML: [[node]] name, cpus, devices, latency_us, "
-                                           "bandwidth_GBps, driver)."),
+                                           "bandwidth_GBps, driver, address); with --ray, the running cluster's "
+                                           "nodes get their links from it, by address."),
     ray_actors: Optional[int] = typer.Option(None, "--ray-actors", help="With --ray / --cluster: actors to place "
                                              "(default: the fewest that keep the learner fed)."),
 ) -> None:
@@ -457,8 +458,6 @@ def plan_command(
         wl = workload_for_env(env_id, batch_size, trainer=trainer_cls, trainer_kwargs=kwargs, hidden_sizes=hidden,
                               replay=replay, capacity=capacity, fanout=fanout, n_actors=n_actors,
                               insert_batch=insert_batch, envs_per_actor=envs_per_actor or 1)
-        if ray is not None and cluster is not None:
-            raise InvalidValueError("--ray and --cluster both name a cluster. Fix: give one of them.")
         plan = make_plan(spec, wl, metric)
         png_plans = None if batches is None else batch_plans(spec, wl, metric, batches)
         cluster_lines = cluster_placement_lines(plan, ray, cluster, ray_actors, measure_links)
@@ -483,14 +482,21 @@ def cluster_placement_lines(plan: PlacementPlan, address: Optional[str], spec: O
     if measure_links and address is None:
         raise InvalidValueError("--measure-links measures a running cluster's links, but no --ray was given "
                                 "(a --cluster spec states its links).")
+    if measure_links and spec is not None:
+        raise InvalidValueError("--measure-links and --cluster both give the nodes' links. Fix: give one of them.")
     if address is None and spec is None:
         if n_actors is not None:
             raise InvalidValueError("--ray-actors places actors on a cluster, but no --ray or --cluster was given.")
         return ()
     from pearl_core.composer.cluster import ClusterSpec, describe, place_for_plan
 
-    nodes = (ClusterSpec.from_ray(address, measure=measure_links) if address is not None
-             else ClusterSpec.load(spec))  # type: ignore[arg-type]
+    given = ClusterSpec.load(spec) if spec is not None else None  # a bad spec is refused before connecting
+    if address is None:
+        nodes = given
+    else:  # the running cluster's nodes; with a spec too, their links from it
+        nodes = ClusterSpec.from_ray(address, measure=measure_links)
+        if given is not None:
+            nodes = nodes.with_links_from(given)
     return describe(place_for_plan(nodes, plan, n_actors=n_actors), nodes)
 
 

@@ -41,6 +41,7 @@ A cluster spec is TOML (units in the key names, as the hardware spec)::
     devices = ["h100"]       # devices of the hardware spec (names or kinds) on this node; a CPU is implied
     latency_us = 100         # one message to the driver's node
     bandwidth_GBps = 1.25    # 10 GbE
+    address = "10.0.0.12"    # its host's IP: with --ray, the running nodes there get this link
 
 or it is read from a running cluster (:meth:`ClusterSpec.from_ray`): ``ray.nodes()`` gives each
 node's CPUs, GPUs (kind ``cuda``), custom resources (each a device kind, e.g. ``fpga``) and address.
@@ -48,7 +49,9 @@ Ray does not report link speeds: a node on the driver's host gets :data:`LOCAL_L
 :data:`NETWORK_LINK` unless the caller says otherwise, or (``measure=True``,
 :func:`measure_links`) each node's link is measured: the median round trip of a call to a Ray
 actor pinned there returning 1 byte (less :data:`RPC_S`: the latency) and of one returning
-``payload_bytes`` (the difference: the bandwidth), fetched into the driver's process.
+``payload_bytes`` (the difference: the bandwidth), fetched into the driver's process; or they are
+given by a spec (:meth:`ClusterSpec.with_links_from`: ``pearl plan --ray ADDRESS --cluster SPEC``, the
+composed program's ``--ray ADDRESS --cluster SPEC``), node by node by the address of its host.
 """
 
 from __future__ import annotations
@@ -212,6 +215,44 @@ class ClusterSpec:
                                   n.get("NodeManagerAddress", ""), devices))
         return cls(tuple(nodes), name="ray", source=f"ray cluster {address or 'auto'}"
                    + (" (links measured)" if measured else ""))
+
+    def with_links_from(self, spec: "ClusterSpec") -> "ClusterSpec":
+        """This running cluster (:meth:`from_ray`) with its nodes' links taken from ``spec``, a cluster
+        spec whose non-driver nodes give their host's ``address``: every running node at that address
+        gets that node's latency and bandwidth (nodes on one host share its link); the driver's node
+        keeps the local link, and so does a node on the driver's host that no spec node names. CPUs
+        and devices stay Ray's. A running node on another host that no spec node names is refused
+        (its link would be a guess), as is a spec that names an address twice or a non-driver node
+        without one; spec nodes with no running node are listed in the result's ``source``."""
+        where = f"cluster spec {spec.source or spec.name!r}"
+        by_address: dict[str, NodeSpec] = {}
+        for s in spec.nodes:
+            if s.driver:
+                continue
+            if not s.address:
+                raise SpecError(f"{where}, node {s.name!r}: no address; with --ray each node's link is given to "
+                                "the running cluster's nodes at its address. Fix: add address = \"<its IP>\" "
+                                "(`ray status -v` or ray.nodes()' NodeManagerAddress lists them).")
+            if s.address in by_address:
+                raise SpecError(f"{where}: nodes {by_address[s.address].name!r} and {s.name!r} both have address "
+                                f"{s.address!r}. Fix: one [[node]] per host.")
+            by_address[s.address] = s
+        here = self.driver.address
+        nodes, used = [], set()
+        for n in self.nodes:
+            s = None if n.driver else by_address.get(n.address)
+            if s is None and not n.driver and n.address != here:
+                raise SpecError(f"{where} has no node with address {n.address!r}, where the running cluster has "
+                                f"node {n.name} ({n.cpus:g} CPUs). Fix: add a [[node]] with address = "
+                                f"\"{n.address}\" and its latency and bandwidth to the driver's host, or leave "
+                                "the spec out (a node on another host is then costed as 10 GbE).")
+            if s is not None:
+                used.add(s.address)
+                n = NodeSpec(n.name, n.cpus, s.latency_s, s.bandwidth_Bps, n.driver, n.address, n.devices)
+            nodes.append(n)
+        idle = [f"{s.name} ({a})" for a, s in by_address.items() if a not in used]
+        return ClusterSpec(tuple(nodes), name=self.name, source=f"{self.source}, links from {spec.source or spec.name}"
+                           + (f" (not running: {', '.join(idle)})" if idle else ""))
 
 
 class _Echo:
