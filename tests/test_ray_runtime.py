@@ -92,9 +92,11 @@ def when_steps(rt: RayRuntime, steps: int, action) -> threading.Thread:
 
 
 def test_actors_on_both_worker_nodes_priorities_flow_back_and_nothing_outlives(cluster, tmp_path):
+    """PEARL's DQN (a small MLP) on CartPole with one actor on each worker node."""
     _, workers = cluster
     plan = RuntimePlan(n_actors=2, envs_per_actor=2, insert_batch=16)
-    rt = ray_runtime(config(tmp_path, steps=1024), plan)
+    cfg = config(tmp_path, trainer="pearl_core.algorithms:DQN", steps=1024, trainer_kwargs={"hidden_sizes": [16, 16]})
+    rt = ray_runtime(cfg, plan)
     res = rt.run()
     assert res.env_steps == 1024 and res.updates == owed(1024) and res.stop_reason == "max_env_steps"
     # Where each actor ran: one on each worker node (the head has no CPU for them).
