@@ -491,12 +491,8 @@ def cluster_placement_lines(plan: PlacementPlan, address: Optional[str], spec: O
     from pearl_core.composer.cluster import ClusterSpec, describe, place_for_plan
 
     given = ClusterSpec.load(spec) if spec is not None else None  # a bad spec is refused before connecting
-    if address is None:
-        nodes = given
-    else:  # the running cluster's nodes; with a spec too, their links from it
-        nodes = ClusterSpec.from_ray(address, measure=measure_links)
-        if given is not None:
-            nodes = nodes.with_links_from(given)
+    # the spec's cluster, or the running one's nodes (with a spec too, their links from it)
+    nodes = given if address is None else ClusterSpec.from_ray(address, measure=measure_links, links=given)
     return describe(place_for_plan(nodes, plan, n_actors=n_actors), nodes)
 
 

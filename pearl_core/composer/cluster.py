@@ -186,11 +186,12 @@ class ClusterSpec:
 
     @classmethod
     def from_ray(cls, address: str | None = None, *, network: tuple[float, float] = NETWORK_LINK,
-                 measure: bool = False) -> "ClusterSpec":
+                 measure: bool = False, links: "ClusterSpec | None" = None) -> "ClusterSpec":
         """The alive nodes of the Ray cluster at ``address`` (``None``: the one this process is connected
         to, else ``"auto"``); the driver is this process's node. ``network``: (latency s, bandwidth B/s)
         of a node on another host; ``measure``: measure every node's link instead
-        (:func:`measure_links`, a few seconds)."""
+        (:func:`measure_links`, a few seconds); ``links``: a cluster spec that gives them instead
+        (:meth:`with_links_from`)."""
         from pearl_core.runtime.rayrun import connect_ray, import_ray
 
         ray = import_ray()
@@ -213,8 +214,9 @@ class ClusterSpec:
                 k for k in res if k not in _RAY_PLAIN_RESOURCES and not k.startswith(("node:", "accelerator_type:"))))
             nodes.append(NodeSpec(n["NodeID"], float(res.get("CPU", 0.0)), lat, bw, n["NodeID"] == here,
                                   n.get("NodeManagerAddress", ""), devices))
-        return cls(tuple(nodes), name="ray", source=f"ray cluster {address or 'auto'}"
-                   + (" (links measured)" if measured else ""))
+        running = cls(tuple(nodes), name="ray", source=f"ray cluster {address or 'auto'}"
+                      + (" (links measured)" if measured else ""))
+        return running if links is None else running.with_links_from(links)
 
     def with_links_from(self, spec: "ClusterSpec") -> "ClusterSpec":
         """This running cluster (:meth:`from_ray`) with its nodes' links taken from ``spec``, a cluster

@@ -173,9 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                                      seed=RUN_CONFIG.seed if args.seed is None else args.seed)
         if args.ray is not None:  # the actors where the cluster model puts them (pearl_core.composer.cluster)
             links = ClusterSpec.load(args.cluster) if args.cluster else None  # read before connecting
-            cluster = ClusterSpec.from_ray(args.ray, measure=args.measure_links)
-            if links is not None:  # the running nodes' links from the spec, by their host's address
-                cluster = cluster.with_links_from(links)
+            cluster = ClusterSpec.from_ray(args.ray, measure=args.measure_links, links=links)
             actors = place_for_plan(cluster, plan, replay_ratio=config.replay_ratio, n_actors=args.ray_actors,
                                     insert_batch=RUNTIME_PLAN.insert_batch, weight_sync_every=config.weight_sync_every)
             for line in () if args.quiet else describe(actors, cluster):
