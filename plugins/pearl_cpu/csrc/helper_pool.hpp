@@ -3,7 +3,9 @@
 //
 // The caller posts a task, does its own share, then takes the task back and runs it itself if the
 // helper has not started it (busy core, asleep): the caller never waits for a helper that an actor
-// keeps off the core. An idle helper spins briefly (with sched_yield), then sleeps on a condition
+// keeps off the core before it starts. If the helper has started but is still running after a short
+// spin, the caller sleeps until it is done instead of spinning, so a helper preempted mid-task (an
+// actor took its core) can be moved onto the caller's freed core. An idle helper spins briefly (with sched_yield), then sleeps on a condition
 // variable. Fork-aware (HelperSlot): a forked child never touches the parent's helper.
 
 #pragma once
@@ -54,8 +56,7 @@ class Helper {
     if (state_.compare_exchange_strong(expect, kIdle, std::memory_order_acq_rel)) {
       task_();  // not started: the caller runs it
     } else {
-      while (state_.load(std::memory_order_acquire) != kDone) {
-      }  // started: it is running on a core now, so this wait is short
+      wait_done();
       state_.store(kIdle, std::memory_order_relaxed);
     }
     task_ = nullptr;
@@ -66,12 +67,37 @@ class Helper {
   // After a task, look for the next one this long (a step posts several, tens of microseconds apart),
   // yielding the core to any other runnable thread between looks; then sleep.
   static constexpr std::chrono::microseconds kSpin{2000};
+  // How long the caller spins for a started task before it sleeps (see wait_done): longer than the
+  // usual imbalance between the two halves of a step's work, far shorter than a preempted thread's wait
+  // for its core (a scheduler time slice, milliseconds).
+  static constexpr std::chrono::microseconds kWaitSpin{50};
+
+  // The task has started on the helper: spin while it is likely still running on its core, then sleep
+  // until it is done. A helper that is still unfinished after kWaitSpin has most likely been preempted
+  // (an actor took its core): spinning here would keep this core busy too, so the scheduler could not
+  // move the helper (or the actor) onto it. Sleeping frees the core, and the idle core pulls a runnable
+  // thread over at once.
+  void wait_done() {
+    const auto until = std::chrono::steady_clock::now() + kWaitSpin;
+    for (int i = 0;; ++i) {
+      if (state_.load(std::memory_order_acquire) == kDone) return;
+      if ((i & 63) == 63 && std::chrono::steady_clock::now() >= until) break;
+    }
+    std::unique_lock<std::mutex> lk(mu_);
+    caller_sleeping_.store(true, std::memory_order_seq_cst);
+    done_cv_.wait(lk, [this] { return state_.load(std::memory_order_seq_cst) == kDone; });
+    caller_sleeping_.store(false, std::memory_order_relaxed);
+  }
 
   bool take() {
     int expect = kPosted;
     if (!state_.compare_exchange_strong(expect, kRunning, std::memory_order_acq_rel)) return false;
     task_();
-    state_.store(kDone, std::memory_order_release);
+    state_.store(kDone, std::memory_order_seq_cst);
+    if (caller_sleeping_.load(std::memory_order_seq_cst)) {
+      std::lock_guard<std::mutex> lk(mu_);  // the caller checks the state under this lock before waiting
+      done_cv_.notify_one();
+    }
     return true;
   }
 
@@ -101,7 +127,9 @@ class Helper {
   std::atomic<int> state_{kIdle};
   std::atomic<bool> sleeping_{false};
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_;       // the helper sleeps on it between tasks
+  std::condition_variable done_cv_;  // the caller sleeps on it for a started task (wait_done)
+  std::atomic<bool> caller_sleeping_{false};
   bool stop_ = false;
   const pid_t pid_;  // the process whose thread th_ is
   std::thread th_;   // last: started once everything above is built
