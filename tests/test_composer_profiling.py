@@ -243,3 +243,13 @@ def test_a_lead_within_the_calibration_noise_is_a_tie():
     capped = Variant(1, 1, 1, 0.85e-3, 1176.0, 12.0, 500, "run", spread=0.5)  # 15% ahead: beyond NOISE_CAP
     assert pick_variant((capped, s2), "throughput") == 0
     assert Variant.from_dict(s1.to_dict()) == s1  # the spread goes into the plan and back
+
+
+def test_a_tie_at_equal_traffic_goes_to_the_higher_score_not_to_fewer_threads():
+    one = Variant(2, 1, 1, 1e-3, 1000.0, 12.0, 0, "run", spread=0.08)
+    two = Variant(2, 2, 2, 0.95e-3, 1053.0, 24.0, 0, "run", spread=0.08)  # 5% ahead, within the 8% spread: tied
+    assert pick_variant((one, two), "throughput") == 1
+    assert pick_variant((two, one), "throughput") == 0
+    # ... and traffic still comes first: a tied setting-1 variant with the higher score loses to setting 2.
+    s1 = Variant(1, 2, 1, 0.95e-3, 1053.0, 24.0, 500, "run", spread=0.08)
+    assert pick_variant((s1, one), "throughput") == 1

@@ -42,7 +42,8 @@ machine's CPU demand spread over its ``C`` hardware threads, which is what
 binds on a small machine. Power per variant interpolates the device's idle and
 active power by the threads kept busy. Scores within 3% of the best are ties
 (:data:`TIE`), or within the calibration rounds' spread (at most 10%), broken by the lower traffic (setting 2 moves no batch between
-processes), then by fewer threads. Learner
+processes), then by the higher score (a tie is not a reason to prefer fewer threads: see
+:func:`pick_variant`). Learner
 threads range over ``1 .. C - n_actors`` (the actors keep their cores, the
 paper's rule; oversubscribing cores stalls torch's OpenMP threads, see
 :func:`host_variants`), or ``1 .. C`` where the learner's threads yield to the
@@ -201,11 +202,14 @@ def pick_variant(variants: tuple[Variant, ...], metric: str) -> int:
     within the larger calibration spread of the two (:attr:`Variant.spread`, at most
     :data:`NOISE_CAP`): a lead the rounds' own noise covers is not a measured one. The
     tie goes to the lower traffic (setting 2 moves no batch between processes: the
-    paper's rule for equal throughput), then to fewer learner threads, then to the higher score.
+    paper's rule for equal throughput), then to the higher score: within a tie the measured lead is
+    the best guess there is. (Ties used to go to fewer learner threads next. With the native step's
+    helper sleeping for a preempted task, a second thread measured faster in most tied workloads of
+    the 2026-12-03 DQN sweep, 6 of its 8 wrong picks were that preference, so it is gone;
+    ``benchmarks/README.md``, "Composer fidelity".)
     """
     top = max(variants, key=lambda v: v.score(metric))
     best = top.score(metric)
     tied = [i for i, v in enumerate(variants)
             if v.score(metric) >= best * (1 - max(TIE, min(NOISE_CAP, max(top.spread, v.spread))))]
-    return min(tied, key=lambda i: (variants[i].traffic_bytes, variants[i].learner_threads,
-                                    -variants[i].score(metric)))
+    return min(tied, key=lambda i: (variants[i].traffic_bytes, -variants[i].score(metric)))
