@@ -34,7 +34,8 @@
 // half of Adam next to the other half. The helper is *help-first*: the caller
 // posts a task, does its own share, then takes the task back and runs it itself
 // if the helper has not started it (busy core, asleep). So the caller never
-// waits for a helper that an actor keeps off the core, and an idle helper
+// waits for a helper that an actor keeps from starting; for one preempted mid-task
+// it sleeps after a short spin, freeing its core for it (helper_pool.hpp); an idle helper
 // sleeps on a condition variable after a short spin (with sched_yield) instead
 // of spinning against the actors. Every product and loop is the same call on
 // the same data whichever thread runs it, so the result is bitwise that of
