@@ -42,8 +42,7 @@ machine's CPU demand spread over its ``C`` hardware threads, which is what
 binds on a small machine. Power per variant interpolates the device's idle and
 active power by the threads kept busy. Scores within 3% of the best are ties
 (:data:`TIE`), or within the calibration rounds' spread (at most 10%), broken by the lower traffic (setting 2 moves no batch between
-processes), then by the higher score (a tie is not a reason to prefer fewer threads: see
-:func:`pick_variant`). Learner
+processes), then by the higher score. Learner
 threads range over ``1 .. C - n_actors`` (the actors keep their cores, the
 paper's rule; oversubscribing cores stalls torch's OpenMP threads, see
 :func:`host_variants`), or ``1 .. C`` where the learner's threads yield to the
@@ -203,10 +202,7 @@ def pick_variant(variants: tuple[Variant, ...], metric: str) -> int:
     :data:`NOISE_CAP`): a lead the rounds' own noise covers is not a measured one. The
     tie goes to the lower traffic (setting 2 moves no batch between processes: the
     paper's rule for equal throughput), then to the higher score: within a tie the measured lead is
-    the best guess there is. (Ties used to go to fewer learner threads next. With the native step's
-    helper sleeping for a preempted task, a second thread measured faster in most tied workloads of
-    the 2026-12-03 DQN sweep, 6 of its 8 wrong picks were that preference, so it is gone;
-    ``benchmarks/README.md``, "Composer fidelity".)
+    still the best guess there is (not fewer threads: see ``benchmarks/README.md``, "Composer fidelity").
     """
     top = max(variants, key=lambda v: v.score(metric))
     best = top.score(metric)

@@ -5,8 +5,9 @@
 // helper has not started it (busy core, asleep): the caller never waits for a helper that an actor
 // keeps off the core before it starts. If the helper has started but is still running after a short
 // spin, the caller sleeps until it is done instead of spinning, so a helper preempted mid-task (an
-// actor took its core) can be moved onto the caller's freed core. An idle helper spins briefly (with sched_yield), then sleeps on a condition
-// variable. Fork-aware (HelperSlot): a forked child never touches the parent's helper.
+// actor took its core) can be moved onto the caller's freed core (wait_done). An idle helper spins
+// briefly (with sched_yield), then sleeps on a condition variable. Fork-aware (HelperSlot): a forked
+// child never touches the parent's helper.
 
 #pragma once
 
