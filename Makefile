@@ -15,7 +15,7 @@ demo: $(STAMP)
 	$(PY) examples/dqn_cartpole.py
 
 test: $(STAMP)
-	PEARL_CONFORMANCE_EXAMPLES=$(EXAMPLES) $(PY) -m pytest -q
+	PEARL_CONFORMANCE_EXAMPLES=$(EXAMPLES) $(PY) -m pytest -q --durations=25
 
 bench: $(STAMP)
 	$(PY) benchmarks/replay_ops.py --out benchmarks/results/replay_ops.md

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 from typing import TYPE_CHECKING, Any, Callable
@@ -37,8 +38,41 @@ def _memory_bytes() -> int | None:
 #: ``profile_cells`` with at least this many iterations per cell also runs the host variants for real.
 CALIBRATE_MIN_ITERATIONS = 200
 #: Seconds each host variant's calibration run measures (after its learning starts), and the rounds.
+#: ``$PEARL_CALIBRATE_WINDOW_S`` and ``$PEARL_CALIBRATE_ROUNDS`` override them (:func:`calibration_setup`).
 CALIBRATE_WINDOW_S = 3.0
 CALIBRATE_ROUNDS = 3
+
+
+def calibration_setup() -> tuple[float, int]:
+    """``(window_s, rounds)`` of the host variants' calibration runs.
+
+    :data:`CALIBRATE_WINDOW_S` and :data:`CALIBRATE_ROUNDS` unless ``$PEARL_CALIBRATE_WINDOW_S`` (seconds, > 0)
+    or ``$PEARL_CALIBRATE_ROUNDS`` (a whole number >= 1) is set: longer or more runs predict a noisy machine
+    better, shorter ones compose sooner (the test suite sets short ones: it checks the mechanism, not the
+    figures). Both are part of :meth:`CpuBackend.settings`, so a profile cached with other values is
+    measured again.
+
+    Raises:
+        InvalidOptionError: a value that is not a positive number (window) or a whole number >= 1 (rounds).
+    """
+    window_text = os.environ.get("PEARL_CALIBRATE_WINDOW_S", "").strip()
+    rounds_text = os.environ.get("PEARL_CALIBRATE_ROUNDS", "").strip()
+    window, rounds = CALIBRATE_WINDOW_S, CALIBRATE_ROUNDS
+    if window_text:
+        try:
+            window = float(window_text)
+        except ValueError:
+            window = math.nan
+        if not (math.isfinite(window) and window > 0):
+            raise InvalidOptionError(f"PEARL_CALIBRATE_WINDOW_S={window_text!r}: expected seconds > 0 (e.g. 3). "
+                                     "Fix: set a positive number or unset it for the default "
+                                     f"{CALIBRATE_WINDOW_S:g} s.")
+    if rounds_text:
+        if not rounds_text.isdigit() or int(rounds_text) < 1:
+            raise InvalidOptionError(f"PEARL_CALIBRATE_ROUNDS={rounds_text!r}: expected a whole number >= 1 "
+                                     f"(e.g. 3). Fix: set one or unset it for the default {CALIBRATE_ROUNDS}.")
+        rounds = int(rounds_text)
+    return window, rounds
 
 
 class CpuBackend(Backend):
@@ -83,6 +117,11 @@ class CpuBackend(Backend):
             raise InvalidOptionError(f"cpu backend: device = {device!r}; expected 'cpu' (this backend drives the "
                                      "host CPU). Fix: ask the backend of that device's kind.")
         return CpuSumTree(capacity, fanout, threads=threads)
+
+    def settings(self) -> dict[str, Any]:
+        """The calibration runs' window and rounds (:func:`calibration_setup`): part of the profile cache key."""
+        window_s, rounds = calibration_setup()
+        return {"calibrate_window_s": window_s, "calibrate_rounds": rounds}
 
     def learner_kernel(self, name: str) -> Callable[..., Any] | None:
         """``"dqn_mlp"``: the native DQN step (:func:`pearl_cpu.learner.dqn_mlp_kernel`); ``"dqn_cnn"``: the
@@ -179,13 +218,17 @@ class CpuBackend(Backend):
             # The host variants as the runtime runs them (see profile_runtime), in alternating rounds,
             # medians: what the isolated cells leave out (messages, wake-ups, relaying, cores shared
             # with the actors) is in these. A failure leaves the variants to the isolated cells' model.
+            window_s, rounds = calibration_setup()
             try:
                 runs = calibrate_host_variants(workload, [(setting, t) for t in range(1, most + 1)
                                                           for setting in (1, 2)],
-                                               window_s=CALIBRATE_WINDOW_S, rounds=CALIBRATE_ROUNDS)
+                                               window_s=window_s, rounds=rounds)
             except PearlError as exc:
                 calibration_note = (f"no calibration runs ({exc}); the host variants are predicted from the "
                                     "isolated cells",)
+            else:
+                calibration_note = (f"host variants calibrated: {rounds} alternating round(s) of {window_s:g} s "
+                                    "each, medians",)
         config = {"rm_threads": t_r, "learner_threads": t_l, "co_rm_threads": t_r, "co_learner_threads": t_l,
                   "co_time_sliced": True, "learner_threads_yield": yields, "actor_step_s": actor_s, "msg_hop_s": profile_message_hop(), "actors_produce_batch_s": produce_s,
                   **{f"learner_s_threads_{t}": v for t, v in learner_s.items()}, **runs}
