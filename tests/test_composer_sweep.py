@@ -76,6 +76,26 @@ def test_report_figures_count_every_measured_candidate():
     assert "2 of 3 workloads validated" in rep.summary()
 
 
+def test_report_gives_the_rounds_own_spread_beside_the_errors():
+    import dataclasses
+
+    a = _result(dataclasses.replace(_row("setting 1", 1.1, 1.0, True), predicted_spread=0.04, spread=0.30),
+                dataclasses.replace(_row("setting 2", 0.8, 1.0, False), spread=0.10))  # not a calibration run
+    b = _result(dataclasses.replace(_row("setting 1", 2.0, 2.5, False), predicted_spread=0.12),
+                _row("setting 2", 2.0, 2.0, True))  # one round: no spread
+    rep = SweepReport((a, b), 5.0, 2, "test machine")
+    assert sorted(rep.spreads()) == pytest.approx([0.10, 0.30])
+    assert sorted(rep.spreads(calibration=True)) == pytest.approx([0.04, 0.12])
+    line = rep.noise_line()
+    assert "validation rounds of one candidate, (max - min) / median: median 20.0%, max 30.0% (2 candidates)" in line
+    assert "calibration rounds" in line and "median 8.0%, max 12.0%" in line
+    text = rep.to_markdown()
+    assert "The machine's own noise, validation rounds" in text
+    assert "| 1100.000 | 1000.000 | +10.0% | - | - | * yes | * | 4.0% | 30.0% |" in text
+    assert "| 800.000 | 1000.000 | -20.0% | - | - |   |  | - | 10.0% |" in text
+    assert "noise" not in SweepReport((_result(_row("setting 1", 1.0, 1.0, True)),), 5.0, 1).to_markdown()
+
+
 def test_pick_share_counts_wrong_picks():
     a = _result(_row("setting 1", 1.0, 1.2, True), _row("setting 2", 1.1, 1.0, False))
     b = _result(_row("setting 1", 1.0, 1.0, True), _row("setting 2", 1.1, 1.1, False))
@@ -219,3 +239,37 @@ def test_cli_sweep_prints_the_table_writes_the_report_and_bounds_the_error(tmp_p
     assert out.read_text(encoding="utf-8").startswith("# Composer fidelity sweep")
     res = CliRunner().invoke(app, ["validate", "--sweep", "quick", "--max-error", "0.25"])
     assert res.exit_code == 1 and "worst prediction is off by 30.0%" in res.output
+
+
+def test_validate_keeps_each_candidates_rounds_spread_and_its_calibration_spread(monkeypatch):
+    """The measured rounds' (max - min) / median per candidate, and the calibration rounds' behind its prediction."""
+    import dataclasses
+
+    from pearl_core.algorithms import DQN
+    from pearl_core.composer import make_plan, workload_for_env
+    from pearl_core.composer import validate as validate_mod
+    from pearl_core.composer.detect import detect_hardware
+
+    wl = workload_for_env("CartPole-v1", 16, trainer=DQN, trainer_kwargs={"hidden_sizes": (16,)}, capacity=2048,
+                          insert_batch=2)
+    spec = detect_hardware()
+    runs = {"run_s_setting_1_threads_1": 9e-4, "run_spread_setting_1_threads_1": 0.06,
+            "run_s_setting_2_threads_1": 7e-4, "run_spread_setting_2_threads_1": 0.02}
+    plan = make_plan(spec, wl, profiler=lambda dev, w: dataclasses.replace(_host_row(runs), device=dev.name)
+                     if dev.name == spec.host else None)
+    calibrated = {(int(v.setting), v.learner_threads): v for v in plan.variants if v.bound == "run"}
+    assert {(1, 1), (2, 1)} <= set(calibrated)
+    rounds = {1: [1.0e-3, 1.2e-3, 0.9e-3], 2: [8e-4, 8e-4, 8e-4]}  # per setting, learner 1 thread
+
+    def fake_measure_run(w, rp, **kwargs):
+        times = rounds.get(int(rp.setting)) if rp.learner_threads == 1 else None
+        return (times.pop(0), 100) if times else (1e-3, 100)
+
+    monkeypatch.setattr(validate_mod, "measure_run", fake_measure_run)
+    report = validate_mod.validate_plan(plan, window_s=1.0, repeats=3)
+    rows = {(int(r.setting), r.learner_threads): r for r in report.rows}
+    assert rows[(1, 1)].measured_s == pytest.approx(1.0e-3)
+    assert rows[(1, 1)].spread == pytest.approx(0.3e-3 / 1.0e-3) and rows[(2, 1)].spread == 0.0
+    assert rows[(1, 1)].predicted_spread == pytest.approx(0.06) and rows[(2, 1)].predicted_spread == pytest.approx(0.02)
+    one_round = validate_mod.validate_plan(plan, window_s=1.0, repeats=1)
+    assert all(math.isnan(r.spread) for r in one_round.rows)  # one round: no spread to give

@@ -166,6 +166,23 @@ class SweepReport:
                if row.chosen or not chosen_only]
         return [e for e in out if math.isfinite(e)]
 
+    def spreads(self, calibration: bool = False) -> list[float]:
+        """The rounds' ``(max - min) / median`` of every measured candidate that has one: the validation
+        rounds' (:attr:`ValidationRow.spread`), or with ``calibration`` the calibration rounds' behind its
+        prediction (:attr:`ValidationRow.predicted_spread`). Runs of one candidate differ by this much on the
+        machine, so an error of that size is within its noise."""
+        out = [row.predicted_spread if calibration else row.spread for r in self.validated for row in r.measured]
+        return [x for x in out if math.isfinite(x)]
+
+    def noise_line(self) -> str:
+        """The measured and the calibration rounds' spreads, median and max (empty when neither was measured)."""
+        parts = []
+        for name, xs in (("validation", self.spreads()), ("calibration", self.spreads(calibration=True))):
+            if xs:
+                parts.append(f"{name} rounds of one candidate, (max - min) / median: median "
+                             f"{statistics.median(xs):.1%}, max {max(xs):.1%} ({len(xs)} candidates)")
+        return "; ".join(parts)
+
     @property
     def median_error(self) -> float:
         e = self.errors()
@@ -194,13 +211,16 @@ class SweepReport:
                  "(A, B, A, B); measured = median of its rounds (seconds per learner update, steady state)",
                  f"- pick is right when its measured time is within {PICK_TOLERANCE:.0%} of the measured best", "",
                  f"**{self.summary()}**", "",
+                 *([f"The machine's own noise, {noise}.", ""] if (noise := self.noise_line()) else []),
                  "predicted = the composer's figure (a host variant's calibration run when the profile has one); "
-                 "model = the isolated cells' model of the same variant.", "",
-                 "| workload | candidate | predicted ms | measured ms | error | model ms | model error | pick | best |",
-                 "|---|---|---:|---:|---:|---:|---:|:-:|:-:|"]
+                 "model = the isolated cells' model of the same variant; cal. / meas. spread = (max - min) / "
+                 "median of the calibration / validation rounds of that candidate.", "",
+                 "| workload | candidate | predicted ms | measured ms | error | model ms | model error | pick | best "
+                 "| cal. spread | meas. spread |",
+                 "|---|---|---:|---:|---:|---:|---:|:-:|:-:|---:|---:|"]
         for res in self.results:
             if res.report is None:
-                lines.append(f"| {res.point.label} | not validated: {res.error} | | | | | | | |")
+                lines.append(f"| {res.point.label} | not validated: {res.error} | | | | | | | | | |")
                 continue
             best = min(res.measured, key=lambda r: r.measured_s) if res.measured else None
             for row in res.report.rows:
@@ -209,8 +229,10 @@ class SweepReport:
                 model = f"{row.model_s * 1e3:.3f}" if math.isfinite(row.model_s) else "-"
                 merr = f"{row.model_error:+.1%}" if math.isfinite(row.model_error) else "-"
                 mark = ("yes" if res.pick_ok else "NO") if row.chosen else ""
+                cal, meas = (f"{x:.1%}" if math.isfinite(x) else "-" for x in (row.predicted_spread, row.spread))
                 lines.append(f"| {res.point.label} | {row.label} | {row.predicted_s * 1e3:.3f} | {ms} | {err} | "
-                             f"{model} | {merr} | {'*' if row.chosen else ''} {mark} | {'*' if row is best else ''} |")
+                             f"{model} | {merr} | {'*' if row.chosen else ''} {mark} | {'*' if row is best else ''} "
+                             f"| {cal} | {meas} |")
         return "\n".join(lines) + "\n"
 
 
@@ -345,6 +367,8 @@ def sweep_command(o: dict[str, Any], console: Any) -> None:
                           f"{row.predicted_s * 1e3:.3f}", ms, err, pick)
     console.print(table)
     console.print(escape(report.summary()))
+    if noise := report.noise_line():
+        console.print(escape(f"the machine's own noise: {noise}"))
     if o["report"] is not None:
         try:
             atomic_write(o["report"], report.to_markdown(), make_parents=True)

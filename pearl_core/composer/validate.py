@@ -77,6 +77,10 @@ class ValidationRow:
         model_s: a host variant's prediction from the isolated cells alone
             (:attr:`~pearl_core.composer.tuning.Variant.model_s`; ``predicted_s``
             is a calibration run's when the profile has one); ``nan`` otherwise.
+        predicted_spread: when ``predicted_s`` is a calibration run's, its rounds' ``(max - min) / median``
+            (:attr:`~pearl_core.composer.tuning.Variant.spread`); ``nan`` otherwise.
+        spread: the measured rounds' ``(max - min) / median`` (``nan`` with fewer than two measured rounds):
+            how much this machine's runs of the same candidate differ, the floor under any prediction's error.
     """
 
     label: str
@@ -91,6 +95,8 @@ class ValidationRow:
     learner_device: str = ""
     rank: int = 0
     model_s: float = math.nan
+    predicted_spread: float = math.nan
+    spread: float = math.nan
 
     @property
     def error(self) -> float:
@@ -207,7 +213,8 @@ def validate_plan(plan: PlacementPlan, *, window_s: float = 15.0, learning_start
     for (row, _), got in zip(candidates, results):
         finite = [m for m, _ in got if math.isfinite(m)]
         measured = statistics.median(finite) if finite else math.nan
-        rows.append(dataclasses.replace(row, measured_s=measured, updates=sum(u for _, u in got)))
+        spread = (max(finite) - min(finite)) / measured if len(finite) >= 2 and measured > 0 else math.nan
+        rows.append(dataclasses.replace(row, measured_s=measured, updates=sum(u for _, u in got), spread=spread))
     return ValidationReport(tuple(rows), float(window_s), tuple(skipped))
 
 
@@ -225,16 +232,16 @@ def validation_candidates(plan: PlacementPlan, *, top: int = 2, registry: "Plugi
     mine = (plan.rm_device, plan.learner_device)
 
     def row(label: str, rp: "RuntimePlan", predicted: float, chosen: bool, pair: tuple[str, str],
-            model: float = math.nan) -> ValidationRow:
+            model: float = math.nan, predicted_spread: float = math.nan) -> ValidationRow:
         return ValidationRow(label, rp.setting, rp.learner_threads, rp.rm_threads, float(predicted), math.nan, 0,
-                             chosen, pair[0], pair[1], rank.get(pair, 0), float(model))
+                             chosen, pair[0], pair[1], rank.get(pair, 0), float(model), float(predicted_spread))
 
     out: list[tuple[ValidationRow, RuntimePlan]] = []
     if plan.variants:
         for v in plan.variants:
             rp = plan.runtime_plan(setting=v.setting, learner_threads=v.learner_threads, rm_threads=v.rm_threads)
             out.append((row(f"setting {v.setting}, learner {v.learner_threads} thread(s)", rp, v.predicted_s,
-                            v == plan.variant, mine, v.model_s), rp))
+                            v == plan.variant, mine, v.model_s, v.spread if v.bound == "run" else math.nan), rp))
     else:
         rp = plan.runtime_plan()
         out.append((row(_label(*mine), rp, plan.predicted_iteration_s, True, mine), rp))
