@@ -299,12 +299,13 @@ def render_report(report: ValidationReport, console: Any) -> None:
     ok = sorted((r for r in rows if math.isfinite(r.measured_s)), key=lambda r: r.measured_s)
     meas_rank = {id(r): i + 1 for i, r in enumerate(ok)}
     table = Table(title=f"predicted vs measured seconds per learner iteration ({report.window_s:g} s per run)")
-    for col in ("candidate", "Alg. 1 rank", "predicted ms", "measured ms", "error", "rank (pred)", "rank (meas)",
-                "updates"):
+    for col in ("candidate", "Alg. 1 rank", "predicted ms", "measured ms", "rounds' spread", "error", "rank (pred)",
+                "rank (meas)", "updates"):
         table.add_column(col, justify="left" if col == "candidate" else "right")
-    for r in rows:
+    for r in rows:  # rounds' spread: (max - min) / median of its measured rounds, the run-to-run noise
         table.add_row(("* " if r.chosen else "  ") + escape(r.label), str(r.rank or "-"), f"{r.predicted_s * 1e3:.3f}",
                       "-" if not math.isfinite(r.measured_s) else f"{r.measured_s * 1e3:.3f}",
+                      "-" if not math.isfinite(r.spread) else f"{r.spread:.1%}",
                       "-" if not math.isfinite(r.error) else f"{r.error:+.1%}", str(pred_rank[id(r)]),
                       str(meas_rank.get(id(r), "-")), str(r.updates))
     console.print(table)
