@@ -31,7 +31,7 @@ import subprocess
 import sys
 from typing import Iterable
 
-from pearl_core.composer.tuning import spread_key, variant_key
+from pearl_core.composer.tuning import rounds_spread, spread_key, variant_key
 from pearl_core.composer.workload import Workload
 from pearl_core.errors import PearlError
 
@@ -141,8 +141,8 @@ def _main() -> int:
     for (s, t) in variants:
         v = times[variant_key(s, t)]
         if v:
-            out[variant_key(s, t)] = m = statistics.median(v)
-            out[spread_key(s, t)] = (max(v) - min(v)) / m  # the rounds' noise (0 with one round)
+            out[variant_key(s, t)] = statistics.median(v)
+            out[spread_key(s, t)] = rounds_spread(v)  # the rounds' noise (0 with one round)
     print(json.dumps(out), flush=True)
     return 0
 

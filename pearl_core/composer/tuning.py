@@ -52,15 +52,17 @@ actors (``learner_threads_yield``: the native DQN step's help-first helper).
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from pearl_core.composer.matrix import DeviceRow
 from pearl_core.composer.spec import DeviceSpec
 from pearl_core.composer.workload import Workload
 from pearl_core.runtime.config import Setting
 
-__all__ = ["NOISE_CAP", "TIE", "Variant", "host_variants", "pick_variant", "spread_key", "variant_key"]
+__all__ = ["NOISE_CAP", "TIE", "Variant", "host_variants", "pick_variant", "rounds_spread", "spread_key",
+           "variant_key"]
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,16 @@ def variant_key(setting: int, threads: int) -> str:
 def spread_key(setting: int, threads: int) -> str:
     """The config key of a variant's calibration noise: ``run_spread_setting_<s>_threads_<t>``."""
     return f"run_spread_setting_{int(setting)}_threads_{int(threads)}"
+
+
+def rounds_spread(times: Sequence[float]) -> float:
+    """``(max - min) / median`` of one candidate's rounds (seconds per update): their noise. 0 for a single
+    round; ``nan`` for none or a median that is not positive. The calibration's ``run_spread_...`` and
+    :attr:`~pearl_core.composer.validate.ValidationRow.spread` are this."""
+    if not times:
+        return math.nan
+    m = statistics.median(times)
+    return (max(times) - min(times)) / m if m > 0 else math.nan
 
 
 def _learner_s(cfg: Mapping[str, Any], t: int) -> float | None:

@@ -47,6 +47,7 @@ from pearl_core.composer.cli import fail, render_plan
 from pearl_core.composer.compose_cli import composer_from_options, with_plan_options
 from pearl_core.composer.plan import PlacementPlan
 from pearl_core.composer.profiling import measure_run, measured_iteration_s, present_device, run_config_for
+from pearl_core.composer.tuning import rounds_spread
 from pearl_core.errors import PearlError, SpecError
 from pearl_core.runtime.config import Setting
 
@@ -213,7 +214,7 @@ def validate_plan(plan: PlacementPlan, *, window_s: float = 15.0, learning_start
     for (row, _), got in zip(candidates, results):
         finite = [m for m, _ in got if math.isfinite(m)]
         measured = statistics.median(finite) if finite else math.nan
-        spread = (max(finite) - min(finite)) / measured if len(finite) >= 2 and measured > 0 else math.nan
+        spread = rounds_spread(finite) if len(finite) >= 2 else math.nan
         rows.append(dataclasses.replace(row, measured_s=measured, updates=sum(u for _, u in got), spread=spread))
     return ValidationReport(tuple(rows), float(window_s), tuple(skipped))
 
