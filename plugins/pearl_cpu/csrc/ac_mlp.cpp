@@ -41,7 +41,8 @@
 //
 // Threads (`threads` = 2): independent work runs on the caller's thread and one help-first helper
 // (csrc/helper_pool.hpp, the DQN step's design): the target networks' forwards next to the online
-// critics' forwards, critic 1's backward next to critic 2's, the two critics' forwards and input
+// critics' forwards and the actor's forward on s (which the critic step does not change, so step 3's
+// policy output is computed there, not alone after the critic step), critic 1's backward next to critic 2's, the two critics' forwards and input
 // gradients in SAC's actor step, each layer's weight gradient next to its input gradient where one
 // network is back-propagated alone, half of every Adam update next to the other half, and the
 // Polyak steps. Every product and loop is the same call on the same data whichever thread runs it,
@@ -481,7 +482,8 @@ class TD3MLPKernel : public Kernel {
     Helper* hp = helper_.get();  // started here, on the first step that uses it
 
     // 1. targets: a' = clamp(tanh(mu'(s')) + noise, -1, 1); y = r + discount (1 - done) min_i Qi'(s', a')
-    //    (and, on the helper, the online critics' forward on (s, a))
+    //    (and, on the helper, the online critics' forward on (s, a) and, when the actor steps, step 3's
+    //    tanh(mu(s)): the critic step does not touch the actor)
     concat(b.obs, F, b.act, A, sa_.data());
     const float* qt[2] = {nullptr, nullptr};
     both(hp, [&] {
@@ -494,7 +496,14 @@ class TD3MLPKernel : public Kernel {
       }
       concat(b.nobs, F, na, A, nsa_.data());
       for (size_t c = 0; c < nc; ++c) qt[c] = forward(critics_[c], nsa_.data(), true, ct_acts_[c]);
-    }, [&] { critic_forward(sa_.data()); });
+    }, [&] {
+      critic_forward(sa_.data());
+      if (actor_update) {
+        const float* ap = forward(actor_, b.obs, false, a_acts_);
+        float* pi = pi_.data();
+        for (int64_t e = 0; e < B * A; ++e) pi[e] = std::tanh(ap[e]);
+      }
+    });
     for (int64_t r = 0; r < B; ++r) {
       const float qn = nc == 2 ? std::min(qt[0][r], qt[1][r]) : qt[0][r];
       y[r] = b.done[r] ? b.rew[r] : b.rew[r] + b.disc[r] * qn;
@@ -504,10 +513,8 @@ class TD3MLPKernel : public Kernel {
     *closs = critic_step(sa_.data(), y, b.w, td, max_norm, ch, q1sum, hp);
     if (!actor_update) return;
 
-    // 3. the actor through the updated critic 1: loss = -mean(Q1(s, tanh(mu(s))))
-    const float* ap = forward(actor_, b.obs, false, a_acts_);
-    float* pi = pi_.data();
-    for (int64_t e = 0; e < B * A; ++e) pi[e] = std::tanh(ap[e]);
+    // 3. the actor through the updated critic 1: loss = -mean(Q1(s, tanh(mu(s)))) (pi from step 1)
+    const float* pi = pi_.data();
     concat(b.obs, F, pi, A, sa_.data());
     Net& c1 = critics_[0];
     const float* q = forward(c1, sa_.data(), false, c_acts_[0]);
@@ -577,7 +584,7 @@ class SACMLPKernel : public Kernel {
     an_acts_ = bufs(actor_, B_);
     sa_.resize(B_ * (F + A));
     nsa_.resize(B_ * (F + A));
-    for (auto* v : {&pi_, &na_, &u_, &da1_, &da2_}) v->resize(B_ * A);
+    for (auto* v : {&pi_, &na_, &u_, &nu_, &da1_, &da2_}) v->resize(B_ * A);
     for (auto* v : {&y_, &lp_, &nlp_}) v->resize(B_);
   }
 
@@ -653,15 +660,22 @@ class SACMLPKernel : public Kernel {
     Helper* hp = helper_.get();
 
     // 1. soft targets: y = r + discount (1 - done) (min_i Qi'(s', a') - alpha log pi(a'|s'))
-    //    (and, on the helper, the online critics' forward on (s, a))
+    //    (and, on the helper, the online critics' forward on (s, a) and step 3's sample on s: the critic
+    //    step does not touch the actor, so a ~ pi(.|s) is the same drawn now; the two halves balance)
     concat(b.obs, F, b.act, A, sa_.data());
     const float *q1t = nullptr, *q2t = nullptr;
+    float* u = u_.data();
+    float* pi = pi_.data();
+    float* lp = lp_.data();
     both(hp, [&] {
-      sample(b.nobs, eps_next, an_acts_, u_.data(), na_.data(), nlp_.data());
+      sample(b.nobs, eps_next, an_acts_, nu_.data(), na_.data(), nlp_.data());
       concat(b.nobs, F, na_.data(), A, nsa_.data());
       q1t = forward(critics_[0], nsa_.data(), true, ct_acts_[0]);
       q2t = forward(critics_[1], nsa_.data(), true, ct_acts_[1]);
-    }, [&] { critic_forward(sa_.data()); });
+    }, [&] {
+      critic_forward(sa_.data());
+      sample(b.obs, eps_pi, a_acts_, u, pi, lp);
+    });
     for (int64_t r = 0; r < B; ++r) {
       const float soft = std::min(q1t[r], q2t[r]) - alpha * nlp_[r];
       y[r] = b.done[r] ? b.rew[r] : b.rew[r] + b.disc[r] * soft;
@@ -672,11 +686,8 @@ class SACMLPKernel : public Kernel {
     m[0] = critic_step(sa_.data(), y, b.w, td, max_norm, ch, &q1sum, hp);
     m[1] = q1sum;
 
-    // 3. the actor: loss = mean(alpha lp - min(Q1, Q2)(s, a)), a ~ pi(.|s), through the updated critics
-    float* u = u_.data();
-    float* pi = pi_.data();
-    float* lp = lp_.data();
-    sample(b.obs, eps_pi, a_acts_, u, pi, lp);
+    // 3. the actor: loss = mean(alpha lp - min(Q1, Q2)(s, a)), a ~ pi(.|s) (drawn in step 1), through the
+    //    updated critics
     concat(b.obs, F, pi, A, sa_.data());
     const float *q1 = nullptr, *q2 = nullptr;
     both(hp, [&] { q1 = forward(critics_[0], sa_.data(), false, c_acts_[0]); },
@@ -750,7 +761,7 @@ class SACMLPKernel : public Kernel {
   float *log_alpha_ = nullptr, *am_ = nullptr, *av_ = nullptr, *astep_ = nullptr;
   bool auto_alpha_ = false;
   Bufs a_acts_, a_grads_, an_acts_;
-  std::vector<float> sa_, nsa_, pi_, na_, u_, da1_, da2_, y_, lp_, nlp_;
+  std::vector<float> sa_, nsa_, pi_, na_, u_, nu_, da1_, da2_, y_, lp_, nlp_;
 };
 
 }  // namespace
