@@ -41,12 +41,13 @@
 //
 // Threads (`threads` = 2): independent work runs on the caller's thread and one help-first helper
 // (csrc/helper_pool.hpp, the DQN step's design): the target networks' forwards next to the online
-// critics' forwards and the actor's forward on s (which the critic step does not change, so step 3's
-// policy output is computed there, not alone after the critic step), critic 1's backward next to critic 2's, the two critics' forwards and input
-// gradients in SAC's actor step, each layer's weight gradient next to its input gradient where one
-// network is back-propagated alone, half of every Adam update next to the other half, and the
-// Polyak steps. Every product and loop is the same call on the same data whichever thread runs it,
-// so the result is bitwise that of `threads` = 1 (the tests check it). BLAS then runs one thread in each.
+// critics' forwards and the actor's forward on s (the critic step does not change the actor, so step
+// 3's policy output is computed there, not alone after the critic step), critic 1's backward next to
+// critic 2's, the two critics' forwards and input gradients in SAC's actor step, each layer's weight
+// gradient next to its input gradient where one network is back-propagated alone, half of every Adam
+// update next to the other half, and the Polyak steps. Every product and loop is the same call on the
+// same data whichever thread runs it, so the result is bitwise that of `threads` = 1 (the tests check
+// it). BLAS then runs one thread in each.
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
