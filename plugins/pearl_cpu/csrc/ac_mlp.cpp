@@ -47,7 +47,8 @@
 // gradient next to its input gradient where one network is back-propagated alone, half of every Adam
 // update next to the other half, and the Polyak steps. Every product and loop is the same call on the
 // same data whichever thread runs it, so the result is bitwise that of `threads` = 1 (the tests check
-// it). BLAS then runs one thread in each.
+// it). BLAS then runs one thread in each. Both threads flush denormals to zero during a step
+// (FlushDenormals, csrc/helper_pool.hpp).
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -469,6 +470,7 @@ class TD3MLPKernel : public Kernel {
     double closs = 0.0, q1sum = 0.0, aloss = std::numeric_limits<double>::quiet_NaN();
     {
       py::gil_scoped_release nogil;
+      const FlushDenormals ftz;  // for the step only (helper_pool.hpp)
       run(b, noise, actor_update, max_grad_norm, static_cast<float>(tau), ch, ah, ptd, &closs, &q1sum, &aloss);
     }
     return py::make_tuple(td, closs, q1sum / static_cast<double>(B), aloss);
@@ -617,6 +619,7 @@ class SACMLPKernel : public Kernel {
     double m[5] = {0, 0, 0, 0, 0};
     {
       py::gil_scoped_release nogil;
+      const FlushDenormals ftz;  // for the step only (helper_pool.hpp)
       run(b, eps_next, eps_pi, max_grad_norm, static_cast<float>(tau), static_cast<float>(target_entropy), ch, ah,
           lh, ptd, m);
     }

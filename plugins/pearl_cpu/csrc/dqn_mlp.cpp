@@ -39,7 +39,8 @@
 // sleeps on a condition variable after a short spin (with sched_yield) instead
 // of spinning against the actors. Every product and loop is the same call on
 // the same data whichever thread runs it, so the result is bitwise that of
-// `threads` = 1 (tests/test_learner_native.py checks it).
+// `threads` = 1 (tests/test_learner_native.py checks it). Both threads flush denormals
+// to zero during a step (FlushDenormals, csrc/helper_pool.hpp).
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -213,6 +214,7 @@ class DQNMLPKernel {
     double loss = 0.0, qsum = 0.0;
     {
       py::gil_scoped_release nogil;
+      const FlushDenormals ftz;  // for the step only (helper_pool.hpp)
       run(obs.data(), a, rew.data(), nobs.data(), done.data(), w.data(), pdisc, ptd, static_cast<float>(gamma),
           static_cast<float>(huber), max_grad_norm, double_dqn, lr, beta1, beta2, eps, &loss, &qsum);
     }

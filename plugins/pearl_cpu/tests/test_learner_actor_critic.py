@@ -484,3 +484,29 @@ def test_native_steps_bootstrap_n_step_samples_as_torch_does(cls):
     b, w = _batch(100, prioritized=True)
     k3 = Batch(b.obs, b.action, b.reward, b.next_obs, b.done, np.full(B, 3, np.int32))
     assert not np.allclose(one.update_policy(b, w).td_errors, _make(cls, "native").update_policy(k3, w).td_errors)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("cls", [TD3, SAC])
+def test_the_step_flushes_denormals_and_leaves_the_callers_mode_as_it_was(cls, threads):
+    # csrc/helper_pool.hpp's FlushDenormals: during a step both threads flush denormals to zero; after
+    # it the calling thread computes with denormals again (numpy and torch there are not affected).
+    x = np.array([1e-39], np.float32)
+    assert (x * np.float32(1.0))[0] != 0.0
+    t = _make(cls)
+    prev = torch.get_num_threads()
+    try:
+        t.use_threads(threads)
+        t.update_policy(*_batch(0))  # the kernel and its Adam state exist from here
+        lin = next(m for m in t.critic1.modules() if isinstance(m, torch.nn.Linear))
+        with torch.no_grad():
+            lin.bias[7] = -1e6  # unit 7 of critic 1 never fires: its bias gets a zero gradient
+        st = t.critic_optimizer.state[lin.bias]
+        st["exp_avg"][7] = 1e-39  # denormal moments: beta * 1e-39 + 0 stays denormal unless flushed
+        st["exp_avg_sq"][7] = 1e-39
+        t.update_policy(*_batch(1))
+        assert t._engine.kernel(B).threads == threads
+        assert st["exp_avg"][7].item() == 0.0 and st["exp_avg_sq"][7].item() == 0.0
+    finally:
+        torch.set_num_threads(prev)
+    assert (x * np.float32(1.0))[0] != 0.0

@@ -171,6 +171,31 @@ def _as_batch(b):
     return Batch(b["obs"], b["actions"], b["rewards"], b["next_obs"], b["done"])
 
 
+def _keeps_denormals() -> bool:
+    """Whether float32 arithmetic on this thread keeps a denormal (no flush-to-zero mode is set)."""
+    x = np.array([1e-39], np.float32)
+    return bool((x * np.float32(1.0))[0] != 0.0)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_step_flushes_denormals_and_leaves_the_callers_mode_as_it_was(threads):
+    # csrc/helper_pool.hpp's FlushDenormals: during a step both threads flush denormals to zero; after
+    # it the calling thread computes with denormals again (numpy and torch there are not affected).
+    assert _keeps_denormals()
+    t = _trainer()
+    k = _kernel(t)
+    k.threads = threads
+    b0 = list(t.q_net.parameters())[1]  # layer 0's bias, 16 units
+    with torch.no_grad():
+        b0[15] = -1e6  # unit 15 never fires: its bias gets a zero gradient
+    st = t.optimizer.state[b0]
+    st["exp_avg"][15] = 1e-39  # denormal moments: beta * 1e-39 + 0 stays denormal unless flushed
+    st["exp_avg_sq"][15] = 1e-39
+    k.step(**_batch(), **HP)
+    assert st["exp_avg"][15].item() == 0.0 and st["exp_avg_sq"][15].item() == 0.0
+    assert _keeps_denormals()
+
+
 def test_threads_follow_torch_and_can_be_set_back():
     t = _trainer()
     prev = torch.get_num_threads()
