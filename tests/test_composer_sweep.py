@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from pearl_core.cli import app
@@ -273,8 +274,6 @@ def test_validate_keeps_each_candidates_rounds_spread_and_its_calibration_spread
     assert rows[(1, 1)].predicted_spread == pytest.approx(0.06) and rows[(2, 1)].predicted_spread == pytest.approx(0.02)
     one_round = validate_mod.validate_plan(plan, window_s=1.0, repeats=1)
     assert all(math.isnan(r.spread) for r in one_round.rows)  # one round: no spread to give
-    from rich.console import Console
-
     console = Console(record=True, width=200)
     validate_mod.render_report(report, console)  # `pearl validate` shows each candidate's rounds' spread
     text = console.export_text()

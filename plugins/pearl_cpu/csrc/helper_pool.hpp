@@ -38,6 +38,8 @@ namespace pearl_native {
 // torch). A no-op off x86.
 class FlushDenormals {
  public:
+  FlushDenormals(const FlushDenormals&) = delete;
+  FlushDenormals& operator=(const FlushDenormals&) = delete;
 #if defined(__x86_64__) || defined(__i386__)
   FlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040u); }  // FTZ (bit 15), DAZ (bit 6)
   ~FlushDenormals() { _mm_setcsr(saved_); }
@@ -47,9 +49,6 @@ class FlushDenormals {
 #else
   FlushDenormals() = default;
 #endif
- public:
-  FlushDenormals(const FlushDenormals&) = delete;
-  FlushDenormals& operator=(const FlushDenormals&) = delete;
 };
 
 // One helper thread running posted tasks, help-first (see the file's header).

@@ -173,8 +173,7 @@ def _as_batch(b):
 
 def _keeps_denormals() -> bool:
     """Whether float32 arithmetic on this thread keeps a denormal (no flush-to-zero mode is set)."""
-    x = np.array([1e-39], np.float32)
-    return bool((x * np.float32(1.0))[0] != 0.0)
+    return bool((np.array([1e-39], np.float32) * np.float32(1.0))[0] != 0.0)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
