@@ -18,7 +18,12 @@ A, B, ...), medians over ``--rounds``. Per variant the table gives:
 * **native step alone**: the same ``update_policy`` timed in this process on a filled
   replay (:func:`pearl_core.composer.profiling.profile_learner`, 1 and 2 threads), and
   the run's updates/s as a share of ``1 / (native step alone with 1 thread)`` x the learner's
-  threads (issue: >= 70%).
+  threads (issue: >= 70%);
+* **cores used**: CPU seconds per wall second of the learner (setting 1) or worker
+  (setting 2) process, of the actors together and of the host (this process), from
+  ``/proc/<pid>/stat`` from 0.5 s after the workers are up to the last reading (every
+  0.2 s) before the first of them exits (Linux only; ``-`` elsewhere). Their sum against the machine's cores says how much of it
+  the run leaves idle.
 
 ``--actor-slack N`` overrides the runtime's actor slack (env steps actors may run ahead
 of the learner): ``--actor-slack 64`` reproduces the default before the learner's
@@ -37,6 +42,7 @@ import platform
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -60,14 +66,66 @@ def run_variant(setting: int, threads: int, window_s: float, seed: int, actor_sl
                        insert_batch=32)
     with tempfile.TemporaryDirectory(prefix="pearl-update-profile-") as tmp:
         config = dataclasses.replace(config, log_dir=str(Path(tmp) / "run"))
-        res = ParallelRuntime(config, plan, progress=False, tensorboard=False, plot=False, metrics_every=640,
-                              actor_slack=actor_slack).run()
+        runtime = ParallelRuntime(config, plan, progress=False, tensorboard=False, plot=False, metrics_every=640,
+                                  actor_slack=actor_slack)
+        cores: dict[str, float] = {}
+        sampler = threading.Thread(target=_sample_cores, args=(runtime, window_s, cores), daemon=True)
+        sampler.start()
+        res = runtime.run()
+        sampler.join()
         per_update, n = measured_iteration_s(Path(config.log_dir) / "metrics.csv")
     covered = max(1, res.updates)
     phases = {k: v / covered for k, v in res.learner_phases_s.items()}
     if not phases:  # setting 1: the learner process's update_policy is all it reports
         phases = {"train": res.learner_time_s / covered}
-    return {"per_update_s": per_update, "updates": n, "phases": phases}
+    return {"per_update_s": per_update, "updates": n, "phases": phases, "cores": cores}
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far (all its threads); ``None`` if it is gone, a
+    zombie (exited, not yet reaped) or unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        if fields[0] in ("Z", "X"):
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _sample_cores(runtime, window_s: float, out: dict[str, float]) -> None:
+    """Fill ``out`` with the cores the learner/worker, the actors and the host used in the run's steady part:
+    CPU seconds between a reading 0.5 s after the workers are up and the last reading (every 0.2 s) while
+    all of them are alive, over the wall time between the two."""
+    deadline = time.monotonic() + window_s + 120  # start-up of a loaded machine included
+    pids = runtime.pids()
+    while not (pids["learner"] and pids["actors"]):
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
+        pids = runtime.pids()
+    time.sleep(0.5)
+    roles = {"learner": pids["learner"], "actors": pids["actors"], "host": [os.getpid()]}
+
+    def reading() -> tuple[float, dict[str, float]] | None:
+        now = time.monotonic()
+        got = {role: [_cpu_seconds(p) for p in ps] for role, ps in roles.items()}
+        if any(x is None for xs in got.values() for x in xs):
+            return None  # a worker has exited: the run is ending
+        return now, {role: sum(xs) for role, xs in got.items()}
+
+    first = last = reading()
+    while last is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = reading()
+        if now is None:
+            break
+        last = now
+    if first is None or last is None or last[0] - first[0] < 0.5:
+        return
+    dt = last[0] - first[0]
+    out.update({role: (last[1][role] - first[1][role]) / dt for role in roles})
 
 
 def native_alone(threads: int) -> float:
@@ -97,8 +155,8 @@ def report(args, results: dict, alone: dict[int, float], started: str) -> str:
         + ", ".join(f"{t} thread(s) {_us(s)} us" for t, s in sorted(alone.items())),
         "",
         "| variant | per update us | updates/s | vs 1/(native alone, 1 thread) x threads | "
-        + " | ".join(PHASES) + " |",
-        "|---|---:|---:|---:|" + "---:|" * len(PHASES),
+        + " | ".join(PHASES) + " | cores: learner | actors | host | all |",
+        "|---|---:|---:|---:|" + "---:|" * len(PHASES) + "---:|---:|---:|---:|",
     ]
     base = alone.get(1)
     for (setting, threads), runs in results.items():
@@ -111,10 +169,17 @@ def report(args, results: dict, alone: dict[int, float], started: str) -> str:
         for k in PHASES:
             vals = [r["phases"][k] for r in runs if k in r["phases"]]
             cells.append(_us(statistics.median(vals)) if vals else "-")
+        for role in ("learner", "actors", "host"):
+            vals = [r["cores"][role] for r in runs if role in r["cores"]]
+            cells.append(f"{statistics.median(vals):.2f}" if vals else "-")
+        sums = [sum(r["cores"].values()) for r in runs if len(r["cores"]) == 3]
+        cells.append(f"{statistics.median(sums):.2f}" if sums else "-")
         lines.append(f"| setting {setting}, {threads} learner thread(s) | {_us(per)} | {ups:.0f} | {share} | "
                      + " | ".join(cells) + " |")
     lines += ["", "Phases are the setting-2 worker's own clock per update (setting 1: the learner process's "
-              "update_policy only); their sum is about the per-update time when the worker is the bottleneck."]
+              "update_policy only); their sum is about the per-update time when the worker is the bottleneck. "
+              f"Cores: CPU seconds per wall second of each role in the run's steady part (this machine has "
+              f"{os.cpu_count()}); learner = the learner process (setting 1) or the worker (setting 2)."]
     return "\n".join(lines) + "\n"
 
 
