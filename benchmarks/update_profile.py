@@ -22,8 +22,8 @@ A, B, ...), medians over ``--rounds``. Per variant the table gives:
 * **cores used**: CPU seconds per wall second of the learner (setting 1) or worker
   (setting 2) process, of the actors together and of the host (this process), from
   ``/proc/<pid>/stat`` from 0.5 s after the workers are up to the last reading (every
-  0.2 s) before the first of them exits (Linux only; ``-`` elsewhere). Their sum against the machine's cores says how much of it
-  the run leaves idle.
+  0.2 s) before the first of them exits (Linux only; ``-`` elsewhere). Their sum against
+  the machine's cores says how much of it the run leaves idle.
 
 ``--actor-slack N`` overrides the runtime's actor slack (env steps actors may run ahead
 of the learner): ``--actor-slack 64`` reproduces the default before the learner's
