@@ -16,6 +16,7 @@ It is ``pearl validate --sweep`` with a report file and a subset selector::
 
     python benchmarks/composer_fidelity.py --grid dqn --window 5 --repeats 2
     python benchmarks/composer_fidelity.py --grid quick --only 0:2 --window 2 --repeats 1   # a smoke run
+    python benchmarks/composer_fidelity.py --grid dqn --only 0:24 --replicate   # and the machine's repeatability
 
 Runs take about a minute per workload (profiling included); the machine should
 be otherwise idle. See ``benchmarks/README.md``.
@@ -49,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=None, help="START:END, a slice of the grid's workloads (e.g. 0:24)")
     ap.add_argument("--window", type=float, default=5.0, help="seconds each candidate runs per round")
     ap.add_argument("--repeats", type=int, default=2, help="alternating rounds per workload")
+    ap.add_argument("--replicate", action="store_true",
+                    help="validate each workload twice: the report then gives how far two measurements of the "
+                         "same runtime plan are apart (the floor under any prediction's error)")
     ap.add_argument("--hardware", default=None, help="hardware spec (default: the detected machine)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"report path (default {DEFAULT_OUT})")
     args = ap.parse_args(argv)
@@ -65,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         return text
 
     report = run_sweep(points, hardware=args.hardware, window_s=args.window, repeats=args.repeats,
-                       progress=lambda line: print(line, flush=True), after_each=write)
+                       progress=lambda line: print(line, flush=True), after_each=write, replicate=args.replicate)
     print(write(report))
     print(f"report written to {args.out}")
     return 0

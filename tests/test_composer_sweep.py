@@ -279,3 +279,63 @@ def test_validate_keeps_each_candidates_rounds_spread_and_its_calibration_spread
     text = console.export_text()
     assert "rounds' spread" in text
     assert any("setting 1, learner 1 thread(s)" in ln and "30.0%" in ln for ln in text.splitlines()), text
+
+
+def _measured_again(result, *times):
+    """``result`` with a second validation whose candidates (same labels, same order) measured ``times``."""
+    import dataclasses
+
+    rows = tuple(dataclasses.replace(r, measured_s=t) for r, t in zip(result.report.rows, times))
+    return dataclasses.replace(result, replicate=ValidationReport(rows, 5.0))
+
+
+def test_a_second_validation_gives_the_measurements_own_repeatability():
+    a = _measured_again(_result(_row("setting 1", 1.0, 1.0, True), _row("setting 2", 1.1, 2.0, False)), 1.2, 1.5)
+    # b: the first validation's best (setting 2) is more than 3% behind in the second
+    b = _measured_again(_result(_row("setting 1", 2.0, 2.5, False), _row("setting 2", 2.0, 2.0, True)), 2.0, 2.2)
+    c = _result(_row("setting 1", 1.0, 1.0, True))  # validated once: no figures of its own
+    rep = SweepReport((a, b, c), 5.0, 2, "test machine")
+    assert sorted(rep.replicate_errors()) == pytest.approx(sorted([0.2, 0.25, 0.2, 0.1]))
+    assert a.replicate_pick_ok is True and b.replicate_pick_ok is False and c.replicate_pick_ok is None
+    line = rep.replicate_line()
+    assert "|error| over 4 candidates median 20.0%, max 25.0%" in line and "in 1 of 2 workloads (50%)" in line
+    text = rep.to_markdown()
+    assert "The measurement's own repeatability, a second validation" in text
+    assert "| 1000.000 | 1000.000 | +0.0% | - | - | * yes | * | - | - | 1200.000 | +20.0% |" in text
+    assert text.count("| - | - |\n") >= 1  # c's row: no second measurement
+    once = SweepReport((c,), 5.0, 2)
+    assert once.replicate_errors() == [] and once.replicate_line() == ""
+    assert "2nd measured" not in once.to_markdown() and "repeatability" not in once.to_markdown()
+
+
+def test_a_second_measurement_that_failed_counts_for_neither_figure():
+    a = _measured_again(_result(_row("setting 1", 1.0, 1.0, True), _row("setting 2", 1.1, 2.0, False)), 1.1,
+                        math.nan)
+    rep = SweepReport((a,), 5.0, 2)
+    assert rep.replicate_errors() == pytest.approx([0.1]) and a.replicate_pick_ok is None
+    assert rep.replicate_line().endswith("median 10.0%, max 10.0%")  # no workload to judge a pick by
+    assert "| 1100.000 | 2000.000 | -45.0% | - | - |   |  | - | - | - | - |" in rep.to_markdown()
+
+
+def test_run_sweep_validates_twice_when_asked(monkeypatch):
+    import types
+
+    import pearl_core.composer.sweep as sweep
+    import pearl_core.composer.validate as validate_mod
+
+    calls = []
+    reports = iter([ValidationReport((_row("setting 1", 1.0, 1.0, True),), 5.0),
+                    ValidationReport((_row("setting 1", 1.0, 1.3, True),), 5.0)] * 2)
+
+    def fake_validate_plan(plan, **kwargs):
+        calls.append(kwargs["repeats"])
+        return next(reports)
+
+    composer = types.SimpleNamespace(run=lambda profile: types.SimpleNamespace(plan="the plan"))
+    monkeypatch.setattr(sweep, "_composer_for", lambda *a: composer)
+    monkeypatch.setattr(validate_mod, "validate_plan", fake_validate_plan)
+    point = SweepPoint("CartPole-v1", 32, (64, 64), "uniform", 1, 1)
+    rep = sweep.run_sweep([point], window_s=1.0, repeats=3, replicate=True)
+    assert calls == [3, 3] and rep.replicate_errors() == pytest.approx([0.3])
+    calls.clear()
+    assert sweep.run_sweep([point], window_s=1.0, repeats=2).results[0].replicate is None and calls == [2]

@@ -122,6 +122,26 @@ class SweepResult:
     point: SweepPoint
     report: "ValidationReport | None"
     error: str = ""
+    replicate: "ValidationReport | None" = None
+
+    def replicate_s(self, row: "ValidationRow") -> float:
+        """The second validation's measured seconds for ``row``'s candidate (``nan`` without one)."""
+        if self.replicate is None:
+            return math.nan
+        got = [r.measured_s for r in self.replicate.rows if r.label == row.label]
+        return got[0] if got and math.isfinite(got[0]) else math.nan
+
+    @property
+    def replicate_pick_ok(self) -> bool | None:
+        """The first validation's measured best is the second validation's best (within
+        :data:`PICK_TOLERANCE`): how often a predictor that knew the first measurement exactly would pick
+        right, judged by the second (``None`` without a second measurement of every measured candidate)."""
+        rows = self.measured
+        second = [self.replicate_s(r) for r in rows]
+        if not rows or not all(math.isfinite(x) for x in second):
+            return None
+        first_best = min(range(len(rows)), key=lambda i: rows[i].measured_s)
+        return second[first_best] <= (1 + PICK_TOLERANCE) * min(second)
 
     @property
     def measured(self) -> "tuple[ValidationRow, ...]":
@@ -166,6 +186,27 @@ class SweepReport:
                if row.chosen or not chosen_only]
         return [e for e in out if math.isfinite(e)]
 
+    def replicate_errors(self) -> list[float]:
+        """``|second - first| / first`` of every candidate measured by both validations: the error of a
+        "prediction" that is a second measurement of the same runtime plan, the floor under any predictor's
+        error on this machine (empty when the sweep ran without ``replicate``)."""
+        out = [abs(r.replicate_s(row) - row.measured_s) / row.measured_s for r in self.validated
+               for row in r.measured]
+        return [e for e in out if math.isfinite(e)]
+
+    def replicate_line(self) -> str:
+        """The repeatability figures (empty when the sweep ran without ``replicate``)."""
+        e = self.replicate_errors()
+        if not e:
+            return ""
+        picks = [r.replicate_pick_ok for r in self.validated if r.replicate_pick_ok is not None]
+        text = (f"a second validation of the same candidates, taken as the prediction: |error| over {len(e)} "
+                f"candidates median {statistics.median(e):.1%}, max {max(e):.1%}")
+        if picks:
+            text += (f"; the first validation's best is the second's best (within {PICK_TOLERANCE:.0%}) in "
+                     f"{sum(picks)} of {len(picks)} workloads ({sum(picks) / len(picks):.0%})")
+        return text
+
     def spreads(self, calibration: bool = False) -> list[float]:
         """The rounds' ``(max - min) / median`` of every measured candidate that has one: the validation
         rounds' (:attr:`ValidationRow.spread`), or with ``calibration`` the calibration rounds' behind its
@@ -205,6 +246,7 @@ class SweepReport:
                    if (me := self.errors(model=True)) else ""))
 
     def to_markdown(self) -> str:
+        twice = any(r.replicate is not None for r in self.results)
         lines = [f"# Composer fidelity sweep", "",
                  f"- machine: {self.machine}", f"- started {self.started}, finished {self.finished}",
                  f"- each candidate ran {self.window_s:g} s per round, {self.repeats} alternating rounds "
@@ -212,15 +254,19 @@ class SweepReport:
                  f"- pick is right when its measured time is within {PICK_TOLERANCE:.0%} of the measured best", "",
                  f"**{self.summary()}**", "",
                  *([f"The machine's own noise, {noise}.", ""] if (noise := self.noise_line()) else []),
+                 *([f"The measurement's own repeatability, {rep}.", ""] if (rep := self.replicate_line()) else []),
                  "predicted = the composer's figure (a host variant's calibration run when the profile has one); "
                  "model = the isolated cells' model of the same variant; cal. / meas. spread = (max - min) / "
-                 "median of the calibration / validation rounds of that candidate.", "",
+                 "median of the calibration / validation rounds of that candidate"
+                 + ("; 2nd measured = a second validation of the candidate, right after the first." if twice
+                    else "."), "",
                  "| workload | candidate | predicted ms | measured ms | error | model ms | model error | pick | best "
-                 "| cal. spread | meas. spread |",
-                 "|---|---|---:|---:|---:|---:|---:|:-:|:-:|---:|---:|"]
+                 "| cal. spread | meas. spread |" + (" 2nd measured ms | 2nd vs 1st |" if twice else ""),
+                 "|---|---|---:|---:|---:|---:|---:|:-:|:-:|---:|---:|" + ("---:|---:|" if twice else "")]
         for res in self.results:
             if res.report is None:
-                lines.append(f"| {res.point.label} | not validated: {res.error} | | | | | | | | | |")
+                lines.append(f"| {res.point.label} | not validated: {res.error} | | | | | | | | | |"
+                             + (" | |" if twice else ""))
                 continue
             best = min(res.measured, key=lambda r: r.measured_s) if res.measured else None
             for row in res.report.rows:
@@ -230,10 +276,22 @@ class SweepReport:
                 merr = f"{row.model_error:+.1%}" if math.isfinite(row.model_error) else "-"
                 mark = ("yes" if res.pick_ok else "NO") if row.chosen else ""
                 cal, meas = (f"{x:.1%}" if math.isfinite(x) else "-" for x in (row.predicted_spread, row.spread))
+                second = ""
+                if twice:
+                    m2 = res.replicate_s(row)
+                    second = (f" {m2 * 1e3:.3f} | {_relative_text(m2, row.measured_s)} |" if math.isfinite(m2)
+                              else " - | - |")
                 lines.append(f"| {res.point.label} | {row.label} | {row.predicted_s * 1e3:.3f} | {ms} | {err} | "
                              f"{model} | {merr} | {'*' if row.chosen else ''} {mark} | {'*' if row is best else ''} "
-                             f"| {cal} | {meas} |")
+                             f"| {cal} | {meas} |{second}")
         return "\n".join(lines) + "\n"
+
+
+def _relative_text(value: float, reference: float) -> str:
+    """``(value - reference) / reference`` as a signed percentage, ``-`` when either is not a finite time."""
+    if not (math.isfinite(value) and math.isfinite(reference) and reference > 0):
+        return "-"
+    return f"{(value - reference) / reference:+.1%}"
 
 
 def machine_line() -> str:
@@ -265,7 +323,7 @@ def run_sweep(points: Sequence[SweepPoint], *, hardware=None, metric: str = "thr
               repeats: int = 2, learning_starts: int = 1_000, top: int = 2,
               registry: "PluginRegistry | None" = None, cache_dir=None,
               progress: Callable[[str], None] | None = None,
-              after_each: "Callable[[SweepReport], None] | None" = None) -> SweepReport:
+              after_each: "Callable[[SweepReport], None] | None" = None, replicate: bool = False) -> SweepReport:
     """Plan and validate every workload of ``points``; see the module docstring.
 
     Args:
@@ -275,6 +333,9 @@ def run_sweep(points: Sequence[SweepPoint], *, hardware=None, metric: str = "thr
         progress: called with a line per workload and per run.
         after_each: called with the report so far after each workload (e.g. to write it, so a
             long sweep stopped early keeps what it measured).
+        replicate: validate each workload a second time, right after the first (the same candidates,
+            rounds and windows): the report then gives how far two measurements of the same runtime plan
+            are apart (:meth:`SweepReport.replicate_line`), the floor under the composer's error here.
 
     Raises:
         PearlError: bad ``window_s``/``repeats`` (before anything runs).
@@ -295,12 +356,15 @@ def run_sweep(points: Sequence[SweepPoint], *, hardware=None, metric: str = "thr
             composition = _composer_for(point, hardware, metric, registry, cache_dir).run(profile=True)
             report = validate_plan(composition.plan, window_s=window_s, learning_starts=learning_starts,
                                    repeats=repeats, top=top, registry=registry, progress=progress)
+            second = (validate_plan(composition.plan, window_s=window_s, learning_starts=learning_starts,
+                                    repeats=repeats, top=top, registry=registry, progress=progress)
+                      if replicate else None)
         except PearlError as exc:
             results.append(SweepResult(point, None, str(exc).splitlines()[0][:300]))
             if progress is not None:
                 progress(f"  not validated: {exc}")
             continue
-        res = SweepResult(point, report)
+        res = SweepResult(point, report, replicate=second)
         results.append(res)
         if progress is not None:
             rows = ", ".join(f"{r.label}: {r.predicted_s * 1e3:.3f} vs {r.measured_s * 1e3:.3f} ms"
