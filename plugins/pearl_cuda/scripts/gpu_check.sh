@@ -25,7 +25,9 @@
 #               goes to plugins/pearl_cuda/results/gpu_learner_model.md.
 # Results: benchmarks/results/cuda_gpu_check.md (and a copy plus the logs under $OUT when set).
 # The whole check stops itself before 9 minutes (PEARL_GPU_CHECK_BUDGET_S, default 540 s; a step that
-# would start with under 15 s left is skipped and marked SKIPPED).
+# would start with under 15 s left is skipped and marked SKIPPED). PEARL_GPU_CHECK_STEPS="model tests ..."
+# runs those steps after env, in that order (default: all, in the order above): the ones that matter most
+# first when device time is short.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
@@ -84,6 +86,13 @@ pip_install() {  # pip_install ARGS...: the configured index/cache first, then l
     "$PY" -m pip install "${opts[@]}" --no-index --find-links "$PEARL_WHEELS" "$@" && return 0
   fi
   "$PY" -m pip install "${opts[@]}" "$@" && return 0
+  if [[ -n "${PEARL_WHEELS:-}" ]]; then  # offline, and the resolver refuses what the image has installed (a
+    # pin among its own packages that no index can settle here): install without resolving; what is already
+    # there stands in for the dependencies, the later checks say what is missing
+    echo "pip could not resolve offline: installing $* without dependencies"
+    "$PY" -m pip install "${opts[@]}" --no-index --find-links "$PEARL_WHEELS" --no-deps --no-build-isolation "$@" \
+      && return 0
+  fi
   return 1
 }
 
@@ -122,23 +131,25 @@ step_env() {
   tv=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || true)
   if [[ -n "$tv" ]]; then echo "torch==$tv" > "$LOGDIR/constraints.txt"; export PIP_CONSTRAINT="$LOGDIR/constraints.txt"; fi
   "$PY" -c 'import torch; print("torch", torch.__version__, "CUDA build", torch.version.cuda, "cuda available", torch.cuda.is_available())' || true
-  if ! "$PY" -c 'import pearl_core, gymnasium, hypothesis, pytest' 2>/dev/null; then
+  # Import checks run from / so that the checkout's own pearl_core/ folder does not pass for an installed one.
+  if ! (cd / && "$PY" -c 'import pearl_core, gymnasium, hypothesis, pytest') 2>/dev/null; then
     pip_install -e ".[rl,test]" || pip_install --no-build-isolation -e ".[rl,test]"
   fi
-  if ! "$PY" -c 'from pearl_cpu import _sumtree' 2>/dev/null; then
-    pip_install -e ./plugins/pearl_cpu || pip_install --no-build-isolation -e ./plugins/pearl_cpu \
+  (cd / && "$PY" -c 'import gymnasium') 2>/dev/null || pip_install gymnasium farama-notifications || echo "gymnasium missing"
+  if ! (cd / && "$PY" -c 'from pearl_cpu import _sumtree') 2>/dev/null; then
+    pip_install ./plugins/pearl_cpu || pip_install --no-build-isolation ./plugins/pearl_cpu \
       || echo "pearl-cpu could not be built: the CPU comparison will be missing"
   fi
   local major
   major=$(cuda_major)
-  if ! "$PY" -c 'import cupy, pearl_cuda, sys; sys.exit(0 if pearl_cuda.__file__.startswith(sys.argv[1]) else 1)' "$REPO" 2>/dev/null; then
+  if ! (cd / && "$PY" -c 'import cupy, pearl_cuda, sys; sys.exit(0 if pearl_cuda.__file__.startswith(sys.argv[1]) else 1)' "$REPO") 2>/dev/null; then
     pip_install -e "./plugins/pearl_cuda[cuda${major}]" \
       || { pip_install --no-deps -e ./plugins/pearl_cuda && pip_install "cupy-cuda${major}x"; }
   fi
   "$PY" -c 'import pynvml' 2>/dev/null || pip_install "nvidia-ml-py" || echo "nvidia-ml-py missing: power comes from the spec"
   "$PY" -m pearl_core.cli plugins || true
   # The step passes only if everything the later steps need imports and sees a device.
-  "$PY" -c 'import cupy, torch, pearl_core, pearl_cuda; print("cupy", cupy.__version__, "devices", cupy.cuda.runtime.getDeviceCount(), "| torch cuda", torch.cuda.is_available())'
+  (cd / && "$PY" -c 'import cupy, torch, pearl_core, pearl_cuda, gymnasium; print("cupy", cupy.__version__, "devices", cupy.cuda.runtime.getDeviceCount(), "| torch cuda", torch.cuda.is_available())')
 }
 
 run_step env 200 bash -c "$(declare -f has_cuda_torch has_torch pip_install cuda_major step_env); REPO='$REPO' LOGDIR='$LOGDIR' PY=''; step_env"
@@ -154,13 +165,20 @@ log "python: $PY"
 } >> "$RESULTS"
 
 export PEARL_CONFORMANCE_EXAMPLES=${PEARL_CONFORMANCE_EXAMPLES:-60}
-run_step tests 170 "$PY" -m pytest -q -ra -p no:cacheprovider plugins/pearl_cuda
-run_step composed 200 "$PY" plugins/pearl_cuda/scripts/composed_plan_check.py --out "$RESULTS" \
-  --max-env-steps 3000 --run-timeout-s 80 --work-dir "$LOGDIR/composed"
-run_step replay 80 "$PY" "$BENCH" replay --out "$RESULTS" --calls 200 --reps 5
-run_step learner 75 "$PY" "$BENCH" learner --out "$RESULTS" --iters 50
-run_step e2e 100 "$PY" "$BENCH" e2e --out "$RESULTS" --max-env-steps 30000
-run_step model 90 "$PY" plugins/pearl_cuda/scripts/gpu_learner_model.py --out "$RESULTS" --updates 200 --warmup 30
+for step in ${PEARL_GPU_CHECK_STEPS:-tests composed replay learner e2e model}; do
+  case $step in
+    tests) run_step tests 170 "$PY" -m pytest -q -ra -p no:cacheprovider plugins/pearl_cuda ;;
+    composed) run_step composed 200 "$PY" plugins/pearl_cuda/scripts/composed_plan_check.py --out "$RESULTS" \
+      --max-env-steps 3000 --run-timeout-s 80 --work-dir "$LOGDIR/composed" ;;
+    replay) run_step replay 80 "$PY" "$BENCH" replay --out "$RESULTS" --calls 200 --reps 5 ;;
+    learner) run_step learner 75 "$PY" "$BENCH" learner --out "$RESULTS" --iters 50 ;;
+    e2e) run_step e2e 100 "$PY" "$BENCH" e2e --out "$RESULTS" --max-env-steps 30000 ;;
+    model) run_step model 90 "$PY" plugins/pearl_cuda/scripts/gpu_learner_model.py --out "$RESULTS" \
+      --updates 200 --warmup 30 ;;
+    *) STEP_ROWS+=("| $step | FAIL (unknown step) | 0 | PEARL_GPU_CHECK_STEPS names tests composed replay learner e2e model |")
+       log "$step: unknown step (expected one of: tests composed replay learner e2e model)" ;;
+  esac
+done
 
 {
   echo
