@@ -206,8 +206,8 @@ def test_gpu_storage_matches_the_host_storage_and_lives_on_the_gpu():
     assert all(isinstance(a, cp.ndarray) and a.device.id == 0 for a in dev._arrays.values())
     rng = np.random.default_rng(0)
     for n in (100, 700, 450, 1500, 3):
-        rows = (rng.integers(0, 255, (n, 3, 4)), rng.normal(size=(n, 2)), rng.normal(size=n),
-                rng.integers(0, 255, (n, 3, 4)), rng.random(n) < 0.1)
+        rows = (rng.integers(0, 255, (n, 3, 4), dtype=np.uint8), rng.normal(size=(n, 2)), rng.normal(size=n),
+                rng.integers(0, 255, (n, 3, 4), dtype=np.uint8), rng.random(n) < 0.1)  # uint8 as stored
         np.testing.assert_array_equal(dev.add(*rows), host.add(*rows))
         idx = rng.integers(0, host.size, 256)
         got, want = dev.gather(idx), host.gather(idx)
@@ -240,7 +240,7 @@ def test_setting2_batches_stay_on_the_gpu_and_train_like_the_host_path():
     from pearl_core.runtime.step import LearnerStep
 
     backend = pearl_core.get_backend("cuda")
-    spec, batch = StorageSpec((4,), np.float32, (), np.int64), 64  # row: 45 bytes
+    spec, batch = StorageSpec((4,), np.float32, (), np.int64), 64  # row: 16 + 8 + 4 + 16 + 1 + steps 4 = 49 bytes
 
     def replay():
         return PrioritizedReplay(backend.make_storage(spec, 4096, "cuda:0"),
@@ -288,5 +288,5 @@ def test_setting2_batches_stay_on_the_gpu_and_train_like_the_host_path():
     dev_st, host_st = on_device.replay.storage, on_host.replay.storage
     assert dev_st.batches_on_device == on_device.updates == updates and host_st.batches_on_device == 0
     assert dev_st.bytes_d2h == 0, "a batch row came back to the host"
-    assert host_st.bytes_d2h == updates * batch * 45
-    assert dev_st.bytes_h2d == host_st.bytes_h2d == 10 * 300 * 45 + updates * batch * 8
+    assert host_st.bytes_d2h == updates * batch * 49
+    assert dev_st.bytes_h2d == host_st.bytes_h2d == 10 * 300 * 49 + updates * batch * 8
