@@ -77,6 +77,10 @@ run_step() {
   return 0
 }
 
+# py_check CODE [ARGS...]: run a Python snippet from / so that the checkout's own pearl_core/ folder does not
+# pass for an installed package.
+py_check() { (cd / && "$PY" -c "$@"); }
+
 has_cuda_torch() { timeout 90 "$1" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; }
 has_torch() { timeout 90 "$1" -c 'import torch' >/dev/null 2>&1; }
 
@@ -131,28 +135,27 @@ step_env() {
   tv=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || true)
   if [[ -n "$tv" ]]; then echo "torch==$tv" > "$LOGDIR/constraints.txt"; export PIP_CONSTRAINT="$LOGDIR/constraints.txt"; fi
   "$PY" -c 'import torch; print("torch", torch.__version__, "CUDA build", torch.version.cuda, "cuda available", torch.cuda.is_available())' || true
-  # Import checks run from / so that the checkout's own pearl_core/ folder does not pass for an installed one.
-  if ! (cd / && "$PY" -c 'import pearl_core, gymnasium, hypothesis, pytest') 2>/dev/null; then
+  if ! py_check 'import pearl_core, gymnasium, hypothesis, pytest' 2>/dev/null; then
     pip_install -e ".[rl,test]" || pip_install --no-build-isolation -e ".[rl,test]"
   fi
-  (cd / && "$PY" -c 'import gymnasium') 2>/dev/null || pip_install gymnasium farama-notifications || echo "gymnasium missing"
-  if ! (cd / && "$PY" -c 'from pearl_cpu import _sumtree') 2>/dev/null; then
+  py_check 'import gymnasium' 2>/dev/null || pip_install gymnasium farama-notifications || echo "gymnasium missing"
+  if ! py_check 'from pearl_cpu import _sumtree' 2>/dev/null; then
     pip_install ./plugins/pearl_cpu || pip_install --no-build-isolation ./plugins/pearl_cpu \
       || echo "pearl-cpu could not be built: the CPU comparison will be missing"
   fi
   local major
   major=$(cuda_major)
-  if ! (cd / && "$PY" -c 'import cupy, pearl_cuda, sys; sys.exit(0 if pearl_cuda.__file__.startswith(sys.argv[1]) else 1)' "$REPO") 2>/dev/null; then
+  if ! py_check 'import cupy, pearl_cuda, sys; sys.exit(0 if pearl_cuda.__file__.startswith(sys.argv[1]) else 1)' "$REPO" 2>/dev/null; then
     pip_install -e "./plugins/pearl_cuda[cuda${major}]" \
       || { pip_install --no-deps -e ./plugins/pearl_cuda && pip_install "cupy-cuda${major}x"; }
   fi
   "$PY" -c 'import pynvml' 2>/dev/null || pip_install "nvidia-ml-py" || echo "nvidia-ml-py missing: power comes from the spec"
   "$PY" -m pearl_core.cli plugins || true
   # The step passes only if everything the later steps need imports and sees a device.
-  (cd / && "$PY" -c 'import cupy, torch, pearl_core, pearl_cuda, gymnasium; print("cupy", cupy.__version__, "devices", cupy.cuda.runtime.getDeviceCount(), "| torch cuda", torch.cuda.is_available())')
+  py_check 'import cupy, torch, pearl_core, pearl_cuda, gymnasium; print("cupy", cupy.__version__, "devices", cupy.cuda.runtime.getDeviceCount(), "| torch cuda", torch.cuda.is_available())'
 }
 
-run_step env 200 bash -c "$(declare -f has_cuda_torch has_torch pip_install cuda_major step_env); REPO='$REPO' LOGDIR='$LOGDIR' PY=''; step_env"
+run_step env 200 bash -c "$(declare -f py_check has_cuda_torch has_torch pip_install cuda_major step_env); REPO='$REPO' LOGDIR='$LOGDIR' PY=''; step_env"
 PY=$(cat "$LOGDIR/python" 2>/dev/null || command -v python3)
 log "python: $PY"
 
@@ -165,7 +168,8 @@ log "python: $PY"
 } >> "$RESULTS"
 
 export PEARL_CONFORMANCE_EXAMPLES=${PEARL_CONFORMANCE_EXAMPLES:-60}
-for step in ${PEARL_GPU_CHECK_STEPS:-tests composed replay learner e2e model}; do
+ALL_STEPS="tests composed replay learner e2e model"
+for step in ${PEARL_GPU_CHECK_STEPS:-$ALL_STEPS}; do
   case $step in
     tests) run_step tests 170 "$PY" -m pytest -q -ra -p no:cacheprovider plugins/pearl_cuda ;;
     composed) run_step composed 200 "$PY" plugins/pearl_cuda/scripts/composed_plan_check.py --out "$RESULTS" \
@@ -175,8 +179,8 @@ for step in ${PEARL_GPU_CHECK_STEPS:-tests composed replay learner e2e model}; d
     e2e) run_step e2e 100 "$PY" "$BENCH" e2e --out "$RESULTS" --max-env-steps 30000 ;;
     model) run_step model 90 "$PY" plugins/pearl_cuda/scripts/gpu_learner_model.py --out "$RESULTS" \
       --updates 200 --warmup 30 ;;
-    *) STEP_ROWS+=("| $step | FAIL (unknown step) | 0 | PEARL_GPU_CHECK_STEPS names tests composed replay learner e2e model |")
-       log "$step: unknown step (expected one of: tests composed replay learner e2e model)" ;;
+    *) STEP_ROWS+=("| $step | FAIL (unknown step) | 0 | PEARL_GPU_CHECK_STEPS names steps of: $ALL_STEPS |")
+       log "$step: unknown step (expected one of: $ALL_STEPS)" ;;
   esac
 done
 
