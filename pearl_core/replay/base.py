@@ -8,6 +8,14 @@ never subclasses them. The training loop it serves is::
     sampled = replay.sample(batch_size)                   # -> SampledBatch
     td_errors = learner.step(sampled.batch, sampled.weights)
     replay.update_priorities(sampled.indices, td_errors)  # back from the learner
+
+Where the storage (and the tree) offer a device face on one torch device
+(:mod:`pearl_core.replay.device`), :attr:`ReplayManager.device` names it and the
+same loop runs there, with tensors and no host synchronisation::
+
+    sampled = replay.sample_device(batch_size)                  # tensors on replay.device
+    replay.update_priorities_device(sampled.indices, td)        # td: a tensor there
+    replay.check_device_errors()                                # every N updates: reads the flags back
 """
 
 from __future__ import annotations
@@ -15,12 +23,13 @@ from __future__ import annotations
 import abc
 import dataclasses
 import operator
-from typing import Mapping
+from types import SimpleNamespace
+from typing import Any, Mapping
 
 import numpy as np
 
-from pearl_core.errors import EmptyTreeError, InvalidDTypeError, InvalidValueError, SpecError
-from pearl_core.replay.storage import Batch, DataStorage, check_filled_indices
+from pearl_core.errors import EmptyTreeError, InvalidDTypeError, InvalidValueError, PearlError, SpecError
+from pearl_core.replay.storage import TRANSITION_FIELDS, Batch, DataStorage, check_filled_indices
 
 __all__ = ["ReplayManager", "SampledBatch", "UniformReplay", "check_batch_size", "check_td_errors"]
 
@@ -99,6 +108,9 @@ def check_td_errors(td_errors, n: int, owner: str) -> np.ndarray:
     return arr
 
 
+_UNSET = object()
+
+
 def _weights_out(out: Mapping[str, np.ndarray] | None, n: int) -> np.ndarray:
     """The ``float32`` array sampled weights go to: ``out["weights"]`` if given, else a new one."""
     if out is not None and "weights" in out:
@@ -140,6 +152,8 @@ class ReplayManager(abc.ABC):
                 f"{type(self).__name__}: rng must be a numpy Generator, an int seed or None; found {rng!r}."
             ) from exc
         self._storage = storage
+        self._face: Any = _UNSET
+        self._dev: SimpleNamespace | None = None
 
     @property
     def storage(self) -> DataStorage:
@@ -196,6 +210,105 @@ class ReplayManager(abc.ABC):
             InvalidValueError: length mismatch or a non-finite TD error.
         """
 
+    def state_dict(self) -> dict[str, Any]:
+        """The contents, as numpy arrays, for a checkpoint: ``size``, ``cursor``, ``capacity`` and one array
+        per transition field (the filled rows, in slot order); :func:`~pearl_core.replay.storage.load_storage_state`
+        puts them back into a new storage. Prioritized replay adds ``priorities`` and ``sample_steps``."""
+        storage = self._storage
+        n = storage.size
+        out: dict[str, Any] = {"size": n, "cursor": storage.cursor, "capacity": storage.capacity}
+        rows = storage.gather(np.arange(n, dtype=np.int64)) if n else None  # a frame storage rebuilds only these
+        for name in TRANSITION_FIELDS:
+            out[name] = getattr(rows, name) if rows is not None else np.array(storage.field(name)[:0])
+        return out
+
+    # -- the device face ---------------------------------------------------------------------
+    def _face_tree(self) -> Any:
+        """The tree whose device face the iteration needs too (``None``: the storage's alone)."""
+        return None
+
+    @property
+    def device(self) -> Any:
+        """The ``torch.device`` on which :meth:`sample_device` and :meth:`update_priorities_device` run
+        (the storage and the tree offer their device faces there), or ``None``: host face only."""
+        if self._face is _UNSET:
+            from pearl_core.replay.device import device_face
+
+            self._face = device_face(self._storage, self._face_tree())
+        return self._face
+
+    def _device_state(self) -> SimpleNamespace:
+        """The device side's state, made at first use: a torch generator seeded from this manager's numpy
+        generator (a seeded manager draws the same batches run after run), the error flag."""
+        if self._dev is None:
+            import torch
+
+            dev = self.device
+            if dev is None:
+                raise SpecError(
+                    f"{type(self).__name__}: the device face needs a storage (and a tree) on one torch device; "
+                    f"found {type(self._storage).__name__} on {self._storage.device!r}. Fix: use sample() and "
+                    "update_priorities() (the host face), or a storage/tree with a device face "
+                    "(pearl_core.replay.device.TorchStorage/TorchSumTree, or a backend's)."
+                )
+            gen = torch.Generator(device=dev)
+            gen.manual_seed(int(self._rng.integers(0, 2**63 - 1)))
+            self._dev = SimpleNamespace(gen=gen, bad_td=torch.zeros((), dtype=torch.bool, device=dev),
+                                        bad_tree=torch.zeros((), dtype=torch.bool, device=dev), weights=None)
+        return self._dev
+
+    def sample_device(self, batch_size: int, out: Mapping[str, Any] | None = None) -> SampledBatch:
+        """:meth:`sample` on :attr:`device`: a :class:`SampledBatch` of tensors there (``int64`` indices,
+        the batch, ``float32`` weights), gathered into ``out`` (one tensor per transition field, and
+        optionally ``"weights"``) when given. Reads nothing back from the device.
+
+        Raises:
+            SpecError: the replay has no device face (:attr:`device` is ``None``).
+            InvalidDTypeError, InvalidValueError, EmptyTreeError: as :meth:`sample`.
+        """
+        raise NotImplementedError
+
+    def update_priorities_device(self, indices: Any, td_errors: Any) -> None:
+        """:meth:`update_priorities` on :attr:`device` for the replay's own sampled ``indices`` and one TD
+        error per index (a tensor there). Nothing is read back: a non-finite TD error (or a priority above
+        the limit) leaves the batch's priorities as they were and sets a flag that
+        :meth:`check_device_errors` reports."""
+        raise NotImplementedError
+
+    def check_device_errors(self) -> None:
+        """Report (and clear) what the device face flagged since the last check; reads the device once.
+
+        Raises:
+            InvalidValueError: a batch of TD errors held a NaN/inf (or, for prioritized replay, gave a
+                priority above the limit); those batches changed no priority.
+            PearlError: the tree sampled a zero-priority slot (a backend breaking the contract).
+        """
+        if self._dev is None:
+            return
+        import torch
+
+        flags = torch.stack([self._dev.bad_td, self._dev.bad_tree]).tolist()
+        self._dev.bad_td.zero_()
+        self._dev.bad_tree.zero_()
+        if flags[1]:
+            raise PearlError(
+                f"{type(self).__name__}.sample_device: the tree sampled a zero-priority slot or was given a bad "
+                "priority, which breaks the SumTree contract. Fix: run the conformance suite on that backend."
+            )
+        if flags[0]:
+            raise InvalidValueError(
+                f"{type(self).__name__}.update_priorities_device: a batch of TD errors since the last check held "
+                "a NaN/inf or a priority too large for the tree; expected finite TD errors. That batch changed no "
+                "priority. Fix: look for a diverging loss, or clip TD errors before updating."
+            )
+
+    def _device_weights(self, n: int, out: Mapping[str, Any] | None) -> Any:
+        if out is not None and "weights" in out:
+            return out["weights"]
+        import torch
+
+        return torch.empty(n, dtype=torch.float32, device=self.device)
+
     def _check_not_empty(self) -> None:
         if self._storage.size == 0:
             raise EmptyTreeError(
@@ -236,6 +349,24 @@ class UniformReplay(ReplayManager):
         weights = _weights_out(out, n)
         weights[:] = 1.0
         return SampledBatch(indices=indices, batch=self._storage._take(indices, out), weights=weights)
+
+    def sample_device(self, batch_size: int, out: Mapping[str, Any] | None = None) -> SampledBatch:
+        """:meth:`sample` on :attr:`device` (see :meth:`ReplayManager.sample_device`): slots drawn there."""
+        import torch
+
+        n = check_batch_size(batch_size, "UniformReplay.sample_device")
+        self._check_not_empty()
+        dev = self._device_state()
+        indices = torch.randint(0, self._storage.size, (n,), generator=dev.gen, device=self.device)
+        weights = self._device_weights(n, out)
+        weights.fill_(1.0)
+        return SampledBatch(indices=indices, batch=self._storage.gather_device(indices, out), weights=weights)
+
+    def update_priorities_device(self, indices: Any, td_errors: Any) -> None:
+        """Flag a non-finite TD error (:meth:`check_device_errors` reports it); store nothing."""
+        import torch
+
+        self._device_state().bad_td |= ~torch.isfinite(td_errors).all()
 
     def update_priorities(self, indices, td_errors, *, checked: bool = False) -> None:
         """Validate ``indices`` and ``td_errors`` as prioritized replay would; store nothing.

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -196,7 +196,10 @@ class PrioritizedReplay(ReplayManager):
 
     @property
     def max_priority(self) -> float:
-        """The running maximum priority new transitions enter with (``>= 1.0``)."""
+        """The running maximum priority new transitions enter with (``>= 1.0``); reads the device once
+        the device face has been used."""
+        if self._dev is not None:
+            return max(self._max_priority, float(self._dev.max))
         return self._max_priority
 
     def add(self, obs, action, reward, next_obs, done, steps=None) -> np.ndarray:
@@ -210,7 +213,13 @@ class PrioritizedReplay(ReplayManager):
         """
         slots = self._storage.add(obs, action, reward, next_obs, done, steps)
         if slots.size:
-            self._tree.update(slots, np.full(slots.shape[0], self._max_priority))
+            if self._dev is not None:  # the running max is on the device: no read-back
+                import torch
+
+                self._tree.update_device(torch.from_numpy(slots).to(self.device),
+                                         self._dev.max.expand(slots.shape[0]))
+            else:
+                self._tree.update(slots, np.full(slots.shape[0], self._max_priority))
         return slots
 
     def priorities(self, indices) -> np.ndarray:
@@ -273,6 +282,79 @@ class PrioritizedReplay(ReplayManager):
         w[:] = weights
         return SampledBatch(indices=indices, batch=batch, weights=w)
 
+    def state_dict(self) -> dict:
+        """:meth:`ReplayManager.state_dict` plus ``priorities`` (of the filled slots) and ``sample_steps``
+        (where the β schedule stands)."""
+        out = super().state_dict()
+        n = self._storage.size
+        out["priorities"] = self.priorities(np.arange(n, dtype=np.int64)) if n else np.zeros(0)
+        out["sample_steps"] = self.steps
+        return out
+
+    # -- the device face (see ReplayManager.device) ---------------------------------------------
+    def _face_tree(self) -> Any:
+        return self._tree
+
+    def _device_state(self):
+        fresh = self._dev is None
+        dev = super()._device_state()
+        if fresh:
+            import torch
+
+            # from here on the running max lives on the device (host-face calls keep it there too)
+            dev.max = torch.tensor(self._max_priority, dtype=torch.float64, device=self.device)
+            dev.ramp = None
+        return dev
+
+    def _device_uniforms(self, n: int) -> Any:
+        """``n`` ``float64`` draws from ``U[0, 1)`` on the device (the host face draws them with numpy)."""
+        import torch
+
+        return torch.rand(n, dtype=torch.float64, device=self.device, generator=self._dev.gen)
+
+    def sample_device(self, batch_size: int, out: Mapping[str, Any] | None = None) -> SampledBatch:
+        """:meth:`sample` on :attr:`device`, with the same arithmetic (see
+        :meth:`ReplayManager.sample_device`): masses from the resident total, the tree's device-face
+        sample and priorities, weights ``(N * P(i)) ** -beta / max``, the gather; nothing read back."""
+        import torch
+
+        n = check_batch_size(batch_size, "PrioritizedReplay.sample_device")
+        self._check_not_empty()
+        dev = self._device_state()
+        total = self._tree.total_device()[0]
+        u = self._device_uniforms(n)
+        if self._stratified:
+            if dev.ramp is None or dev.ramp.shape[0] != n:
+                dev.ramp = torch.arange(n, dtype=torch.float64, device=self.device)
+            masses = (u + dev.ramp) * (total / n)
+        else:
+            masses = u * total
+        indices = self._tree.sample_device(masses)
+        probs = self._tree.get_device(indices) / total
+        dev.bad_tree |= ~(probs > 0.0).all()  # a zero-priority slot breaks the tree's contract
+        w = (self._storage.size * probs).pow(-self.beta)
+        weights = self._device_weights(n, out)
+        torch.div(w, w.max(), out=w)
+        weights.copy_(w)
+        batch = self._storage.gather_device(indices, out)
+        self._steps += 1
+        return SampledBatch(indices=indices, batch=batch, weights=weights)
+
+    def update_priorities_device(self, indices: Any, td_errors: Any) -> None:
+        """:meth:`update_priorities` on :attr:`device` for the replay's own sampled ``indices`` (see
+        :meth:`ReplayManager.update_priorities_device`): ``(|delta| + eps) ** alpha`` written to the tree
+        and folded into the running max, with no read-back; a batch holding a non-finite priority or one
+        above :attr:`priority_limit` keeps its slots' priorities and is flagged instead."""
+        import torch
+
+        dev = self._device_state()
+        prio = (td_errors.detach().to(torch.float64).abs() + self._eps).pow(self._alpha)
+        ok = (torch.isfinite(prio) & (prio <= self._limit)).all()
+        dev.bad_td |= ~ok
+        prio = torch.where(ok, prio, self._tree.get_device(indices))
+        torch.maximum(dev.max, prio.max(), out=dev.max)
+        self._tree.update_device(indices, prio)
+
     def update_priorities(self, indices, td_errors, *, checked: bool = False) -> None:
         """Set ``p_i = (|delta_i| + eps) ** alpha`` for each sampled slot.
 
@@ -324,3 +406,5 @@ class PrioritizedReplay(ReplayManager):
             )
         self._tree.update(idx, prio)
         self._max_priority = max(self._max_priority, top)
+        if self._dev is not None:
+            self._dev.max.clamp_(min=top)

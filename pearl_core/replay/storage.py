@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 from collections import abc
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from pearl_core.errors import InvalidDTypeError, InvalidValueError, SpecError
 from pearl_core.sumtree import check_indices
 
 __all__ = ["STEPS_DTYPE", "TRANSITION_FIELDS", "Batch", "DataStorage", "StorageSpec", "check_filled_indices",
-           "copy_rows", "discount_table", "discounts", "transition_rows"]
+           "copy_rows", "discount_table", "discounts", "load_storage_state", "transition_rows"]
 
 #: dtype kinds a stored field may have: bool, signed int, unsigned int, float.
 _FIELD_KINDS = "biuf"
@@ -555,3 +555,26 @@ class DataStorage:
                 "returns). Fix: pass steps=None for one-step transitions."
             )
         return rows
+
+
+def load_storage_state(storage: DataStorage, state: Mapping[str, Any]) -> None:
+    """Refill an empty ``storage`` from a state dict (:meth:`ReplayManager.state_dict`): the rows into slots
+    ``0 .. size - 1`` and the cursor where it was.
+
+    Raises:
+        SpecError: the state holds more rows than the capacity, or a cursor outside it.
+    """
+    n, cursor = int(state["size"]), int(state["cursor"])
+    if n > storage.capacity or not (0 <= cursor < max(storage.capacity, 1)):
+        raise SpecError(
+            f"replay state holds {n} transitions (cursor {cursor}) but the capacity is {storage.capacity}; "
+            "expected a state saved with the same replay capacity. Fix: keep replay.capacity unchanged on resume."
+        )
+    if n == 0:
+        return
+    # A checkpoint from before n-step returns has no "steps": its rows are one-step transitions.
+    rows = [np.asarray(state[name]) if name in state or name != "steps" else np.ones(n, STEPS_DTYPE)
+            for name in TRANSITION_FIELDS]
+    storage.add(*rows)  # slots 0..n-1; cursor = n % capacity
+    if n == storage.capacity and cursor:
+        storage.add(*(r[:cursor] for r in rows))  # rewrite the same rows to move the cursor to where it was

@@ -32,7 +32,7 @@ from pearl_core.placement import make_storage, make_tree
 from pearl_core.plugins import kernel_lookup
 from pearl_core.replay.base import ReplayManager, UniformReplay
 from pearl_core.replay.prioritized import PrioritizedReplay
-from pearl_core.replay.storage import STEPS_DTYPE, TRANSITION_FIELDS, DataStorage, StorageSpec
+from pearl_core.replay.storage import StorageSpec, load_storage_state
 from pearl_core.runtime.config import RunConfig, RuntimePlan
 from pearl_core.trainer import Trainer
 
@@ -249,7 +249,7 @@ def build_replay(
     storage = make_storage(storage_spec, rc.capacity, plan.storage_device, backends=plan.backends,
                            frames=rc.frame_storage)
     if state is not None:
-        _restore_storage(storage, state)
+        load_storage_state(storage, state)
     if rc.kind == "uniform":
         return UniformReplay(storage, rng=rng)
     tree = make_tree(plan.rm_backend, plan.rm_device, rc.capacity, rc.fanout, threads=plan.rm_threads)
@@ -285,35 +285,6 @@ def build_replay(
 
 
 def replay_state(replay: ReplayManager) -> dict[str, Any]:
-    """Contents of a replay manager for a checkpoint (numpy arrays; see :func:`build_replay`).
-
-    Keys: ``size``, ``cursor``, ``capacity``, one array per field (filled rows,
-    in slot order), and for prioritized replay ``priorities`` and ``sample_steps``.
-    """
-    storage = replay.storage
-    n = storage.size
-    out: dict[str, Any] = {"size": n, "cursor": storage.cursor, "capacity": storage.capacity}
-    rows = storage.gather(np.arange(n, dtype=np.int64)) if n else None  # a frame storage rebuilds only these
-    for name in TRANSITION_FIELDS:
-        out[name] = getattr(rows, name) if rows is not None else np.array(storage.field(name)[:0])
-    if isinstance(replay, PrioritizedReplay):
-        out["priorities"] = replay.priorities(np.arange(n, dtype=np.int64)) if n else np.zeros(0)
-        out["sample_steps"] = replay.steps
-    return out
-
-
-def _restore_storage(storage: DataStorage, state: Mapping[str, Any]) -> None:
-    n, cursor = int(state["size"]), int(state["cursor"])
-    if n > storage.capacity or not (0 <= cursor < max(storage.capacity, 1)):
-        raise SpecError(
-            f"replay state holds {n} transitions (cursor {cursor}) but the capacity is {storage.capacity}; "
-            "expected a state saved with the same replay capacity. Fix: keep replay.capacity unchanged on resume."
-        )
-    if n == 0:
-        return
-    # A checkpoint from before n-step returns has no "steps": its rows are one-step transitions.
-    rows = [np.asarray(state[name]) if name in state or name != "steps" else np.ones(n, STEPS_DTYPE)
-            for name in TRANSITION_FIELDS]
-    storage.add(*rows)  # slots 0..n-1; cursor = n % capacity
-    if n == storage.capacity and cursor:
-        storage.add(*(r[:cursor] for r in rows))  # rewrite the same rows to move the cursor to where it was
+    """Contents of a replay manager for a checkpoint: :meth:`ReplayManager.state_dict` (numpy arrays; see
+    :func:`build_replay`)."""
+    return replay.state_dict()

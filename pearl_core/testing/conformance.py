@@ -342,6 +342,14 @@ class SumTreeConformance:
         df = int(live.sum()) - 1
         assert chi2 < df + 8 * np.sqrt(2 * df), f"chi2={chi2:.1f} for df={df}: frequencies do not follow p/sum(p)"
 
+    def test_device_face_matches_the_reference(self):
+        """A tree that offers the device face (:class:`~pearl_core.replay.device.DeviceSumTree`): updates
+        with repeats (last wins), priorities, samples and the total through it agree with the reference
+        exactly on small-integer priorities (every partial sum exact). Skipped for a host-only tree."""
+        from pearl_core.testing.device import check_tree_device_face
+
+        check_tree_device_face(*self._pair(1000, self._fanout(8)), assert_same_state)
+
     def test_stateful_against_reference(self):
         run_state_machine_as_test(
             _machine_for(self),

@@ -545,6 +545,18 @@ class StorageConformance:
                 f".device is {storage.device!r}; expected {self.device!r} ({type(self).__name__}.device)")
 
     @pytest.mark.parametrize("spec_name", sorted(SPECS))
+    def test_device_face_gathers_like_the_host(self, spec_name):
+        """A storage that offers the device face (:class:`~pearl_core.replay.device.DeviceStorage`):
+        ``gather_device`` returns the host gather's rows as tensors on its device, in the stored dtypes,
+        and fills the caller's ``out`` tensors. Skipped for a host-only storage."""
+        from pearl_core.testing.device import check_storage_device_face
+
+        spec = SPECS[spec_name]
+        storage, host = self._pair(spec, 13)
+        check_storage_device_face(storage, host, lambda rows, what: self._add(storage, host, rows, what),
+                                  lambda rng, n: transitions(rng, spec, n), assert_same_batch, self.seed)
+
+    @pytest.mark.parametrize("spec_name", sorted(SPECS))
     @pytest.mark.parametrize("manager", ["uniform", "prioritized"])
     def test_replay_samples_like_over_the_host_storage(self, spec_name, manager):
         spec, capacity = SPECS[spec_name], 13
