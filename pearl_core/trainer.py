@@ -24,18 +24,27 @@ Rules a subclass follows (checked by :func:`pearl_core.trainer_check.check_train
   ``Discrete`` / ``Box`` action space);
 * implement the four abstract methods below; ``update_policy`` returns one
   TD error per sample (never a batch-mean loss copied B times), which becomes
-  that sample's new priority.
+  that sample's new priority;
+* optionally declare ``device_batches = True`` (:attr:`Trainer.device_batches`):
+  ``update_policy`` then also takes a batch of torch tensors on the trainer's
+  ``device`` and returns its TD errors there, without a host synchronisation,
+  so a replay on the same device never copies a batch through the host. Host
+  batches (numpy) work for every trainer.
 """
 
 from __future__ import annotations
 
 import abc
+import sys
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 import numpy as np
 
-__all__ = ["LayerSpec", "Trainer", "UpdateResult", "layer_specs"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["LayerSpec", "Trainer", "UpdateResult", "is_device_batch", "layer_specs"]
 
 
 @dataclass(frozen=True)
@@ -45,11 +54,15 @@ class UpdateResult:
     Attributes:
         td_errors: ``float32``/``float64`` array of shape ``(B,)``, one per sample
             of the batch, in batch order; the replay turns ``|δ|`` into priorities.
-        metrics: scalar diagnostics to log (``loss``, ``q_mean``, ...).
+            For a device batch (:attr:`Trainer.device_batches`): a detached
+            ``float32`` ``(B,)`` ``torch.Tensor`` on the trainer's device.
+        metrics: scalar diagnostics to log (``loss``, ``q_mean``, ...): python
+            floats, or, for a device batch, detached 0-d tensors (reading them
+            would synchronise with the device; the logger does it when it logs).
     """
 
-    td_errors: np.ndarray
-    metrics: Mapping[str, float] = field(default_factory=dict)
+    td_errors: np.ndarray | torch.Tensor
+    metrics: Mapping[str, float | torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -102,6 +115,19 @@ class Trainer(abc.ABC):
     #: actors sum the rewards with. A trainer that leaves it ``False`` is refused for ``n_step > 1``
     #: before a run starts (it would treat n-step returns as one-step ones).
     supports_n_step: ClassVar[bool] = False
+    #: ``update_policy(batch, weights)`` also accepts a *device batch*: every field of ``batch``
+    #: (``obs, action, reward, next_obs, done, steps``) a ``torch.Tensor`` on the trainer's ``device``
+    #: (a ``torch.device`` attribute) in the stored dtypes (``obs``/``next_obs`` the observation dtype,
+    #: ``action`` the action dtype: ``int64`` for ``Discrete``, the ``Box`` dtype for continuous ones,
+    #: ``reward`` ``float32``, ``done`` ``bool``, ``steps`` ``int32``), and ``weights`` a ``float32``
+    #: ``(B,)`` tensor there. For such a batch it returns ``UpdateResult(td_errors=<detached float32 (B,)
+    #: tensor on the trainer's device, the values the host path returns>, metrics={name: detached 0-d
+    #: tensor or python float})``, and it never synchronises with the host on the way: no ``.item()``,
+    #: ``float(t)``, ``int(t)``, ``bool(t)``, ``.cpu()``, ``.numpy()``, ``.tolist()`` or python ``if``
+    #: on a tensor (a GPU learner step stays asynchronous and can be captured as a CUDA graph). Host
+    #: batches (numpy arrays) behave as for any trainer: numpy TD errors, float metrics.
+    #: :func:`is_device_batch` tells the two apart. ``False``: PEARL hands this trainer host batches only.
+    device_batches: ClassVar[bool] = False
 
     @abc.abstractmethod
     def get_action(self, obs: np.ndarray, explore: bool) -> np.ndarray:
@@ -125,12 +151,14 @@ class Trainer(abc.ABC):
             batch: a :class:`pearl_core.replay.Batch` (``obs``, ``action``,
                 ``reward``, ``next_obs``, ``done``, ``steps``; leading axis ``B``);
                 ``steps`` is all ones unless the run uses n-step returns
-                (:attr:`supports_n_step`).
+                (:attr:`supports_n_step`). Numpy arrays, or torch tensors on the
+                trainer's device where it declares :attr:`device_batches`.
             weights: ``(B,)`` ``float32`` importance weights (all ones for uniform
                 replay); multiply each sample's loss by its weight.
 
         Returns:
-            An :class:`UpdateResult` with ``B`` per-sample TD errors.
+            An :class:`UpdateResult` with ``B`` per-sample TD errors (a device
+            tensor for a device batch, see :attr:`device_batches`).
         """
 
     @abc.abstractmethod
@@ -186,6 +214,15 @@ class Trainer(abc.ABC):
         for name, value in vars(self).items():
             if isinstance(value, (torch.nn.Module, torch.optim.Optimizer)) and name in state:
                 value.load_state_dict(state[name])
+
+
+def is_device_batch(batch: Any) -> bool:
+    """Whether ``batch`` is a device batch (its ``obs`` a ``torch.Tensor``, :attr:`Trainer.device_batches`).
+
+    Never imports torch: a process that has not imported it holds no tensors.
+    """
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(getattr(batch, "obs", None), torch.Tensor)
 
 
 def layer_specs(trainer: Any) -> list[LayerSpec]:

@@ -123,9 +123,11 @@ def test_a_tensor_batch_trains_bit_identically_to_the_numpy_batch(obs_dtype, act
         before = {name: getattr(tensors, name).clone() for name in TRANSITION_FIELDS}
         a = numpy_fed.update_policy(batch, weights)
         b = tensor_fed.update_policy(tensors, weights)
-        assert type(b.td_errors) is np.ndarray and b.td_errors.dtype == a.td_errors.dtype
-        np.testing.assert_array_equal(b.td_errors, a.td_errors)
-        assert b.metrics == a.metrics  # loss and mean Q, exactly
+        # a device batch's TD errors and metrics stay tensors on the trainer's device (Trainer.device_batches)
+        assert isinstance(b.td_errors, torch.Tensor) and b.td_errors.device == tensor_fed.device
+        assert b.td_errors.dtype == torch.from_numpy(a.td_errors).dtype
+        np.testing.assert_array_equal(b.td_errors.numpy(), a.td_errors)
+        assert {k: float(v) for k, v in b.metrics.items()} == a.metrics  # loss and mean Q, exactly
         for name in TRANSITION_FIELDS:  # a reused device slot must not be written by the update
             assert torch.equal(getattr(tensors, name), before[name]), name
         _assert_same_state(numpy_fed, tensor_fed)
@@ -153,5 +155,6 @@ def test_the_numpy_engines_are_unchanged_and_read_cpu_tensors_too(engine):
         batch = _numpy_batch(rng, 16, np.float32, 0)
         weights = rng.uniform(0.2, 1.0, 16).astype(np.float32)
         a, b = numpy_fed.update_policy(batch, weights), tensor_fed.update_policy(_as_tensors(batch), weights)
-        np.testing.assert_array_equal(b.td_errors, a.td_errors)
+        assert isinstance(b.td_errors, torch.Tensor)  # a device batch (on the CPU): a tensor viewing the engine's td
+        np.testing.assert_array_equal(b.td_errors.numpy(), a.td_errors)
         assert b.metrics == a.metrics

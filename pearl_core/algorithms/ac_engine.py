@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pearl_core.algorithms.common import host_discounts
+from pearl_core.algorithms.common import host_array, host_discounts
 from pearl_core.errors import KernelUnavailableError, SpecError
 
 __all__ = ["ENGINES", "ActorCriticEngine", "NativeEngineThreads", "choose_engine", "native_inputs"]
@@ -259,23 +259,24 @@ def native_inputs(trainer: Any, batch, weights) -> tuple[np.ndarray, ...]:
     """``obs, act, rew, next_obs, done, w, discount`` as the kernels take them: contiguous float32
     (``done``: bool), observations flattened, actions normalised to ``[-1, 1]`` as
     ``BoxActions.normalise`` does; ``discount`` the per-sample ``gamma ** k`` of an n-step batch, or
-    ``None`` when every sample is one step (the engine passes ``gamma`` for each)."""
+    ``None`` when every sample is one step (the engine passes ``gamma`` for each). A device batch's
+    fields are CPU tensors here (the kernels run on the CPU): read as the arrays they view, no copy."""
     obs = _flat32(batch.obs)
     B = obs.shape[0]
     box = trainer.box
-    act = np.asarray(batch.action, dtype=np.float32).reshape(B, -1)
+    act = np.asarray(host_array(batch.action), dtype=np.float32).reshape(B, -1)
     act = np.ascontiguousarray((act - box.mid.reshape(-1)) / box.half.reshape(-1), dtype=np.float32)
     return (obs, act, _vec(batch.reward, np.float32), _flat32(batch.next_obs), _vec(batch.done, np.bool_),
             _vec(weights, np.float32), host_discounts(batch, trainer.gamma))
 
 
 def _flat32(obs) -> np.ndarray:
-    arr = np.asarray(obs)
+    arr = host_array(obs)
     return np.ascontiguousarray(arr.reshape(arr.shape[0], -1), dtype=np.float32)
 
 
 def _vec(values, dtype) -> np.ndarray:
-    return np.ascontiguousarray(np.asarray(values, dtype=dtype).reshape(-1))
+    return np.ascontiguousarray(np.asarray(host_array(values), dtype=dtype).reshape(-1))
 
 
 def choose_engine(trainer: Any, owner: str, engine: str, learner_kernels: Any, kernel: str,

@@ -59,13 +59,21 @@ class ImageInput:
         self.scale = 1.0 / top if integer and np.isfinite(top) and top > 1.0 else 1.0
 
     def tensor(self, obs: Any, device: torch.device) -> torch.Tensor:
-        """``(n, C, H, W)`` ``float32`` on ``device``, scaled; a numpy array or a tensor (any device)."""
+        """``(n, C, H, W)`` ``float32`` on ``device``, scaled; a numpy array or a tensor (any device).
+
+        A tensor on ``device`` (a device batch's ``uint8`` frames) is converted and scaled there, with no
+        host synchronisation; the caller's tensor or array is never written (a device batch's buffers
+        are reused)."""
         t = obs if isinstance(obs, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(obs))
         t = t.to(device, non_blocking=True)
         if self.channels_last:
             t = t.permute(0, 3, 1, 2)
+        converted = t.dtype != torch.float32
         t = t.to(torch.float32)
-        return t.mul_(self.scale) if self.scale != 1.0 else t
+        if self.scale == 1.0:
+            return t
+        # in place only on the float copy just made: float32 input would be the caller's own memory
+        return t.mul_(self.scale) if converted else t.mul(self.scale)
 
 
 def conv_encoder(chw: tuple[int, int, int], kind: str = "auto") -> tuple[nn.Sequential, int, str]:

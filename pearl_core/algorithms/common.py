@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Sequence
@@ -11,19 +12,21 @@ import torch
 from torch import nn
 
 from pearl_core.errors import SpecError
-from pearl_core.replay.storage import discounts
-from pearl_core.trainer import Trainer
+from pearl_core.replay.storage import discount_table, discounts
+from pearl_core.trainer import Trainer, UpdateResult
 
 __all__ = [
     "BoxActions",
     "CountedTrainer",
     "adam",
     "as_input",
+    "batch_tensor",
     "bootstrap_discount",
     "check_hidden",
     "check_positive",
     "check_unit",
     "hard_update",
+    "host_array",
     "host_discounts",
     "load_module_weights",
     "mlp",
@@ -31,6 +34,7 @@ __all__ = [
     "polyak_update",
     "reward_done_weights",
     "tanh_actor_actions",
+    "update_result",
 ]
 
 
@@ -57,12 +61,48 @@ def mlp(in_features: int, hidden: Sequence[int], out_features: int, activation=n
 
 
 def as_input(obs, device: torch.device) -> torch.Tensor:
-    """``(n, *shape)`` observations as an ``(n, features)`` float32 tensor on ``device`` (the MLPs' input)."""
+    """``(n, *shape)`` observations as an ``(n, features)`` float32 tensor on ``device`` (the MLPs' input).
+
+    A tensor (a device batch's field) is reshaped and converted where it is: itself, viewed, when it is
+    float32 on ``device`` already (the networks only read it)."""
+    if isinstance(obs, torch.Tensor):
+        return obs.reshape(obs.shape[0], -1).to(device=device, dtype=torch.float32)
     arr = np.asarray(obs)
     t = torch.from_numpy(arr.reshape(arr.shape[0], -1))
     if t.dtype != torch.float32:
         t = t.float()
     return t.to(device, non_blocking=True)
+
+
+def batch_tensor(values, device: torch.device, dtype: torch.dtype, np_dtype) -> torch.Tensor:
+    """One batch field as ``dtype`` on ``device``.
+
+    A tensor (a device batch) is converted where it is, and is itself when it is ``dtype`` on ``device``
+    already: no copy, and the caller must not write into it (a device batch's buffers are reused). A host
+    array is converted to ``np_dtype`` in numpy, then moved (what the host path always did)."""
+    if isinstance(values, torch.Tensor):
+        return values.to(device=device, dtype=dtype)
+    return torch.from_numpy(np.asarray(values, dtype=np_dtype)).to(device)
+
+
+def host_array(values) -> np.ndarray:
+    """A batch field as a numpy array, for the CPU-only native/numpy engines: a CPU tensor's own memory
+    (``.numpy()``, no copy), a host array as it is."""
+    if isinstance(values, torch.Tensor):
+        return values.detach().cpu().numpy()  # .cpu() is a no-op for the CPU tensors these engines get
+    return np.asarray(values)
+
+
+def update_result(td: torch.Tensor, metrics: Mapping[str, torch.Tensor], device_batch: bool) -> UpdateResult:
+    """The :class:`~pearl_core.trainer.UpdateResult` of a torch-path update, from its per-sample TD errors
+    and its scalar metrics as tensors.
+
+    For a device batch (:attr:`~pearl_core.trainer.Trainer.device_batches`) everything stays on the device,
+    detached: no host synchronisation. For a host batch: a numpy ``td`` and python floats, as always.
+    """
+    if device_batch:
+        return UpdateResult(td_errors=td.detach(), metrics={k: v.detach() for k, v in metrics.items()})
+    return UpdateResult(td_errors=td.detach().cpu().numpy(), metrics={k: float(v.detach()) for k, v in metrics.items()})
 
 
 def module_weights(module: nn.Module, prefix: str = "") -> dict[str, np.ndarray]:
@@ -157,8 +197,12 @@ class BoxActions:
         return np.clip(act, self.low, self.high).astype(np.float32, copy=False)
 
     def normalise(self, action, n: int) -> torch.Tensor:
-        """A batch's environment actions as ``(n, d)`` normalised ``float32`` on the networks' device."""
-        act = torch.from_numpy(np.asarray(action, dtype=np.float32).reshape(n, -1)).to(self.mid_t.device)
+        """A batch's environment actions as ``(n, d)`` normalised ``float32`` on the networks' device
+        (a tensor is converted where it is; a new tensor either way)."""
+        if isinstance(action, torch.Tensor):
+            act = action.reshape(n, -1).to(device=self.mid_t.device, dtype=torch.float32)
+        else:
+            act = torch.from_numpy(np.asarray(action, dtype=np.float32).reshape(n, -1)).to(self.mid_t.device)
         return (act - self.mid_t) / self.half_t
 
 
@@ -175,21 +219,23 @@ def tanh_actor_actions(actor: nn.Module, obs: torch.Tensor, box: BoxActions, rng
 
 
 def reward_done_weights(batch, weights, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A batch's rewards (``float32``), done flags (``bool``) and importance weights (``float32``) on ``device``."""
-    rew = torch.from_numpy(np.asarray(batch.reward, dtype=np.float32)).to(device)
-    done = torch.from_numpy(np.asarray(batch.done, dtype=np.bool_)).to(device)
-    w = torch.from_numpy(np.asarray(weights, dtype=np.float32)).to(device)
+    """A batch's rewards (``float32``), done flags (``bool``) and importance weights (``float32``) on ``device``;
+    numpy arrays or tensors (:func:`batch_tensor`: read where they are, never written)."""
+    rew = batch_tensor(batch.reward, device, torch.float32, np.float32)
+    done = batch_tensor(batch.done, device, torch.bool, np.bool_)
+    w = batch_tensor(weights, device, torch.float32, np.float32)
     return rew, done, w
 
 
 def host_discounts(batch, gamma: float) -> np.ndarray | None:
     """A host batch's per-sample ``float32`` ``gamma ** steps`` (n-step returns), or ``None`` when every
     sample is one step (no ``steps`` field, or all ones): the caller keeps its scalar-``gamma`` path, so
-    one-step batches are computed exactly as before n-step returns existed."""
+    one-step batches are computed exactly as before n-step returns existed. A CPU tensor's ``steps`` (a
+    device batch given to a CPU engine) is read as the array it views."""
     steps = getattr(batch, "steps", None)
     if steps is None:
         return None
-    steps = np.asarray(steps)
+    steps = host_array(steps)
     if steps.size == 0 or int(steps.max()) <= 1:
         return None
     return discounts(steps, gamma)
@@ -201,15 +247,32 @@ def bootstrap_discount(batch, gamma: float, device: torch.device) -> float | tor
 
     ``gamma`` itself (a float) when every sample is one step, so one-step targets are the very
     operations they were; else a ``(B,)`` ``float32`` tensor on ``device``. A batch whose ``steps``
-    is a tensor (a device batch) is converted on its device, ``k = 1`` giving exactly ``float32(gamma)``.
+    is a tensor (a device batch) is looked up on its device, with no host synchronisation, in the
+    table the host path reads (:func:`~pearl_core.replay.storage.discount_table`): the same float32
+    values, bit for bit (``k = 1`` gives exactly ``float32(gamma)``).
     """
     steps = getattr(batch, "steps", None)
     if isinstance(steps, torch.Tensor):
-        k = steps.to(device=device).reshape(-1)
-        disc = torch.full(k.shape, float(gamma), dtype=torch.float32, device=device).pow(k.float())
-        return torch.where(k == 1, float(gamma), disc)  # float32(gamma) exactly at one step, whatever pow rounds
+        k = steps.to(device=device, dtype=torch.int64).reshape(-1)
+        table = _device_discounts(float(gamma), torch.device(device))
+        disc = table[k.clamp(0, _DISCOUNT_STEPS)]  # a gather on the device: the host path's values
+        # A k past the table (more than any run's n_step) cannot be looked up without reading k on the
+        # host: its float32 power stands in (within ulps of the table's; float64 is not on every device).
+        far = torch.full(k.shape, float(gamma), dtype=torch.float32, device=device).pow(k.float())
+        return torch.where(k <= _DISCOUNT_STEPS, disc, far)
     disc = host_discounts(batch, gamma)
     return gamma if disc is None else torch.from_numpy(disc).to(device)
+
+
+#: Steps the device discount table covers (``RunConfig.n_step`` is at most 1000).
+_DISCOUNT_STEPS = 1024
+
+
+@functools.lru_cache(maxsize=32)
+def _device_discounts(gamma: float, device: torch.device) -> torch.Tensor:
+    """``float32`` ``[gamma ** 0, ..., gamma ** _DISCOUNT_STEPS]`` on ``device``, as the host path computes
+    them (:func:`~pearl_core.replay.storage.discount_table`); made once per ``(gamma, device)``."""
+    return torch.from_numpy(discount_table(gamma, _DISCOUNT_STEPS)).to(device)
 
 
 def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Optimizer:

@@ -32,8 +32,8 @@ from torch import nn
 from pearl_core.algorithms.ac_engine import NativeEngineThreads, choose_engine, native_inputs
 from pearl_core.algorithms.common import (BoxActions, CountedTrainer, adam, bootstrap_discount, check_hidden,
                                           check_positive, check_unit, hard_update, mlp, polyak_update,
-                                          reward_done_weights, tanh_actor_actions)
-from pearl_core.trainer import UpdateResult
+                                          reward_done_weights, tanh_actor_actions, update_result)
+from pearl_core.trainer import UpdateResult, is_device_batch
 
 __all__ = ["DDPG"]
 
@@ -70,6 +70,9 @@ class DDPG(NativeEngineThreads, CountedTrainer):
     supports_n_step = True  # the target bootstraps with gamma ** batch.steps (bootstrap_discount)
     #: Learner kernels this trainer can run (:meth:`pearl_core.backend.Backend.learner_kernel`).
     learner_kernel_names = ("td3_mlp",)
+    #: Tensor batches on :attr:`device`: the torch path reads them where they are and returns its TD errors
+    #: and metrics there; the native (CPU) step views CPU tensors as numpy arrays.
+    device_batches = True
 
     def __init__(
         self,
@@ -149,9 +152,14 @@ class DDPG(NativeEngineThreads, CountedTrainer):
         return {"actor": (k, k, k), "critic": (1.0 + k, 1.0, 1.0 + k)}
 
     def update_policy(self, batch, weights: np.ndarray) -> UpdateResult:
-        """One critic step (and every ``policy_delay`` updates an actor step and a Polyak step)."""
+        """One critic step (and every ``policy_delay`` updates an actor step and a Polyak step).
+
+        ``batch`` holds numpy arrays, or torch tensors on :attr:`device` (a device batch: TD errors and
+        metrics come back as tensors there, no host synchronisation;
+        :attr:`~pearl_core.trainer.Trainer.device_batches`)."""
+        device_batch = is_device_batch(batch)
         if self._engine is not None and self._engine.handles():
-            return self._update_native(batch, weights)
+            return self._update_native(batch, weights, device_batch)
         obs = self._as_input(batch.obs)
         next_obs = self._as_input(batch.next_obs)
         n = obs.shape[0]
@@ -171,7 +179,7 @@ class DDPG(NativeEngineThreads, CountedTrainer):
             torch.nn.utils.clip_grad_norm_(self._critic_params, self.max_grad_norm, foreach=True)
         self.critic_optimizer.step()
 
-        metrics = {"critic_loss": float(critic_loss.detach()), "q_mean": float(q.detach().mean())}
+        metrics = {"critic_loss": critic_loss.detach(), "q_mean": q.detach().mean()}
         if self.updates % self.policy_delay == 0:
             actor_loss = -self.critic(torch.cat([obs, self.actor(obs)], dim=1)).mean()
             # Gradients for the actor only: the critic's weight gradients are never needed here.
@@ -182,11 +190,11 @@ class DDPG(NativeEngineThreads, CountedTrainer):
                 torch.nn.utils.clip_grad_norm_(self._actor_params, self.max_grad_norm, foreach=True)
             self.actor_optimizer.step()
             polyak_update(self._targets, self._online, self.tau)
-            metrics["actor_loss"] = float(actor_loss.detach())
+            metrics["actor_loss"] = actor_loss.detach()
         self.updates += 1
-        return UpdateResult(td_errors=td.detach().abs_().cpu().numpy(), metrics=metrics)
+        return update_result(td.detach().abs_(), metrics, device_batch)
 
-    def _update_native(self, batch, weights: np.ndarray) -> UpdateResult:
+    def _update_native(self, batch, weights: np.ndarray, device_batch: bool) -> UpdateResult:
         """:meth:`update_policy` in the native kernel (one critic, no smoothing noise)."""
         due = self.updates % self.policy_delay == 0
         td, critic_loss, q_mean, actor_loss = self._engine.td3_step(  # type: ignore[union-attr]
@@ -195,4 +203,5 @@ class DDPG(NativeEngineThreads, CountedTrainer):
         metrics = {"critic_loss": critic_loss, "q_mean": q_mean}
         if due:
             metrics["actor_loss"] = actor_loss
-        return UpdateResult(td_errors=td, metrics=metrics)
+        # a device batch here is on the CPU: its TD errors as a tensor viewing the kernel's array
+        return UpdateResult(td_errors=torch.from_numpy(td) if device_batch else td, metrics=metrics)

@@ -72,11 +72,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from pearl_core.algorithms.cnn import ImageInput, conv_encoder, default_head
-from pearl_core.algorithms.common import (CountedTrainer, adam, bootstrap_discount, check_hidden, check_positive,
-                                          check_unit, hard_update, host_discounts, mlp, polyak_update)
+from pearl_core.algorithms.common import (CountedTrainer, adam, batch_tensor, bootstrap_discount, check_hidden,
+                                          check_positive, check_unit, hard_update, host_array, host_discounts, mlp,
+                                          polyak_update, update_result)
 from pearl_core.errors import InvalidValueError, KernelUnavailableError, SpecError
 from pearl_core.replay.storage import TRANSITION_FIELDS
-from pearl_core.trainer import UpdateResult
+from pearl_core.trainer import UpdateResult, is_device_batch
 
 __all__ = ["DQN", "DuelingQNet"]
 
@@ -146,6 +147,9 @@ class DQN(CountedTrainer):
     action_kind = "discrete"
     acting_net = "q_net"
     supports_n_step = True  # the target bootstraps with gamma ** batch.steps (bootstrap_discount)
+    #: Tensor batches on :attr:`device` (MLP or image observations): the torch path reads them where they
+    #: are and returns its TD errors and metrics there; the CPU engines view CPU tensors as numpy arrays.
+    device_batches = True
     #: Learner kernels this trainer can run (:meth:`pearl_core.backend.Backend.learner_kernel`): a
     #: backend whose device runs no torch can still host the learner if it offers one of them.
     learner_kernel_names = ("dqn_mlp", "dqn_cnn")
@@ -311,17 +315,15 @@ class DQN(CountedTrainer):
         return slot
 
     def _batch_input(self, obs) -> torch.Tensor:
-        """``(n, features)`` float32 on :attr:`device`: a tensor is reshaped and converted on its device
-        (no copy when it is float32 there already); host arrays go as before (``as_input``)."""
-        if isinstance(obs, torch.Tensor) and self._image is None:
-            return obs.reshape(obs.shape[0], -1).to(device=self.device, dtype=torch.float32)
+        """The network's input on :attr:`device`: ``(n, features)`` float32 for an MLP, a tensor reshaped and
+        converted on its device (no copy when it is float32 there already); ``(n, C, H, W)`` scaled float32
+        for a CNN, a ``uint8`` tensor converted and scaled on its device (:meth:`ImageInput.tensor`); host
+        arrays go as before."""
         return self._as_input(obs)
 
     def _batch_field(self, values, dtype: torch.dtype, np_dtype) -> torch.Tensor:
         """One batch field as ``dtype`` on :attr:`device` (a tensor already there and of that dtype: itself)."""
-        if isinstance(values, torch.Tensor):
-            return values.to(device=self.device, dtype=dtype)
-        return torch.from_numpy(np.asarray(values, dtype=np_dtype)).to(self.device)
+        return batch_tensor(values, self.device, dtype, np_dtype)
 
     @property
     def threads_yield(self) -> bool:  # type: ignore[override]
@@ -342,15 +344,18 @@ class DQN(CountedTrainer):
     def update_policy(self, batch, weights: np.ndarray) -> UpdateResult:
         """One Adam step on the importance-weighted Huber loss; returns ``|δ|`` per sample.
 
-        ``batch`` holds numpy arrays, or torch tensors (a :meth:`device_batch_slot`; the torch engine
-        reads them where they are, with the same results as the same values in numpy arrays)."""
+        ``batch`` holds numpy arrays, or torch tensors on :attr:`device` (a device batch,
+        :attr:`~pearl_core.trainer.Trainer.device_batches`, e.g. from :meth:`device_batch_slot`): the torch
+        engine reads them where they are and returns ``|δ|`` and the metrics as tensors there, with no host
+        synchronisation, the same values as the same batch in numpy arrays gives."""
+        device_batch = is_device_batch(batch)
         if self.updates % self.target_update_every == 0:
             if self.tau >= 1.0:
                 hard_update(self.target_net, self.q_net)
             else:
                 polyak_update(self._target_params, self._params, self.tau)
         if self._engine is not None and self._engine.handles(self.optimizer):
-            return self._update_numpy(batch, weights)
+            return self._update_numpy(batch, weights, device_batch)
         obs = self._batch_input(batch.obs)
         next_obs = self._batch_input(batch.next_obs)
         act = self._batch_field(batch.action, torch.int64, np.int64).reshape(-1)
@@ -379,10 +384,13 @@ class DQN(CountedTrainer):
         self.optimizer.step()
         self.updates += 1
 
-        td = (q.detach() - target).abs_().cpu().numpy()
-        return UpdateResult(td_errors=td, metrics={"loss": float(loss.detach()), "q_mean": float(q.detach().mean())})
+        td = (q.detach() - target).abs_()
+        return update_result(td, {"loss": loss, "q_mean": q.detach().mean()}, device_batch)
 
-    def _update_numpy(self, batch, weights: np.ndarray) -> UpdateResult:
+    def _update_numpy(self, batch, weights: np.ndarray, device_batch: bool) -> UpdateResult:
+        """The numpy/native engine's step (CPU only): a device batch's CPU tensors are read as the arrays
+        they view, and its TD errors come back as a tensor viewing the engine's array (float metrics: on
+        the CPU reading them costs no synchronisation)."""
         act = _vec(batch.action, np.int64)
         if self.action_start:
             act = act - self.action_start
@@ -390,7 +398,8 @@ class DQN(CountedTrainer):
             _flat32(batch.obs), act, _vec(batch.reward, np.float32), _flat32(batch.next_obs),
             _vec(batch.done, np.bool_), _vec(weights, np.float32), host_discounts(batch, self.gamma))
         self.updates += 1
-        return UpdateResult(td_errors=td, metrics={"loss": loss, "q_mean": q_mean})
+        return UpdateResult(td_errors=torch.from_numpy(td) if device_batch else td,
+                            metrics={"loss": loss, "q_mean": q_mean})
 
 
 
@@ -432,11 +441,13 @@ def _choose_engine(trainer: DQN, engine: str, learner_kernels: Any, device: str)
 
 
 def _flat32(obs) -> np.ndarray:
-    """``(n, *shape)`` observations as one contiguous ``(n, features)`` float32 block (the MLP's input)."""
-    arr = np.asarray(obs)
+    """``(n, *shape)`` observations (an array or a CPU tensor) as one contiguous ``(n, features)`` float32
+    block (the MLP's input)."""
+    arr = host_array(obs)
     return np.ascontiguousarray(arr.reshape(arr.shape[0], -1), dtype=np.float32)
 
 
 def _vec(values, dtype) -> np.ndarray:
-    """A contiguous 1-D array of ``dtype`` (no copy when it already is one): the engines' per-sample input."""
-    return np.ascontiguousarray(np.asarray(values, dtype=dtype).reshape(-1))
+    """A contiguous 1-D array of ``dtype`` (no copy when it already is one, or a CPU tensor viewing one): the
+    engines' per-sample input."""
+    return np.ascontiguousarray(np.asarray(host_array(values), dtype=dtype).reshape(-1))

@@ -58,10 +58,11 @@ from torch import nn
 from torch.nn import functional as F
 
 from pearl_core.algorithms.ac_engine import NativeEngineThreads, choose_engine, native_inputs
-from pearl_core.algorithms.common import adam, bootstrap_discount, check_hidden, check_positive, mlp, polyak_update
+from pearl_core.algorithms.common import (adam, bootstrap_discount, check_hidden, check_positive, mlp, polyak_update,
+                                          update_result)
 from pearl_core.algorithms.twin_critic import TwinCriticTrainer
 from pearl_core.errors import SpecError
-from pearl_core.trainer import UpdateResult
+from pearl_core.trainer import UpdateResult, is_device_batch
 
 __all__ = ["SAC"]
 
@@ -117,6 +118,9 @@ class SAC(NativeEngineThreads, TwinCriticTrainer):
 
     #: Learner kernels this trainer can run (:meth:`pearl_core.backend.Backend.learner_kernel`).
     learner_kernel_names = ("sac_mlp",)
+    #: Tensor batches on :attr:`device`: the torch path reads them where they are and returns its TD errors
+    #: and metrics (``alpha`` included) there; the native (CPU) step views CPU tensors as numpy arrays.
+    device_batches = True
 
     def __init__(
         self,
@@ -161,8 +165,14 @@ class SAC(NativeEngineThreads, TwinCriticTrainer):
 
     @property
     def alpha(self) -> float:
-        """The current entropy coefficient ``exp(log_alpha)``."""
-        return float(self.log_alpha.value.detach().exp())
+        """The current entropy coefficient ``exp(log_alpha)`` (a python float: reading it synchronises with
+        the device; :meth:`_alpha_tensor` does not)."""
+        return float(self._alpha_tensor())
+
+    def _alpha_tensor(self) -> torch.Tensor:
+        """``exp(log_alpha)`` as a detached 0-d tensor on :attr:`device` (a new tensor: later steps of
+        ``log_alpha`` do not change it)."""
+        return self.log_alpha.value.detach().exp()
 
     # -- acting ------------------------------------------------------------------
     def _mean_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -200,11 +210,16 @@ class SAC(NativeEngineThreads, TwinCriticTrainer):
         return torch.tanh(u), log_prob.sum(dim=1)
 
     def update_policy(self, batch, weights: np.ndarray) -> UpdateResult:
-        """One step of both critics, the actor and (if ``"auto"``) ``alpha``; then a Polyak step."""
+        """One step of both critics, the actor and (if ``"auto"``) ``alpha``; then a Polyak step.
+
+        ``batch`` holds numpy arrays, or torch tensors on :attr:`device` (a device batch: TD errors and
+        metrics come back as tensors there, no host synchronisation;
+        :attr:`~pearl_core.trainer.Trainer.device_batches`)."""
+        device_batch = is_device_batch(batch)
         if self._engine is not None and self._engine.handles():
-            return self._update_native(batch, weights)
+            return self._update_native(batch, weights, device_batch)
         obs, next_obs, act, rew, done, w = self._inputs(batch, weights)
-        alpha = self.log_alpha.value.detach().exp()
+        alpha = self._alpha_tensor()
         with torch.no_grad():
             next_act, next_log_prob = self.sample(next_obs)
             soft_next = self._min_q(next_obs, next_act, target=True) - alpha * next_log_prob
@@ -216,19 +231,19 @@ class SAC(NativeEngineThreads, TwinCriticTrainer):
         self._actor_step(actor_loss)
 
         log_prob = log_prob.detach()
-        metrics.update(actor_loss=float(actor_loss.detach()), entropy=float(-log_prob.mean()))
+        metrics.update(actor_loss=actor_loss.detach(), entropy=-log_prob.mean())
         if self.alpha_optimizer is not None:
             alpha_loss = -(self.log_alpha.value * (log_prob + self.target_entropy)).mean()
             self.alpha_optimizer.zero_grad(set_to_none=True)
             alpha_loss.backward()
             self.alpha_optimizer.step()
-            metrics["alpha_loss"] = float(alpha_loss.detach())
-        metrics["alpha"] = self.alpha
+            metrics["alpha_loss"] = alpha_loss.detach()
+        metrics["alpha"] = self._alpha_tensor()  # after its step; a float (self.alpha) would synchronise
         polyak_update(self._targets, self._critic_params, self.tau)
         self.updates += 1
-        return UpdateResult(td_errors=td.cpu().numpy(), metrics=metrics)
+        return update_result(td, metrics, device_batch)
 
-    def _update_native(self, batch, weights: np.ndarray) -> UpdateResult:
+    def _update_native(self, batch, weights: np.ndarray, device_batch: bool) -> UpdateResult:
         """:meth:`update_policy` in the native kernel; both ``eps`` are drawn here, as the torch path's
         two :meth:`sample` calls draw them (``s'`` first, then ``s``)."""
         inputs = native_inputs(self, batch, weights)
@@ -242,4 +257,5 @@ class SAC(NativeEngineThreads, TwinCriticTrainer):
         if self.alpha_optimizer is not None:
             metrics["alpha_loss"] = alpha_loss
         metrics["alpha"] = alpha
-        return UpdateResult(td_errors=td, metrics=metrics)
+        # a device batch here is on the CPU: its TD errors as a tensor viewing the kernel's array
+        return UpdateResult(td_errors=torch.from_numpy(td) if device_batch else td, metrics=metrics)

@@ -53,9 +53,9 @@ from torch import nn
 
 from pearl_core.algorithms.ac_engine import NativeEngineThreads, choose_engine, native_inputs
 from pearl_core.algorithms.common import (adam, bootstrap_discount, check_hidden, check_positive, check_unit,
-                                          hard_update, mlp, polyak_update, tanh_actor_actions)
+                                          hard_update, mlp, polyak_update, tanh_actor_actions, update_result)
 from pearl_core.algorithms.twin_critic import TwinCriticTrainer
-from pearl_core.trainer import UpdateResult
+from pearl_core.trainer import UpdateResult, is_device_batch
 
 __all__ = ["TD3"]
 
@@ -88,6 +88,9 @@ class TD3(NativeEngineThreads, TwinCriticTrainer):
 
     #: Learner kernels this trainer can run (:meth:`pearl_core.backend.Backend.learner_kernel`).
     learner_kernel_names = ("td3_mlp",)
+    #: Tensor batches on :attr:`device`: the torch path reads them where they are and returns its TD errors
+    #: and metrics there; the native (CPU) step views CPU tensors as numpy arrays.
+    device_batches = True
 
     def __init__(
         self,
@@ -156,9 +159,14 @@ class TD3(NativeEngineThreads, TwinCriticTrainer):
         return next_act
 
     def update_policy(self, batch, weights: np.ndarray) -> UpdateResult:
-        """One step of both critics; every ``policy_delay``-th update also an actor and a Polyak step."""
+        """One step of both critics; every ``policy_delay``-th update also an actor and a Polyak step.
+
+        ``batch`` holds numpy arrays, or torch tensors on :attr:`device` (a device batch: TD errors and
+        metrics come back as tensors there, no host synchronisation;
+        :attr:`~pearl_core.trainer.Trainer.device_batches`)."""
+        device_batch = is_device_batch(batch)
         if self._engine is not None and self._engine.handles():
-            return self._update_native(batch, weights)
+            return self._update_native(batch, weights, device_batch)
         obs, next_obs, act, rew, done, w = self._inputs(batch, weights)
         with torch.no_grad():
             q_next = self._min_q(next_obs, self.target_actions(next_obs), target=True)
@@ -169,10 +177,10 @@ class TD3(NativeEngineThreads, TwinCriticTrainer):
             actor_loss = -self.critic1(torch.cat([obs, self.actor(obs)], dim=1)).mean()
             self._actor_step(actor_loss)
             polyak_update(self._targets, self._online, self.tau)
-            metrics["actor_loss"] = float(actor_loss.detach())
-        return UpdateResult(td_errors=td.cpu().numpy(), metrics=metrics)
+            metrics["actor_loss"] = actor_loss.detach()
+        return update_result(td, metrics, device_batch)
 
-    def _update_native(self, batch, weights: np.ndarray) -> UpdateResult:
+    def _update_native(self, batch, weights: np.ndarray, device_batch: bool) -> UpdateResult:
         """:meth:`update_policy` in the native kernel; the smoothing noise is drawn here, as the torch path draws it."""
         inputs = native_inputs(self, batch, weights)
         noise = None
@@ -186,4 +194,5 @@ class TD3(NativeEngineThreads, TwinCriticTrainer):
         metrics = {"critic_loss": critic_loss, "q_mean": q_mean}
         if due:
             metrics["actor_loss"] = actor_loss
-        return UpdateResult(td_errors=td, metrics=metrics)
+        # a device batch here is on the CPU: its TD errors as a tensor viewing the kernel's array
+        return UpdateResult(td_errors=torch.from_numpy(td) if device_batch else td, metrics=metrics)

@@ -61,7 +61,8 @@ class TwinCriticTrainer(CountedTrainer):
         self.critic_optimizer = adam(self._critic_params, check_positive(lr, owner, "critic_lr"))
 
     def _inputs(self, batch, weights) -> tuple[torch.Tensor, ...]:
-        """``obs, next_obs, act`` (normalised), ``rew, done, w`` of a batch, on the networks' device."""
+        """``obs, next_obs, act`` (normalised), ``rew, done, w`` of a batch, on the networks' device (numpy
+        arrays, or a device batch's tensors read where they are and never written)."""
         obs = self._as_input(batch.obs)
         next_obs = self._as_input(batch.next_obs)
         act = self.box.normalise(batch.action, obs.shape[0])
@@ -74,8 +75,10 @@ class TwinCriticTrainer(CountedTrainer):
         return torch.minimum(q1(sa), q2(sa)).squeeze(1)
 
     def _critic_step(self, obs: torch.Tensor, act: torch.Tensor, target: torch.Tensor,
-                     w: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        """One step of both critics on ``mean(w * (δ1² + δ2²))``; returns ``(|δ1| + |δ2|) / 2`` and metrics.
+                     w: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """One step of both critics on ``mean(w * (δ1² + δ2²))``; returns ``(|δ1| + |δ2|) / 2`` and metrics,
+        as detached tensors (read only by :func:`~pearl_core.algorithms.common.update_result`: no host
+        synchronisation here).
 
         The priority is the mean of the two errors: both critics train on every sample and the loss
         holds both, so a sample is worth replaying as much as it surprises the two together.
@@ -91,7 +94,7 @@ class TwinCriticTrainer(CountedTrainer):
             torch.nn.utils.clip_grad_norm_(self._critic_params, self.max_grad_norm, foreach=True)
         self.critic_optimizer.step()
         td = (td1.detach().abs() + td2.detach().abs()).mul_(0.5)
-        return td, {"critic_loss": float(loss.detach()), "q_mean": float(q1.detach().mean())}
+        return td, {"critic_loss": loss.detach(), "q_mean": q1.detach().mean()}
 
     def _actor_step(self, loss: torch.Tensor) -> None:
         """Adam on the actor from ``loss``; gradients for the actor only (the critics' are never needed)."""
