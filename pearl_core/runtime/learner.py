@@ -240,7 +240,7 @@ class _Learner(_Worker):
                 mark(Phase.UPDATE, step.updates + 1)
                 slot["td"][:] = step.train(self.batches[seq % n], slot["weights"])
                 self.updated()
-                metrics = dict(step.last.metrics) if step.updates % every == 0 else None
+                metrics = step.metrics() if step.updates % every == 0 else None
                 self.send(Trained(seq, metrics, step.learner_s))
             elif kind is StateRequest:
                 self.send(StateReply(self.state_blob()))
@@ -323,7 +323,7 @@ class _Colocated(_Worker):
             self.updated()
             self.publish_s += time.perf_counter() - t
             if step.updates % every == 0:
-                self.send(Progress(step.updates, dict(step.last.metrics), step.learner_s, self.phases()))
+                self.send(Progress(step.updates, step.metrics(), step.learner_s, self.phases()))
 
 
 def run_colocated(spec: LearnerSpec) -> None:

@@ -204,7 +204,7 @@ class _Run:
         st.updates = learner.updates
         self.good_weights = learner.checked_weights()  # raises DataError naming the update if it diverged
         self.good_at = learner.updates
-        self.session.record_metrics(learner.last.metrics)
+        self.session.record_metrics(learner.metrics())
 
     def evaluate(self) -> None:
         t = time.perf_counter()

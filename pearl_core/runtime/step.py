@@ -23,6 +23,7 @@ from typing import Mapping
 
 import numpy as np
 
+from pearl_core.errors import InvalidValueError
 from pearl_core.replay.base import ReplayManager, SampledBatch, check_td_errors
 from pearl_core.runtime.config import RunConfig
 from pearl_core.runtime.sanity import check_weights
@@ -98,6 +99,15 @@ class LearnerStep:
         batch_size: rows per sampled batch.
         updates: updates already done (a resumed run continues the count).
 
+    **The device path.** Where the trainer declares :attr:`~pearl_core.trainer.Trainer.device_batches`
+    and the replay offers its device face on the trainer's torch device
+    (:attr:`~pearl_core.replay.ReplayManager.device`), the whole update runs there: ``sample_device``,
+    ``update_policy`` on the tensors, ``update_priorities_device`` with the trainer's TD error tensor;
+    nothing is read back per update. What the host path checks each update is checked every
+    ``check_every`` updates and at every :meth:`checked_weights` (one read of the replay's flags:
+    :meth:`~pearl_core.replay.ReplayManager.check_device_errors`), and the metrics are read when asked
+    (:meth:`metrics`). :attr:`on_device` says which path runs.
+
     A trainer may define ``device_batch_slot(storage, batch_size)`` returning
     destination buffers on its device (a mapping of the transition fields and a
     host ``"weights"`` array) that the replay's storage gathers into, or ``None``;
@@ -115,24 +125,30 @@ class LearnerStep:
     """
 
     def __init__(self, trainer: Trainer | None, replay: ReplayManager | None, batch_size: int, *,
-                 updates: int = 0):
+                 updates: int = 0, check_every: int = 100):
         self.trainer = trainer
         self.replay = replay
         self.batch_size = int(batch_size)
         self.updates = int(updates)
+        self.check_every = max(1, int(check_every))
         self.learner_s = self.sample_s = self.apply_s = 0.0
         self.last: UpdateResult | None = None
         self._keeps = replay is not None and replay.keeps_priorities
+        self.on_device = _device_path(trainer, replay)
+        self._checked_at = self.updates
         # Trainer and replay in one process (serial, setting 2): a device trainer may give destination
         # buffers on its device that the storage gathers into, so that the batch never crosses the host.
-        make_slot = getattr(trainer, "device_batch_slot", None) if replay is not None else None
+        make_slot = getattr(trainer, "device_batch_slot", None) if replay is not None and not self.on_device else None
         self.device_slot = make_slot(replay.storage, self.batch_size) if callable(make_slot) else None
 
     def sample(self, out: Mapping[str, np.ndarray] | None = None) -> SampledBatch:
         """Draw the next batch (into ``out``, e.g. the learner's batch slot, if given; else into the
         trainer's device slot, when it has one)."""
         t = time.perf_counter()
-        sampled = self.replay.sample(self.batch_size, out if out is not None else self.device_slot)
+        if self.on_device and out is None:
+            sampled = self.replay.sample_device(self.batch_size)
+        else:
+            sampled = self.replay.sample(self.batch_size, out if out is not None else self.device_slot)
         self.sample_s += time.perf_counter() - t
         return sampled
 
@@ -146,13 +162,28 @@ class LearnerStep:
         result = self.trainer.update_policy(batch, weights)
         self.learner_s += time.perf_counter() - t
         self.last = result
-        td = check_td_errors(result.td_errors, self.batch_size, f"Trainer.update_policy (update {self.updates + 1})")
+        if self.on_device and _is_tensor(batch.reward):
+            # the shape here; the values' finiteness on the device, read back at the next check
+            return check_device_td(result.td_errors, self.batch_size, batch.reward.device,
+                                   f"Trainer.update_policy (update {self.updates + 1})")
+        td = result.td_errors
+        if _is_tensor(td):  # a device trainer's TD errors on the host path (a device slot): read them here
+            td = td.detach().cpu().numpy()
+        td = check_td_errors(td, self.batch_size, f"Trainer.update_policy (update {self.updates + 1})")
         if self.replay is None:  # the training half alone: its update is done here
             self.updates += 1
         return td
 
     def apply(self, indices: np.ndarray, td: np.ndarray) -> None:
         """Turn the validated TD errors of the sampled ``indices`` into priorities; one update done."""
+        if self.on_device and _is_tensor(indices):
+            t = time.perf_counter()
+            self.replay.update_priorities_device(indices, td)
+            self.apply_s += time.perf_counter() - t
+            self.updates += 1
+            if self.updates - self._checked_at >= self.check_every:
+                self.check_device()
+            return
         if self._keeps:  # uniform replay keeps no priorities: nothing to store
             t = time.perf_counter()
             self.replay.update_priorities(indices, td, checked=True)
@@ -165,10 +196,72 @@ class LearnerStep:
         Raises:
             DataError: a NaN/inf (names the weight and :attr:`updates`); nothing should be published.
         """
+        if self.on_device:
+            self.check_device()
         return check_weights(self.trainer.get_weights(), update=self.updates)
+
+    def check_device(self) -> None:
+        """Read back what the device path flagged since the last check (one read; nothing on the host path).
+
+        Raises:
+            InvalidValueError: a TD error in updates ``(last check, now]`` was NaN/inf (that batch changed no
+                priority); the message names the updates.
+        """
+        if not self.on_device:
+            return
+        first, self._checked_at = self._checked_at + 1, self.updates
+        try:
+            self.replay.check_device_errors()
+        except InvalidValueError as exc:
+            raise InvalidValueError(f"Trainer.update_policy (updates {first}-{self.updates}): {exc}") from exc
+
+    def metrics(self) -> dict[str, float]:
+        """The latest update's metrics as floats (a device update's are tensors: this reads them back)."""
+        if self.last is None:
+            return {}
+        return {name: float(value) for name, value in self.last.metrics.items()}
 
     def step(self) -> UpdateResult:
         """The whole update in this process: sample, train, apply."""
         sampled = self.sample()
         self.apply(sampled.indices, self.train(sampled.batch, sampled.weights))
         return self.last
+
+
+def _is_tensor(value) -> bool:
+    return type(value).__module__.startswith("torch")
+
+
+def _device_path(trainer: Trainer | None, replay: ReplayManager | None) -> bool:
+    """Whether :class:`LearnerStep` runs the device path: the trainer declares device batches and the replay
+    offers its device face on the trainer's torch device."""
+    if trainer is None or replay is None or not getattr(type(trainer), "device_batches", False):
+        return False
+    where = replay.device
+    if where is None:
+        return False
+    import torch
+
+    mine = getattr(trainer, "device", None)
+    return mine is not None and torch.device(mine) == where
+
+
+def check_device_td(td, n: int, device, owner: str):
+    """A device update's TD errors: a real ``(n,)`` tensor on ``device`` (checked from its metadata alone; the
+    values' finiteness is checked on the device, by the replay's flags).
+
+    Raises:
+        InvalidValueError: not a tensor there, or not one TD error per row.
+    """
+    import torch
+
+    if not isinstance(td, torch.Tensor) or td.device != torch.device(device):
+        where = f"a tensor on {td.device}" if isinstance(td, torch.Tensor) else type(td).__name__
+        raise InvalidValueError(
+            f"{owner}: a device batch gave td_errors as {where}; expected a tensor on {device} (the trainer "
+            "declares device_batches = True). Fix: return the TD errors where the batch is, without .cpu().")
+    if td.ndim != 1 or td.shape[0] != n or td.dtype.is_complex or td.dtype == torch.bool:
+        raise InvalidValueError(
+            f"{owner}: td_errors has shape {tuple(td.shape)} and dtype {td.dtype}; expected ({n},) real numbers, "
+            "one per sampled row. Fix: return the per-sample TD errors (td.reshape(-1)).")
+    return td.detach()
