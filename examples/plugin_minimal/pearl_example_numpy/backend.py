@@ -5,8 +5,8 @@ plugin provides: a sum tree, a learner kernel (torch does not run on the kind),
 a Data Storage, a transport and a cost model.
 """
 
-from pearl_core.backend import Availability, Backend, DeviceInfo
 from pearl_core.errors import InvalidOptionError
+from pearl_core.sdk import Availability, Backend, DeviceInfo
 
 from pearl_example_numpy.sumtree import TwoLevelSumTree
 

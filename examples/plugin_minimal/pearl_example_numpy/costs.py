@@ -34,8 +34,8 @@ what the plan reads from it: ``rm_threads`` / ``co_rm_threads`` become the plan'
 
 import math
 
-from pearl_core.composer.matrix import CostCell, DeviceRow
 from pearl_core.errors import SpecError
+from pearl_core.sdk import CostCell, DeviceRow
 
 DEFAULTS = {"launch_latency_s": 10e-6, "mem_bandwidth_Bps": 10e9, "peak_flops": 50e9}
 

@@ -7,7 +7,7 @@ A ``numpy`` device's memory is host memory, so the core's
 :class:`~pearl_core.replay.storage.Batch`) and ``field`` (a host copy).
 """
 
-from pearl_core.replay.storage import DataStorage
+from pearl_core.sdk import DataStorage
 
 
 class NumpyStorage(DataStorage):

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from pearl_core.sumtree import SumTree, check_capacity_fanout, check_indices, check_masses, check_priorities
+from pearl_core.sdk import SumTree, check_capacity_fanout, check_indices, check_masses, check_priorities
 
 
 class TwoLevelSumTree(SumTree):

@@ -1,7 +1,7 @@
 """The example's LAQ/LDQ transport: the core's PipeQueue, counting every message put."""
 
 from pearl_core.errors import InvalidValueError
-from pearl_core.runtime.queues import PipeQueue
+from pearl_core.sdk import PipeQueue
 
 from pearl_example_numpy import counters
 

@@ -7,14 +7,11 @@ import os
 import platform
 from typing import TYPE_CHECKING, Any, Callable
 
-from pearl_core.backend import Availability, Backend, DeviceInfo
 from pearl_core.errors import InvalidOptionError
-from pearl_core.sumtree import SumTree
+from pearl_core.sdk import Availability, Backend, DeviceInfo, SumTree
 
 if TYPE_CHECKING:
-    from pearl_core.composer.matrix import DeviceRow
-    from pearl_core.composer.spec import DeviceSpec
-    from pearl_core.composer.workload import Workload
+    from pearl_core.sdk import DeviceRow, DeviceSpec, Workload
 
 
 def _cpu_model() -> str:
@@ -171,16 +168,18 @@ class CpuBackend(Backend):
         small models are most of an update (see docs/composer.md). A quick
         profile (fewer iterations) skips these runs.
         """
-        from pearl_core.composer.matrix import CostCell, DeviceRow
-        from pearl_core.composer.calibrate import calibrate_host_variants, learner_threads_yield
-        from pearl_core.composer.profiling import (
+        from pearl_core.errors import PearlError
+        from pearl_core.sdk import (
+            CostCell,
+            DeviceRow,
+            calibrate_host_variants,
+            learner_threads_yield,
             profile_actor_step,
             profile_learner,
             profile_message_hop,
             profile_replay_ops,
             profile_worker_loop,
         )
-        from pearl_core.errors import PearlError
 
         # A profile measures this machine: never more threads than it has, whatever the spec says.
         threads = min(int(device.threads or device.cores or os.cpu_count() or 1), os.cpu_count() or 1)

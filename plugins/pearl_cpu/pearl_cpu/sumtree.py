@@ -15,7 +15,7 @@ import os
 import numpy as np
 
 from pearl_core.errors import InvalidDTypeError, InvalidValueError
-from pearl_core.sumtree import SumTree, check_capacity_fanout
+from pearl_core.sdk import SumTree, check_capacity_fanout
 
 from pearl_cpu import _sumtree
 

@@ -9,17 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pearl_core.backend import Availability, Backend, DeviceInfo
 from pearl_core.errors import BackendUnavailableError, InvalidOptionError
-from pearl_core.sumtree import SumTree
+from pearl_core.sdk import Availability, Backend, DeviceInfo, SumTree
 from pearl_cuda.detect import list_gpus, probe
 from pearl_cuda.device import check_visible, cuda_ordinal
 
 if TYPE_CHECKING:
-    from pearl_core.composer.matrix import DeviceRow
-    from pearl_core.composer.spec import DeviceSpec
-    from pearl_core.composer.workload import Workload
-    from pearl_core.replay.storage import DataStorage, StorageSpec
+    from pearl_core.sdk import DataStorage, DeviceRow, DeviceSpec, StorageSpec, Workload
 
 __all__ = ["CudaBackend", "probe_cuda"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from pearl_core.backend import DeviceInfo
+from pearl_core.sdk import DeviceInfo
 
 __all__ = ["PowerMeter", "gpu_info", "list_gpus", "probe"]
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pearl_core.sumtree import SumTree, check_indices, check_masses, check_priorities
+from pearl_core.sdk import SumTree, check_indices, check_masses, check_priorities
 from pearl_cuda.layout import TreeLayout
 
 __all__ = ["EmulatedSumTree", "claim_owners", "descend", "recompute_levels"]

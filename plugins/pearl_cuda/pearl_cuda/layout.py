@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pearl_core.sumtree import check_capacity_fanout
+from pearl_core.sdk import check_capacity_fanout
 
 __all__ = ["TreeLayout"]
 

@@ -38,8 +38,8 @@ import statistics
 import time
 from typing import Any, Callable, Mapping
 
-from pearl_core.composer.matrix import CELL_NAMES, CostCell, DeviceRow
 from pearl_core.errors import InvalidValueError
+from pearl_core.sdk import CELL_NAMES, CostCell, DeviceRow
 
 __all__ = ["device_ordinal", "median_s", "profile_device", "row_from_measurements", "time_calls"]
 
@@ -184,7 +184,7 @@ def _real_trainer_s(wl: Any, ordinal: int, iterations: int, warmup: int, notes: 
         notes.append("the workload names no env/trainer: the learner cell is the stream-search figure")
         return None
     try:
-        from pearl_core.composer.profiling import profile_learner
+        from pearl_core.sdk import profile_learner
 
         return profile_learner(wl, iterations=iterations, warmup=warmup,
                                trainer_kwargs={"device": f"cuda:{ordinal}"})

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pearl_core.backend import Availability, Backend, DeviceInfo
 from pearl_core.errors import BackendUnavailableError, InvalidOptionError, InvalidValueError
-from pearl_core.sumtree import SumTree, check_capacity_fanout
+from pearl_core.sdk import Availability, Backend, DeviceInfo, SumTree, check_capacity_fanout
 
 from pearl_fpga.runtime import EMULATION_NOTE
 
@@ -115,7 +114,7 @@ class FpgaBackend(Backend):
         (a user's DQN subclass may change the update, which the pipeline would silently not do)."""
         import functools
 
-        from pearl_core.algorithms.dqn import DQN
+        from pearl_core.sdk import DQN
 
         from pearl_fpga.dqn import FpgaDQN
 

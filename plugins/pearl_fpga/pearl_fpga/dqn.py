@@ -19,8 +19,8 @@ import copy
 
 import numpy as np
 
-from pearl_core.algorithms.dqn import DQN
 from pearl_core.errors import SpecError
+from pearl_core.sdk import DQN
 
 from pearl_fpga.learner import F32, MLPPipeline, linear_relu_dims
 from pearl_fpga.runtime import Runtime
@@ -124,7 +124,7 @@ class FpgaDQN(DQN):
         reads as it is (then the batch never leaves the device), else ``None`` (host arrays).
 
         The runtime's learner step asks for it (setting 2 with RM, Data Storage and learner on the FPGA)."""
-        from pearl_core.replay.storage import TRANSITION_FIELDS
+        from pearl_core.sdk import TRANSITION_FIELDS
         from pearl_fpga.storage import DeviceRows, FpgaStorage
 
         p = self.pipeline
@@ -144,7 +144,7 @@ class FpgaDQN(DQN):
         return slot
 
     def update_policy(self, batch, weights: np.ndarray):
-        from pearl_core.trainer import UpdateResult
+        from pearl_core.sdk import UpdateResult
 
         from pearl_fpga.storage import DeviceRows
 

@@ -55,9 +55,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 if TYPE_CHECKING:
-    from pearl_core.composer.matrix import DeviceRow
-    from pearl_core.composer.spec import DeviceSpec
-    from pearl_core.composer.workload import LearnerLayer, Workload
+    from pearl_core.sdk import DeviceRow, DeviceSpec, LearnerLayer, Workload
 
 __all__ = ["FpgaBudget", "LearnerDesign", "RMDesign", "Stage", "device_row", "learner_design", "learner_stages",
            "rm_design", "rm_insert_s", "rm_sample_s", "rm_update_s"]
@@ -239,7 +237,7 @@ def device_row(device: "DeviceSpec", workload: "Workload") -> "DeviceRow":
 
     Device options: ``initiation_interval`` (default 2), ``dsp_per_mac`` (default 1).
     """
-    from pearl_core.composer.matrix import CostCell, DeviceRow
+    from pearl_core.sdk import CostCell, DeviceRow
 
     ii = _int_option(device, "initiation_interval", 2)
     dsp_per_mac = _int_option(device, "dsp_per_mac", 1)

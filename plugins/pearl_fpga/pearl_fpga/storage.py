@@ -20,7 +20,7 @@ from typing import Mapping
 
 import numpy as np
 
-from pearl_core.replay.storage import TRANSITION_FIELDS, Batch, DataStorage, StorageSpec
+from pearl_core.sdk import TRANSITION_FIELDS, Batch, DataStorage, StorageSpec
 
 from pearl_fpga import counters
 from pearl_fpga.runtime import Runtime, kernel_source

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pearl_core.sumtree import SumTree, check_capacity_fanout, check_indices, check_masses, check_priorities
+from pearl_core.sdk import SumTree, check_capacity_fanout, check_indices, check_masses, check_priorities
 
 from pearl_fpga.runtime import Runtime, kernel_source
 
