@@ -29,8 +29,11 @@ class only overrides where the rows are:
 * ``field(name)`` — a read-only host copy of the whole field.
 * :meth:`CudaStorage.device_out` — destination torch tensors on this GPU for
   a sampled batch (``None`` for any other torch device).
-* :meth:`CudaStorage.gather_device` — the device face: the gathered fields as
-  cupy arrays on the GPU, no host copy (for a device-resident sampler).
+* :meth:`CudaStorage.gather_device` — the device face
+  (:class:`~pearl_core.replay.device.DeviceStorage`): the rows at torch indices
+  on this GPU gathered into torch tensors there, ordered by events against
+  torch's stream, no host copy and no host wait (what the core's replay samples
+  through when its tree is on this GPU too).
 
 :attr:`CudaStorage.bytes_h2d` and :attr:`CudaStorage.bytes_d2h` count every
 byte this storage moved each way (rows, indices, batches, field reads), so a
@@ -49,7 +52,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from pearl_core.errors import InvalidDTypeError, InvalidValueError
-from pearl_core.replay.storage import TRANSITION_FIELDS, Batch, DataStorage, StorageSpec
+from pearl_core.sdk import TRANSITION_FIELDS, Batch, DataStorage, StorageSpec
 from pearl_cuda.device import cuda_ordinal
 from pearl_cuda.interop import is_torch_tensor
 from pearl_cuda.transport import SlotRing, chunk_rows
@@ -116,6 +119,7 @@ class CudaStorage(DataStorage):
         self.bytes_d2h = 0
         self.batches_on_device = 0
         self._views: dict[int, tuple[Any, Any]] = {}  # id(tensor) -> (tensor, its cupy view), from device_out
+        self._device_batches: dict[int, dict[str, Any]] = {}  # batch size -> gather_device's own tensors
         super().__init__(spec, capacity)  # validates spec and capacity, then calls _allocate
 
     # ------------------------------------------------------------------ the DataStorage hooks
@@ -244,18 +248,23 @@ class CudaStorage(DataStorage):
 
     def _take_into_tensors(self, idx: np.ndarray, n: int, out: Mapping[str, Any]) -> Batch:
         """The rows at ``idx`` gathered into ``out``'s tensors on this GPU; nothing is copied to the host."""
-        cp = self._cp
         with self._dev:
             views = {name: self._destination(name, out[name], n) for name in TRANSITION_FIELDS}  # before any work
-            consumer = self._torch_stream()
-            self._stream.wait_event(consumer.record())  # torch's reads of the last batch come first
-            dev_idx = self._send_indices(idx, n)
-            with self._stream:
-                for name, arr in self._arrays.items():
-                    cp.take(arr.view(np.uint8) if arr.dtype == np.bool_ else arr, dev_idx, axis=0, out=views[name])
-            consumer.wait_event(self._stream.record())  # torch's next kernels see this batch
+            self._gather_into(self._send_indices(idx, n), views)
         self.batches_on_device += 1
         return Batch.of(out)
+
+    def _gather_into(self, dev_idx: Any, views: Mapping[str, Any]) -> None:
+        """``cupy.take`` of every field at ``dev_idx`` into ``views`` (cupy views of torch tensors), on this
+        storage's stream, after torch's work queued so far (its reads of the last batch, the indices it
+        made) and before torch's next kernels; the host does not wait."""
+        cp = self._cp
+        consumer = self._torch_stream()
+        self._stream.wait_event(consumer.record())
+        with self._stream:
+            for name, arr in self._arrays.items():
+                cp.take(arr.view(np.uint8) if arr.dtype == np.bool_ else arr, dev_idx, axis=0, out=views[name])
+        consumer.wait_event(self._stream.record())
 
     def _destination(self, name: str, dst: Any, n: int) -> Any:
         """The cupy view of the tensor ``dst`` that field ``name`` is gathered into, after checking it."""
@@ -296,22 +305,40 @@ class CudaStorage(DataStorage):
         return self._cp.cuda.ExternalStream(ptr) if ptr else self._cp.cuda.Stream.null
 
     # ------------------------------------------------------------------ device face
-    def gather_device(self, indices: Any) -> dict[str, Any]:
-        """The rows at device ``indices`` (cupy array or CUDA tensor), as new cupy arrays; no host copy.
+    @property
+    def torch_device(self) -> Any:
+        """torch's name for this storage's GPU (the device face's tensors live there)."""
+        return self._torch_device()
 
-        The gather runs on the storage's stream after every earlier write; the
-        caller's current stream is made to wait for it (no host sync).
-        Indices are not bound-checked (that would sync): pass filled slots,
-        e.g. from ``CudaSumTree.sample_device`` after ``check_errors``;
-        cupy wraps an out-of-range index.
+    def gather_device(self, indices: Any, out: Mapping[str, Any] | None = None) -> Batch:
+        """The rows at ``indices`` (an ``int64`` torch tensor on this GPU, e.g. the tree's device-face sample),
+        gathered into ``out``'s tensors (:meth:`device_out`'s layout) or into tensors this storage keeps per
+        batch size (overwritten by the next gather of that size: read a batch before the next sample, or
+        clone it). No host copy and no host wait: the gather waits (by an event) for torch's work queued
+        so far, which made the indices, and torch's next kernels wait for the gather.
+
+        Indices are not bound-checked (that would read the device): pass filled slots.
         """
-        from pearl_cuda.interop import as_device_array
+        import torch
 
+        n = int(indices.shape[0])
+        if out is None:
+            kept = self._device_batches.get(n)
+            if kept is None:
+                kept = self.device_out(n, self._torch_device())
+                if kept is None:
+                    raise InvalidDTypeError(
+                        f"CudaStorage.gather_device: a stored dtype of {self.spec} has no torch dtype, so the batch "
+                        "cannot stay on the GPU as tensors. Fix: store observations/actions as bool, integer or "
+                        "float types torch has (e.g. float32), or sample through the host face.")
+                self._device_batches[n] = kept
+            out = kept
         with self._dev:
-            idx, _ = as_device_array(indices, np.int64, "indices")
-            gathered = self._gather_device_idx(idx, reuse=False)
-            self._cp.cuda.get_current_stream().wait_event(self._stream.record())
-        return gathered
+            views = {name: self._destination(name, out[name], n) for name in TRANSITION_FIELDS}
+            dev_idx = self._cupy_view(indices.to(torch.int64))
+            self._gather_into(dev_idx, views)
+        self.batches_on_device += 1
+        return Batch.of(out)
 
     def _gather(self, idx: np.ndarray, n: int, reuse: bool) -> dict[str, Any]:
         return self._gather_device_idx(self._send_indices(idx, n), reuse=reuse)

@@ -6,9 +6,11 @@
   so a rejected call changes nothing; then one host→device copy of the batch,
   the kernels, one device→host copy of the result. The conformance kit runs on
   this face unchanged.
-* **Device face** — ``update_device``/``get_device``/``sample_device``/
-  ``total_device`` take and return cupy arrays or torch CUDA tensors (DLPack,
-  zero-copy) and never synchronise with the host. Bad values cannot corrupt
+* **Device face** (:class:`~pearl_core.replay.device.DeviceSumTree`) —
+  ``update_device``/``get_device``/``sample_device`` take and return cupy
+  arrays or torch CUDA tensors (DLPack, zero-copy), ``total_device`` is the
+  root as a one-element torch tensor on :attr:`CudaSumTree.torch_device`; none
+  synchronises with the host. Bad values cannot corrupt
   memory (kernels bound-check every index), are skipped, and set a bit in a
   device-side error word; :meth:`CudaSumTree.check_errors` reads it (one sync)
   and raises the contract's error. Use the device face between device-resident
@@ -31,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from pearl_core.errors import EmptyTreeError, InvalidIndexError, InvalidValueError
-from pearl_core.sumtree import MASS_DRIFT_RTOL, SumTree, check_indices, check_masses, check_priorities
+from pearl_core.sdk import MASS_DRIFT_RTOL, SumTree, check_indices, check_masses, check_priorities
 from pearl_cuda.device import cuda_ordinal
 from pearl_cuda.interop import as_device_array, like_input
 from pearl_cuda.layout import TreeLayout
@@ -135,8 +137,17 @@ class CudaSumTree(SumTree):
         return like_input(self._sample(x), origin)
 
     def total_device(self) -> Any:
-        """The root (sum of all priorities) as a 1-element cupy array; a live view, not a copy."""
-        return self.tree[0:1]
+        """The root (sum of all priorities) as a 1-element torch tensor on this GPU; a live view, not a copy."""
+        import torch
+
+        return torch.from_dlpack(self.tree[0:1])
+
+    @property
+    def torch_device(self) -> Any:
+        """torch's name for this tree's GPU (where the device face's tensors live)."""
+        import torch
+
+        return torch.device("cuda", self.device_id)
 
     def check_errors(self, clear: bool = True) -> None:
         """Raise the contract's error for bad input seen by device-face calls so far (syncs once)."""

@@ -241,22 +241,28 @@ def section_learner(out: str | None, iters: int) -> int:
         why = problem or f"torch {torch.__version__} has no CUDA (torch.cuda.is_available() is False)"
         emit(out, f"- **not measured**: {why}")
         return NO_GPU_EXIT
-    from pearl_cuda.colocated import DeviceReplay, colocated_step
+    import pearl_core
+    from pearl_core.replay import PrioritizedReplay, StorageSpec
+    from pearl_core.runtime.step import LearnerStep
     from pearl_cuda.learner import SyntheticLearner, search_streams
 
     emit(out, f"- torch {torch.__version__} (CUDA {torch.version.cuda}) on {torch.cuda.get_device_name(0)}; "
               f"{iters} timed steps, median")
     emit(out, "- *streams S* = synthetic step with the batch split over S CUDA streams (paper's search); "
               "*graph* = the S=1 step as a CUDA graph; *DQN GPU/CPU* = the runtime's DQN.update_policy "
-              "(numpy batch in, TD errors out); *setting 2* = one DeviceReplay sample + DQN step + priority update\n")
+              "(numpy batch in, TD errors out); *setting 2* = one LearnerStep over the core's PrioritizedReplay on "
+              "CudaStorage + CudaSumTree: device-face sample + DQN step on the device batch + priority write-back\n")
     emit(out, "| batch | streams: ms (best S) | graph | DQN GPU | DQN CPU | setting 2 (GPU) |")
     emit(out, "|---:|---|---:|---:|---:|---:|")
     rng = np.random.default_rng(0)
-    rep = DeviceReplay((4,), np.float32, (), np.int64, 100_000, 16, insert_rows=4096)
+    backend = pearl_core.get_backend("cuda")
+    spec = StorageSpec((4,), np.float32, (), np.int64)
+    rep = PrioritizedReplay(backend.make_storage(spec, 100_000, "cuda:0"), backend.make_sum_tree(100_000, 16), rng=0)
     n = 100_000
     obs = rng.standard_normal((n, 4)).astype(np.float32)
     rep.add(obs, rng.integers(0, 2, n), rng.standard_normal(n).astype(np.float32), obs, rng.random(n) < 0.01)
     sync = torch.cuda.synchronize
+    paths: list[bool] = []
     for bs in LEARNER_BATCHES:
         t = search_streams(SyntheticLearner((4, 256, 256, 2), (4, 256, 256, 2), bs), iterations=iters, warmup=10)
         streams = ", ".join(f"S={s}: {v * 1e3:.3f}" for s, v in t.per_streams.items())
@@ -265,15 +271,17 @@ def section_learner(out: str | None, iters: int) -> int:
         nb = cycle(batches)
         g = _time(lambda: gpu_dqn.update_policy(*nb()), sync, iters)
         c = _time(lambda: cpu_dqn.update_policy(*nb()), lambda: None, max(5, iters // 5))
-        co_dqn = _dqn("cuda:0")
-        s2 = _time(lambda: colocated_step(co_dqn, rep, bs), sync, iters)
+        co = LearnerStep(_dqn("cuda:0"), rep, bs)
+        s2 = _time(co.step, sync, iters)
+        paths.append(co.on_device)
         emit(out, f"| {bs} | {streams} (S={t.best_streams}{', graph' if t.use_graph else ''}) | "
                   f"{'-' if t.graph_s is None else f'{t.graph_s * 1e3:.3f}'} | {g * 1e3:.3f} | {c * 1e3:.3f} | "
                   f"{s2 * 1e3:.3f} |")
     rep.tree.check_errors()
-    emit(out, f"\nSetting-2 host round trips (batch copied to the host because the trainer takes numpy): "
-              f"{rep.host_round_trips} of {rep.host_round_trips} iterations." if rep.host_round_trips else
-              "\nSetting 2 ran without host round trips.")
+    rep.check_device_errors()
+    emit(out, "\nSetting 2 ran on the device path (LearnerStep.on_device) at every batch size." if all(paths) else
+              f"\nSetting 2 fell back to the host path at {paths.count(False)} of {len(paths)} batch sizes "
+              "(LearnerStep.on_device is False: the trainer or the replay lacks its device face).")
     return 0
 
 

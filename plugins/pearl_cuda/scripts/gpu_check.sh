@@ -23,6 +23,10 @@
 #   7. model    predicted (analytic gpu_row learner model, eager and CUDA graph) vs measured DQN learner
 #               step, batch 32/128/512, MLP 64-64 and 256-256 (scripts/gpu_learner_model.py); the table also
 #               goes to plugins/pearl_cuda/results/gpu_learner_model.md.
+#   8. iteration the learner iteration on the GPU (scripts/iteration_bench.py): sample + gather + update +
+#               priority write-back on 2^20 leaves through LearnerStep's device path, for DQN MLP b64, SAC b256
+#               and DQN Nature-CNN b32; median us and host syncs per iteration; a serial DQN CartPole run with
+#               learner, tree and storage on the GPU. Writes benchmarks/results/h200/iteration.json.
 # Results: benchmarks/results/cuda_gpu_check.md (and a copy plus the logs under $OUT when set).
 # The whole check stops itself before 9 minutes (PEARL_GPU_CHECK_BUDGET_S, default 540 s; a step that
 # would start with under 15 s left is skipped and marked SKIPPED). PEARL_GPU_CHECK_STEPS="model tests ..."
@@ -168,7 +172,7 @@ log "python: $PY"
 } >> "$RESULTS"
 
 export PEARL_CONFORMANCE_EXAMPLES=${PEARL_CONFORMANCE_EXAMPLES:-60}
-ALL_STEPS="tests composed replay learner e2e model"
+ALL_STEPS="iteration tests composed replay learner e2e model"
 for step in ${PEARL_GPU_CHECK_STEPS:-$ALL_STEPS}; do
   case $step in
     tests) run_step tests 170 "$PY" -m pytest -q -ra -p no:cacheprovider plugins/pearl_cuda ;;
@@ -177,6 +181,8 @@ for step in ${PEARL_GPU_CHECK_STEPS:-$ALL_STEPS}; do
     replay) run_step replay 80 "$PY" "$BENCH" replay --out "$RESULTS" --calls 200 --reps 5 ;;
     learner) run_step learner 75 "$PY" "$BENCH" learner --out "$RESULTS" --iters 50 ;;
     e2e) run_step e2e 100 "$PY" "$BENCH" e2e --out "$RESULTS" --max-env-steps 30000 ;;
+    iteration) run_step iteration 150 "$PY" plugins/pearl_cuda/scripts/iteration_bench.py --out "$RESULTS" \
+      --json benchmarks/results/h200/iteration.json --iters 200 --e2e-env-steps 30000 ;;
     model) run_step model 90 "$PY" plugins/pearl_cuda/scripts/gpu_learner_model.py --out "$RESULTS" \
       --updates 200 --warmup 30 ;;
     *) STEP_ROWS+=("| $step | FAIL (unknown step) | 0 | PEARL_GPU_CHECK_STEPS names steps of: $ALL_STEPS |")
@@ -209,6 +215,7 @@ done
 if [[ -n "${OUT:-}" && -d "${OUT:-}" ]]; then
   cp "$RESULTS" "$OUT/" && cp "$LOGDIR"/*.log "$OUT/" 2>/dev/null || true
   cp plugins/pearl_cuda/results/gpu_learner_model.md "$OUT/" 2>/dev/null || true
+  cp benchmarks/results/h200/iteration.json "$OUT/" 2>/dev/null || true
   for f in "$LOGDIR"/composed/run_*.log; do [[ -f "$f" ]] && cp "$f" "$OUT/composed_$(basename "$f")"; done || true
 fi
 log "done: $RESULTS"

@@ -261,3 +261,63 @@ def test_prioritized_replay_into_the_device_slot_trains_like_the_host_path(monke
         assert dev_st.bytes_h2d == host_st.bytes_h2d == 8 * 40 * 49 + updates * batch * 8  # rows + indices
     finally:
         kernels.load.cache_clear()
+
+
+# --------------------------------------------------------------------------- the device face (gather_device)
+@pytest.mark.parametrize("spec_name", sorted(SPECS))
+def test_gather_device_takes_torch_indices_and_keeps_the_batch_in_tensors(spec_name):
+    """The device face the core's replay samples through: torch indices in, a Batch of torch tensors on the
+    storage's torch device out (its own per batch size, or the caller's), ordered against torch's stream,
+    with no byte to or from the host (not even the indices: they are on the device already)."""
+    from pearl_core.replay.device import DeviceStorage
+
+    spec = SPECS[spec_name]
+    host, dev, rng = _filled(spec)
+    assert isinstance(dev, DeviceStorage) and dev.torch_device == torch.device("cpu")
+    h2d, d2h = dev.bytes_h2d, dev.bytes_d2h
+    kept = None
+    for k, out in enumerate((None, None, dev.device_out(9, "cpu"))):
+        idx = rng.integers(0, host.size, 9)
+        fake_cupy.LOG.clear()
+        got = dev.gather_device(torch.from_numpy(idx), out)
+        want = host.gather(idx)
+        for name in TRANSITION_FIELDS:
+            t = getattr(got, name)
+            assert isinstance(t, torch.Tensor), name
+            np.testing.assert_array_equal(t.numpy(), getattr(want, name), err_msg=name)
+            if out is not None:
+                assert t is out[name]
+        if k == 0:
+            kept = got
+        elif k == 1:  # no out: the storage's own tensors for this batch size, reused
+            assert all(getattr(got, n) is getattr(kept, n) for n in TRANSITION_FIELDS)
+        stream = dev._stream
+        assert fake_cupy.LOG == ([("wait", stream, TORCH_STREAM)] + [("take", stream)] * len(TRANSITION_FIELDS)
+                                 + [("wait", TORCH_STREAM, stream)])
+    assert (dev.bytes_h2d, dev.bytes_d2h) == (h2d, d2h)
+    assert dev.batches_on_device == 3
+
+
+def test_the_core_replay_samples_through_the_cuda_storage_device_face():
+    """PrioritizedReplay over CudaStorage and the core's TorchSumTree on the same torch device (the CPU here):
+    the device face samples what the host replay samples, on the same uniforms."""
+    from pearl_core.replay import PrioritizedReplay
+    from pearl_core.replay.device import TorchSumTree
+    from pearl_core.testing import ReferenceSumTree
+
+    spec = SPECS["vector-discrete"]
+    host_s, dev_s, rng = _filled(spec, capacity=40, n=35)
+    host = PrioritizedReplay(host_s, ReferenceSumTree(40, 4), rng=1)
+    dev = PrioritizedReplay(dev_s, TorchSumTree(40, 4), rng=1)
+    assert dev.device == torch.device("cpu")
+    draws = np.random.default_rng(1)
+    dev._device_uniforms = lambda n: torch.from_numpy(draws.random(n))
+    for _ in range(4):
+        want, got = host.sample(8), dev.sample_device(8)
+        np.testing.assert_array_equal(got.indices.numpy(), want.indices)
+        np.testing.assert_array_equal(got.batch.obs.numpy(), want.batch.obs)
+        td = rng.normal(size=8)
+        host.update_priorities(want.indices, td)
+        dev.update_priorities_device(got.indices, torch.from_numpy(td))
+    dev.check_device_errors()
+    np.testing.assert_allclose(dev.priorities(np.arange(35)), host.priorities(np.arange(35)), rtol=2**-52)

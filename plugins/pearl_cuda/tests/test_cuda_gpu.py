@@ -81,7 +81,7 @@ def test_device_face_with_cupy_and_torch():
     assert isinstance(out, torch.Tensor) and out.dtype == torch.int64
     np.testing.assert_array_equal(np.sort(np.unique(out.cpu().numpy())) % 7, 0)
     tree.check_errors()  # nothing bad happened
-    assert abs(float(tree.total_device().get()[0]) - ref.total()) <= 1e-9 * ref.total()
+    assert abs(float(tree.total_device()[0]) - ref.total()) <= 1e-9 * ref.total()
 
 
 def test_device_face_flags_bad_input_without_corrupting_memory():
@@ -114,22 +114,44 @@ def test_load_rebuilds_every_level():
     np.testing.assert_array_equal(tree.tree.get(), emu.tree)
 
 
-def test_device_replay_round_trip():
+def test_the_core_replay_runs_its_device_face_on_the_gpu_with_no_host_sync():
+    """PrioritizedReplay over CudaStorage + CudaSumTree: the device face samples, gathers, weights and writes
+    priorities back on the GPU (torch's sync debug mode raises on any host synchronisation) and agrees with
+    the host face's arithmetic on the same uniforms."""
     import torch
 
-    from pearl_cuda.colocated import DeviceReplay
+    import pearl_core
+    from pearl_core.replay import DataStorage, PrioritizedReplay, StorageSpec
 
-    rep = DeviceReplay((4,), np.float32, (), np.int64, 1000, 16, insert_rows=64)
+    backend = pearl_core.get_backend("cuda")
+    spec = StorageSpec((4,), np.float32, (), np.int64)
+    dev = PrioritizedReplay(backend.make_storage(spec, 1000, "cuda:0"), _tree(1000, 16), rng=3)
+    host = PrioritizedReplay(DataStorage(spec, 1000), ReferenceSumTree(1000, 16), rng=3)
+    assert dev.device == torch.device("cuda", 0)
+    draws = np.random.default_rng(3)  # the host replay's draws, handed to the device face below
     n = 300
     obs = np.random.default_rng(0).standard_normal((n, 4)).astype(np.float32)
-    rep.add(obs, np.arange(n), np.ones(n, np.float32), obs + 1, np.zeros(n, bool))
-    b = rep.sample(128)
-    assert b.obs.is_cuda and b.obs.shape == (128, 4) and b.weights.dtype == torch.float32
-    rows = b.indices.cpu().numpy()
-    np.testing.assert_array_equal(b.obs.cpu().numpy(), obs[rows])
-    rep.update_priorities(b.indices, torch.rand(128, device="cuda"))
-    rep.tree.check_errors()
-    assert rep.host_round_trips == 0
+    for r in (dev, host):
+        r.add(obs, np.arange(n) % 3, np.ones(n, np.float32), obs + 1, np.zeros(n, bool))
+    for _ in range(5):
+        want = host.sample(128)
+        u = torch.from_numpy(draws.random(128)).cuda()  # drawn before the sync-free window
+        dev._device_uniforms = lambda k, u=u: u
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            got = dev.sample_device(128)
+            td = torch.rand(128, device="cuda")
+            dev.update_priorities_device(got.indices, td)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert got.batch.obs.is_cuda and got.weights.dtype == torch.float32
+        np.testing.assert_array_equal(got.indices.cpu().numpy(), want.indices)
+        np.testing.assert_array_equal(got.batch.obs.cpu().numpy(), obs[want.indices])
+        host.update_priorities(want.indices, td.cpu().numpy())
+    dev.check_device_errors()
+    dev.tree.check_errors()
+    np.testing.assert_allclose(dev.priorities(np.arange(n)), host.priorities(np.arange(n)), rtol=1e-15)
 
 
 def test_profile_cells_gives_a_profiled_row():

@@ -9,7 +9,7 @@ import pytest
 from pearl_core.composer.matrix import CELL_NAMES
 from pearl_core.composer.workload import LearnerLayer
 from pearl_core.errors import InvalidValueError
-from pearl_cuda import colocated, detect, learner, profile, transport
+from pearl_cuda import detect, learner, profile, transport
 from pearl_cuda.sumtree import BLOCK_MAX_BATCH, launch_shape, resolve_strategy
 
 
@@ -95,27 +95,6 @@ def test_slot_ring_waits_before_reuse():
 
 def test_transport_table():
     assert set(transport.TRANSPORTS) == {("cpu", "cuda"), ("cuda", "cpu"), ("cuda", "cuda")}
-
-
-# ---------------------------------------------------------------- setting-2 formulas (CPU torch)
-def test_ring_slots_wrap():
-    assert colocated.ring_slots(6, 4, 8).tolist() == [6, 7, 0, 1]
-
-
-def test_device_replay_formulas_on_cpu_torch():
-    torch = pytest.importorskip("torch")
-    g = torch.Generator().manual_seed(0)
-    total = torch.tensor(10.0, dtype=torch.float64)
-    m = colocated.stratified_masses(torch, 8, total, g)
-    assert m.dtype == torch.float64 and ((m >= 0) & (m < 10)).all()
-    assert (m // (10 / 8)).tolist() == list(range(8))  # one mass per stratum
-    p = torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64)
-    w = colocated.importance_weights(torch, p, torch.tensor(7.0, dtype=torch.float64), 3, 0.5)
-    want = np.array([(3 * x / 7) ** -0.5 for x in (1, 2, 4)])
-    np.testing.assert_allclose(w.numpy(), want / want.max(), rtol=1e-6)
-    assert w.dtype == torch.float32
-    pr = colocated.priorities_from_td(torch, torch.tensor([-2.0, 0.0]), 0.6, 0.01)
-    np.testing.assert_allclose(pr.numpy(), [(2.01) ** 0.6, 0.01 ** 0.6])
 
 
 # ---------------------------------------------------------------- profiled row arithmetic

@@ -181,25 +181,6 @@ def test_staging_is_pinned_and_sized_from_the_row_bytes():
     assert _make(spec, 10).staging_rows == 10  # never more rows than the capacity
 
 
-def test_gather_device_returns_device_arrays_in_order():
-    spec = SPECS["vector-discrete"]
-    rng = np.random.default_rng(5)
-    host, dev = DataStorage(spec, 20), _make(spec, 20)
-    rows = _rows(rng, spec, 15)
-    host.add(*rows)
-    dev.add(*rows)
-    idx = np.array([3, 14, 0, 3])
-    d2h = dev.bytes_d2h
-    got = dev.gather_device(fake_cupy.asarray(idx))
-    assert dev.bytes_d2h == d2h  # nothing came back to the host
-    want = host.gather(idx)
-    for name in TRANSITION_FIELDS:
-        assert isinstance(got[name], fake_cupy.ndarray)
-        np.testing.assert_array_equal(got[name].get(), getattr(want, name))
-    with pytest.raises(InvalidValueError, match="not a device array"):
-        dev.gather_device(idx)
-
-
 def test_consecutive_runs():
     from pearl_cuda.storage import consecutive_runs
 
