@@ -15,7 +15,10 @@
    exploration);
 7. ``update_policy`` on a tiny random batch returns ``B`` finite per-sample TD
    errors (and not one scalar loss copied ``B`` times);
-8. ``get_weights``/``set_weights`` round-trip.
+8. ``get_weights``/``set_weights`` round-trip;
+9. a trainer that declares :attr:`~pearl_core.trainer.Trainer.device_batches` has a torch
+   ``device`` and, given the smoke batch as tensors there, returns ``B`` finite TD errors as a
+   tensor there (the device path's contract).
 
 Steps 6-8 run on a deep copy of the trainer, inside a forked torch RNG and on
 copies of the spaces, so the returned trainer is exactly as constructed and the
@@ -270,6 +273,34 @@ def _check_update(trainer, observation_space, action_space) -> None:
         )
 
 
+def _check_device_update(trainer, observation_space, action_space) -> None:
+    """Rule 9: the device path of a trainer that declares ``device_batches``."""
+    import torch
+
+    from pearl_core.replay import Batch
+
+    cls = _name(type(trainer))
+    fix = (f"Fix: give {cls} a torch `device` attribute and return the TD errors of a device batch where the "
+           "batch is (td.detach(), no .cpu()), or set device_batches = False to take host batches only.")
+    try:
+        device = torch.device(getattr(trainer, "device"))
+    except (AttributeError, TypeError, RuntimeError) as exc:
+        raise TrainerError(f"{cls} declares device_batches = True but has no torch device ({exc}). {fix}") from exc
+    host = smoke_batch(observation_space, action_space)
+    batch = Batch(*(torch.as_tensor(np.asarray(getattr(host, f)), device=device) for f in
+                    ("obs", "action", "reward", "next_obs", "done", "steps")))
+    weights = torch.ones(_SMOKE_N, dtype=torch.float32, device=device)
+    call = f"{cls}.update_policy(a device batch of B={_SMOKE_N} on {device}, weights)"
+    result = _smoke_call(call, lambda: trainer.update_policy(batch, weights), f". {fix}")
+    td = getattr(result, "td_errors", None)
+    if not isinstance(td, torch.Tensor) or td.device != device:
+        where = f"a tensor on {td.device}" if isinstance(td, torch.Tensor) else type(td).__name__
+        raise TrainerError(f"{call} returned td_errors as {where}; expected a tensor on {device}. {fix}")
+    if tuple(td.shape) != (_SMOKE_N,) or not td.dtype.is_floating_point or not bool(torch.isfinite(td).all()):
+        raise TrainerError(f"{call} returned td_errors of shape {tuple(td.shape)} dtype {td.dtype}; expected "
+                           f"({_SMOKE_N},) finite floats, one per sample. {fix}")
+
+
 def _check_weights(trainer) -> None:
     cls = _name(type(trainer))
     weights = _smoke_call(f"{cls}.get_weights()", trainer.get_weights, ".")
@@ -323,6 +354,8 @@ def check_trainer(trainer_cls: type, observation_space, action_space, **hparams:
             _check_actions(probe, observation_space, action_space, kind)
             _check_update(probe, observation_space, action_space)
             _check_weights(probe)
+            if getattr(trainer_cls, "device_batches", False):
+                _check_device_update(probe, observation_space, action_space)
     finally:
         np.random.set_state(np_state)
     return trainer

@@ -274,3 +274,40 @@ def test_smoke_batch_follows_the_spaces():
 def test_messages_quote_expected_and_found():
     msg = raises("input_shape", Toy, gym.spaces.Box(0, 1, (2, 3), np.float32), DISCRETE, input_shape=(6,))
     assert re.search(r"\(6,\).*\(2, 3\)", msg)
+
+
+# --------------------------------------------------------------------------- rule 9: the device path
+class DeviceToy(Toy):
+    """Toy declaring device batches; ``device_fault`` breaks the device path's contract."""
+
+    device_batches = True
+
+    def __init__(self, observation_space, action_space, *, device_fault=None, **kw):
+        super().__init__(observation_space, action_space, **kw)
+        self.device_fault = device_fault
+        if device_fault != "no-device":
+            self.device = torch.device("cpu")
+
+    def update_policy(self, batch, weights):
+        if not isinstance(batch.reward, torch.Tensor):
+            return super().update_policy(batch, weights)
+        td = batch.reward.abs() * weights
+        if self.device_fault == "numpy":
+            return UpdateResult(td_errors=td.numpy())
+        if self.device_fault == "short":
+            return UpdateResult(td_errors=td[:-1])
+        return UpdateResult(td_errors=td)
+
+
+def test_a_trainer_declaring_device_batches_passes_when_its_device_path_keeps_the_contract():
+    assert isinstance(check_trainer(DeviceToy, OBS, DISCRETE), DeviceToy)
+    for cls, space, kw in ((DQN, DISCRETE, {"engine": "torch"}), (DDPG, BOX, {})):
+        assert cls.device_batches and isinstance(check_trainer(cls, OBS, space, seed=1, **kw), cls)
+
+
+@pytest.mark.parametrize("fault,match", [("numpy", "td_errors as ndarray; expected a tensor on cpu"),
+                                         ("short", r"shape \(7,\)"),
+                                         ("no-device", "declares device_batches = True but has no torch device")])
+def test_a_broken_device_path_is_refused_with_the_fix(fault, match):
+    msg = raises(match, DeviceToy, OBS, DISCRETE, device_fault=fault)
+    assert "Fix:" in msg and "device_batches = False" in msg
