@@ -43,6 +43,9 @@ class FpgaDQN(DQN):
     #: The pipeline's target stage takes one scalar ``gamma`` (no per-sample ``gamma ** k``): a run with
     #: n-step returns (``ReplayConfig.n_step > 1``) is refused rather than bootstrapped wrongly.
     supports_n_step = False
+    #: Its batches are the FPGA storage's (through :meth:`device_batch_slot`) or host arrays, and its TD errors
+    #: come back as numpy: not the torch device batches :class:`~pearl_core.algorithms.dqn.DQN` declares.
+    device_batches = False
 
     def __init__(self, observation_space, action_space, *, dp: int = 1, uf: int | str | tuple = 1,
                  runtime: Runtime | None = None, **kwargs):
