@@ -31,7 +31,7 @@ $(PY):
 # downloads). The packages themselves declare a torch range, not this pin.
 $(STAMP): $(PY) $(PLUGIN_SOURCES)
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e '.[rl,test,envs,pixels,ray]' ./plugins/pearl_cpu ./plugins/pearl_cuda './plugins/pearl_fpga[emulator]'
+	$(PIP) install --quiet -e '.[rl,test,envs,pixels,ray,export]' ./plugins/pearl_cpu ./plugins/pearl_cuda './plugins/pearl_fpga[emulator]'
 	$(PY) -m pearl_core.cli plugins
 	touch $(STAMP)
 

@@ -2,14 +2,18 @@
 
 from pearl_core.errors import (
     BackendUnavailableError,
+    CheckpointNotFoundError,
     EmptyTreeError,
+    ExportError,
     InvalidDTypeError,
     InvalidIndexError,
     InvalidValueError,
+    NotACheckpointError,
     PearlError,
     PluginLoadError,
     SpecError,
     TrainerError,
+    TrainerImportError,
 )
 from pearl_core.sumtree import SumTree
 from pearl_core.backend import Availability, Backend, DeviceInfo
@@ -24,18 +28,25 @@ __all__ = [
     "get_backend",
     "list_backends",
     "BackendUnavailableError",
+    "CheckpointNotFoundError",
     "EmptyTreeError",
+    "ExportError",
     "InvalidDTypeError",
     "InvalidIndexError",
     "InvalidValueError",
+    "NotACheckpointError",
     "PearlError",
     "PluginLoadError",
     "SpecError",
     "SumTree",
     "TrainerError",
+    "TrainerImportError",
     "__version__",
     "Composer",
     "RuntimeGen",
+    "Policy",
+    "evaluate_policy",
+    "load_policy",
 ]
 
 
@@ -45,4 +56,9 @@ def __getattr__(name: str):
         from pearl_core.composer import api
 
         return getattr(api, name)
+    # The policy API (load a trained run, act, evaluate, export), loaded on first use (it pulls in torch).
+    if name in ("Policy", "evaluate_policy", "load_policy"):
+        from pearl_core import policy
+
+        return getattr(policy, name)
     raise AttributeError(f"module 'pearl_core' has no attribute {name!r}")

@@ -179,3 +179,24 @@ class StallError(WorkerError):
         self.pid = pid
         self.doing = doing
         self.stalled_s = stalled_s
+
+
+class CheckpointNotFoundError(PearlError, FileNotFoundError):
+    """:func:`pearl_core.load_policy` was given a path that does not exist, or a run directory that holds
+    no checkpoint (yet). Also a :class:`FileNotFoundError`."""
+
+
+class NotACheckpointError(SpecError):
+    """A file given as a checkpoint is not a readable PEARL checkpoint (another file, a damaged or cut-short
+    one, one of another format version), or its trainer state does not fit the trainer it names."""
+
+
+class TrainerImportError(SpecError, ImportError):
+    """The trainer class a checkpoint names (``RunConfig.trainer``, ``"package.module:ClassName"``) cannot be
+    imported here. Also an :class:`ImportError`."""
+
+
+class ExportError(PearlError):
+    """A policy cannot be exported: no network that computes its greedy action was found (a user trainer can
+    provide one with ``export_module()``), the format's package is missing, or the exported module's
+    actions differ from :meth:`pearl_core.policy.Policy.predict`."""
