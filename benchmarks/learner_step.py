@@ -116,7 +116,8 @@ def pearl_ac_step(algo: str, engine: str, env_id: str, seed: int):
     replay = UniformReplay(DataStorage(StorageSpec.from_spaces(obs_space, act_space), 100_000), rng=seed)
     replay.add(*_random_ac_transitions(FILL, seed, obs_space, act_space))
     if engine == "kernel":
-        from pearl_core.algorithms.ac_engine import _hp, native_inputs
+        from pearl_core.algorithms.ac_engine import native_inputs
+        from pearl_core.kernels import ACStepArgs, AdamHyper, SACStepArgs
 
         s = replay.sample(AC_BATCH)
         obs, act, rew, nxt, done, w, _ = native_inputs(trainer, s.batch, s.weights)
@@ -126,15 +127,20 @@ def pearl_ac_step(algo: str, engine: str, env_id: str, seed: int):
         a = int(np.prod(act_space.shape))
         eps = np.random.default_rng(seed).standard_normal((AC_BATCH, a)).astype(np.float32)
         noise = np.clip(0.2 * eps, -0.5, 0.5).astype(np.float32)
-        hc, ha = _hp(trainer.critic_optimizer), _hp(trainer.actor_optimizer)
+        hc, ha = AdamHyper.from_optimizer(trainer.critic_optimizer), AdamHyper.from_optimizer(trainer.actor_optimizer)
         if algo == "td3":
-            def call(i: int) -> None:  # the actor (and the targets) every second update, as TD3's default
-                kern.step(obs, act, rew, nxt, done, w, disc, noise, i % 2 == 1, 0.0, 0.005, hc, ha)
-        else:
-            hl = _hp(trainer.alpha_optimizer)
+            # the actor (and the targets) every second update, as TD3's default
+            records = [ACStepArgs(obs, act, rew, nxt, done, w, disc, noise, due, 0.0, 0.005, hc, ha)
+                       for due in (False, True)]
 
             def call(i: int) -> None:
-                kern.step(obs, act, rew, nxt, done, w, disc, eps, eps, 0.0, 0.005, -float(a), hc, ha, hl)
+                kern.step(records[i % 2])
+        else:
+            record = SACStepArgs(obs, act, rew, nxt, done, w, disc, eps, eps, 0.0, 0.005, -float(a), hc, ha,
+                                 AdamHyper.from_optimizer(trainer.alpha_optimizer))
+
+            def call(i: int) -> None:
+                kern.step(record)
 
         def steps(n: int) -> None:
             for i in range(n):

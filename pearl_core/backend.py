@@ -134,50 +134,44 @@ class Backend(abc.ABC):
 
         Optional: the default returns ``None`` and the trainer keeps its own code.
         Trainers receive kernels through :func:`pearl_core.plugins.kernel_lookup`,
-        which asks the backends of the learner device's kind. Known names and the
-        factory each returns:
+        which asks the backends of the learner device's kind. The ABI is typed, in
+        :mod:`pearl_core.kernels` (exported by :mod:`pearl_core.sdk`): per name, a factory
+        protocol, a kernel protocol (a ``batch`` attribute and ``step(args) -> result``) and the
+        frozen records ``step`` takes and returns; :data:`pearl_core.kernels.KERNELS` maps each
+        name to them. The trainer calls the factory once over numpy views of its tensors (the
+        kernel writes them in place) and then ``step`` once per update with one argument record.
 
         ``"dqn_mlp"``
-            one DQN update of a ReLU MLP (:mod:`pearl_core.algorithms.mlp_engine`
-            states the math). ``factory(online, target, exp_avgs, exp_avg_sqs,
-            steps, batch)`` returns an object whose ``step(obs, actions, rewards,
-            next_obs, done, weights, gamma, huber_delta, max_grad_norm,
-            double_dqn, lr, beta1, beta2, eps)`` updates the arrays in place and
-            returns ``(|delta| per sample, loss, mean q)``; ``max_grad_norm`` 0
-            means no clipping. The CPU backend provides it.
+            one DQN update of a ReLU MLP (:mod:`pearl_core.algorithms.mlp_engine` states the
+            math): :class:`~pearl_core.kernels.DQNKernelFactory` makes a
+            :class:`~pearl_core.kernels.DQNKernel`, whose ``step`` takes a
+            :class:`~pearl_core.kernels.DQNStepArgs` and returns a
+            :class:`~pearl_core.kernels.DQNStepResult`. The CPU backend provides it.
 
         ``"dqn_cnn"``
-            the same DQN update when layer 0 is one unpadded ``Conv2d`` (then ReLU and a
-            flatten in torch's order: the small image encoder of :mod:`pearl_core.algorithms.cnn`).
-            ``factory(conv, online, target, exp_avgs, exp_avg_sqs, steps, batch)`` with
-            ``conv = (channels, height, width, kernel, stride)``, layer 0's weight and moments
-            seen 2-D ``(out_channels, channels * kernel * kernel)``; ``step`` as ``"dqn_mlp"``'s,
+            the same DQN update when layer 0 is one unpadded ``Conv2d`` (then ReLU and a flatten in
+            torch's order: the small image encoder of :mod:`pearl_core.algorithms.cnn`):
+            :class:`~pearl_core.kernels.DQNConvKernelFactory` (a
+            :class:`~pearl_core.kernels.ConvShape` before the arrays), the same kernel and records
             on observations flattened to ``(B, channels * height * width)`` float32. The CPU
             backend provides it.
 
         ``"td3_mlp"``
-            one TD3 update (two critics) or DDPG update (one critic) of ReLU MLPs, the
-            actor ending in ``tanh`` (:mod:`pearl_core.algorithms.ac_engine` states what
-            stays with the trainer; its ``update_policy`` is the math).
-            ``factory(actor, actor_target, critics, critic_targets, actor_adam,
-            critic_adam, batch)`` (``[(W, b), ...]`` per network, one list per critic;
-            each ``*_adam`` is ``(exp_avgs, exp_avg_sqs, steps)`` in the optimizer's
-            parameter order) returns an object whose ``step(obs, actions, rewards,
-            next_obs, done, weights, discount, noise, actor_update, max_grad_norm, tau,
-            critic_adam, actor_adam)`` (``discount`` per sample; ``noise`` the clipped
-            smoothing noise or ``None``; each ``*_adam`` ``(lr, beta1, beta2, eps)``)
-            updates the arrays in place and returns ``(td per sample, critic_loss,
-            q_mean, actor_loss or nan)``. The CPU backend provides it.
+            one TD3 update (two critics) or DDPG update (one critic) of ReLU MLPs, the actor ending
+            in ``tanh`` (:mod:`pearl_core.algorithms.ac_engine` states what stays with the trainer;
+            its ``update_policy`` is the math): :class:`~pearl_core.kernels.TD3KernelFactory`,
+            :class:`~pearl_core.kernels.TD3Kernel`, :class:`~pearl_core.kernels.ACStepArgs` ->
+            :class:`~pearl_core.kernels.ACStepResult`. The CPU backend provides it.
 
         ``"sac_mlp"``
-            one SAC update: ``factory(actor, critics, critic_targets, actor_adam,
-            critic_adam, log_alpha, alpha_adam, batch)`` (``log_alpha`` a ``(1,)``
-            array; ``alpha_adam`` its ``(exp_avg, exp_avg_sq, step)`` or ``None`` for a
-            fixed alpha) returns an object whose ``step(obs, actions, rewards,
-            next_obs, done, weights, discount, eps_next, eps_pi, max_grad_norm, tau,
-            target_entropy, critic_adam, actor_adam, alpha_adam)`` returns ``(td,
-            critic_loss, q_mean, actor_loss, entropy, alpha_loss or nan, alpha)``. The
-            CPU backend provides it.
+            one SAC update: :class:`~pearl_core.kernels.SACKernelFactory`,
+            :class:`~pearl_core.kernels.SACKernel`, :class:`~pearl_core.kernels.SACStepArgs` ->
+            :class:`~pearl_core.kernels.SACStepResult`. The CPU backend provides it.
+
+        ``pearl_core.testing``'s :class:`~pearl_core.testing.DQNKernelConformance`,
+        :class:`~pearl_core.testing.DQNConvKernelConformance` and
+        :class:`~pearl_core.testing.ActorCriticKernelConformance` check a kernel against the
+        protocols, the records and the trainers' torch path.
 
         Must be cheap and must not raise for an unknown name (return ``None``).
         """
@@ -222,7 +216,7 @@ class Backend(abc.ABC):
         core's host-memory :class:`~pearl_core.replay.storage.DataStorage`; on
         any other kind the composer refuses the placement. The object returned
         must behave as :class:`~pearl_core.replay.storage.DataStorage` (subclass
-        it and override ``_allocate``/``_store``/``_take``/``field``;
+        it and implement the public contract ``allocate``/``store``/``gather_into``/``field``;
         :class:`pearl_core.testing.StorageConformance` holds it to that) and report its
         device in ``.device``.
         """

@@ -21,7 +21,8 @@ The names, by group:
   input checks a tree runs before touching its device (:func:`check_capacity_fanout`,
   :func:`check_indices`, :func:`check_priorities`, :func:`check_masses`), with
   :data:`MASS_DRIFT_RTOL` (the relative drift of the total mass a tree may show).
-- **Data Storage** — :class:`DataStorage` (the host storage, subclassed by a device storage),
+- **Data Storage** — :class:`DataStorage` (the host storage, subclassed by a device storage,
+  which implements its public contract ``allocate`` / ``store`` / ``gather_into`` / ``field``),
   :class:`StorageSpec` (its field layout), :class:`Batch` (a gathered batch) and
   :data:`TRANSITION_FIELDS` (the field names of a transition).
 - **Device faces** — :class:`DeviceSumTree` and :class:`DeviceStorage`, the protocols a tree and a
@@ -39,6 +40,13 @@ The names, by group:
   ``calibrate_host_variants``, ``learner_threads_yield`` (the host's calibrated variants).
 - **Transports** — :class:`MessageQueue` (what the runtime needs of a queue) and
   :class:`PipeQueue` (the core's shared-memory queue, to wrap or extend).
+- **Learner kernels** — the typed ABI of :meth:`Backend.learner_kernel` (:mod:`pearl_core.kernels`):
+  the frozen step records (:class:`DQNStepArgs`/:class:`DQNStepResult`, :class:`ACStepArgs`/
+  :class:`ACStepResult`, :class:`SACStepArgs`/:class:`SACStepResult`, with :class:`AdamHyper` and
+  :class:`ConvShape`), the factory and kernel protocols (:class:`DQNKernelFactory`,
+  :class:`DQNConvKernelFactory`, :class:`DQNKernel`, :class:`TD3KernelFactory`, :class:`TD3Kernel`,
+  :class:`SACKernelFactory`, :class:`SACKernel`), :data:`KERNELS` (name -> :class:`KernelSpec`) and
+  :func:`check_kernel_result`.
 - **Trainers** — :class:`DQN` (the core's DQN, for a device trainer that subclasses it) and
   :class:`UpdateResult` (what a trainer's update returns).
 
@@ -76,6 +84,26 @@ if TYPE_CHECKING:  # what a type checker sees; at run time __getattr__ loads the
     )
     from pearl_core.composer.spec import DeviceSpec
     from pearl_core.composer.workload import LearnerLayer, Workload
+    from pearl_core.kernels import (
+        ACStepArgs,
+        ACStepResult,
+        AdamHyper,
+        ConvShape,
+        DQNConvKernelFactory,
+        DQNKernel,
+        DQNKernelFactory,
+        DQNStepArgs,
+        DQNStepResult,
+        KERNELS,
+        KernelSpec,
+        SACKernel,
+        SACKernelFactory,
+        SACStepArgs,
+        SACStepResult,
+        TD3Kernel,
+        TD3KernelFactory,
+        check_kernel_result,
+    )
     from pearl_core.replay.device import DeviceStorage, DeviceSumTree, torch_dtype
     from pearl_core.replay.storage import TRANSITION_FIELDS, Batch, DataStorage, StorageSpec
     from pearl_core.runtime.queues import MessageQueue, PipeQueue
@@ -121,6 +149,25 @@ __all__ = [
     # Transports
     "MessageQueue",
     "PipeQueue",
+    # Learner kernels
+    "ACStepArgs",
+    "ACStepResult",
+    "AdamHyper",
+    "ConvShape",
+    "DQNConvKernelFactory",
+    "DQNKernel",
+    "DQNKernelFactory",
+    "DQNStepArgs",
+    "DQNStepResult",
+    "KERNELS",
+    "KernelSpec",
+    "SACKernel",
+    "SACKernelFactory",
+    "SACStepArgs",
+    "SACStepResult",
+    "TD3Kernel",
+    "TD3KernelFactory",
+    "check_kernel_result",
     # Trainers
     "DQN",
     "UpdateResult",
@@ -137,6 +184,10 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("profile_actor_step", "profile_learner", "profile_message_hop", "profile_replay_ops",
                      "profile_worker_loop"), "pearl_core.composer.profiling"),
     **dict.fromkeys(("MessageQueue", "PipeQueue"), "pearl_core.runtime.queues"),
+    **dict.fromkeys(("ACStepArgs", "ACStepResult", "AdamHyper", "ConvShape", "DQNConvKernelFactory", "DQNKernel",
+                     "DQNKernelFactory", "DQNStepArgs", "DQNStepResult", "KERNELS", "KernelSpec", "SACKernel",
+                     "SACKernelFactory", "SACStepArgs", "SACStepResult", "TD3Kernel", "TD3KernelFactory",
+                     "check_kernel_result"), "pearl_core.kernels"),
     "DQN": "pearl_core.algorithms.dqn",
     "UpdateResult": "pearl_core.trainer",
 }

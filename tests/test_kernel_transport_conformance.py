@@ -49,6 +49,7 @@ class TestCpuKernelConformance(DQNKernelConformance):
 
 # --------------------------------------------------------------------------- planted bugs
 PLANTED = '''
+import dataclasses
 import queue
 
 from pearl_core.plugins import get_backend
@@ -99,12 +100,29 @@ TestDroppingQueue = queue_suite(DroppingQueue)
 TestDuplicatingQueue = queue_suite(DuplicatingQueue)
 TestUnboundedQueue = queue_suite(UnboundedQueue)
 
-STEP_ARGS = ("obs", "actions", "rewards", "next_obs", "done", "weights", "gamma", "huber_delta",
-             "max_grad_norm", "double_dqn", "lr", "beta1", "beta2", "eps")
+def tweaked(from_step=1, **changes):
+    """The CPU backend's kernel with some fields of its step record changed on the way in, from the
+    kernel object's ``from_step``-th step on."""
+    real = get_backend("cpu").learner_kernel("dqn_mlp")
+
+    class Kernel:
+        def __init__(self, *arrays):
+            self.inner = real(*arrays)
+            self.batch = self.inner.batch
+            self.steps = 0
+
+        def step(self, args):
+            self.steps += 1
+            if self.steps >= from_step:
+                args = dataclasses.replace(args, **{name: change(getattr(args, name))
+                                                    for name, change in changes.items()})
+            return self.inner.step(args)
+
+    return Kernel
 
 
-def tweaked(**changes):
-    """The CPU backend's kernel with some step() arguments changed on the way in."""
+def tuple_result():
+    """The CPU backend's kernel returning the old ABI's tuple instead of the result record."""
     real = get_backend("cpu").learner_kernel("dqn_mlp")
 
     class Kernel:
@@ -112,10 +130,9 @@ def tweaked(**changes):
             self.inner = real(*arrays)
             self.batch = self.inner.batch
 
-        def step(self, *args):
-            kw = dict(zip(STEP_ARGS, args))
-            kw.update({name: change(kw[name]) for name, change in changes.items()})
-            return self.inner.step(*(kw[name] for name in STEP_ARGS))
+        def step(self, args):
+            r = self.inner.step(args)
+            return r.td, r.loss, r.q_mean
 
     return Kernel
 
@@ -131,6 +148,8 @@ TestControlKernel = kernel_suite(tweaked())
 TestWrongGammaKernel = kernel_suite(tweaked(gamma=lambda g: g * 0.99))
 TestNoClippingKernel = kernel_suite(tweaked(max_grad_norm=lambda m: 0.0))
 TestNoDoubleDQNKernel = kernel_suite(tweaked(double_dqn=lambda d: False))
+TestThirdStepKernel = kernel_suite(tweaked(from_step=3, gamma=lambda g: g * 0.9))
+TestTupleResultKernel = kernel_suite(tuple_result())
 '''
 
 
@@ -211,3 +230,23 @@ def test_the_kernel_suite_catches_a_planted_bug(planted, cls, caught_by):
                                       f"{sorted(failed)}\n{stdout[-2000:]}")
     assert all(r.startswith("failure") for r in failed.values()), f"{cls}: a test crashed instead of failing: {failed}"
     assert all("differ" in r for r in failed.values()), f"{cls}: a failure does not say what differs: {failed}"
+
+
+@needs_cpu_kernel
+def test_the_kernel_suite_catches_a_kernel_that_goes_wrong_from_its_third_step(planted):
+    """The synced comparisons bind a new kernel object every update, so no kernel there reaches its third
+    step and they pass; the free run (one kernel object for five updates) fails, at that kernel's step 3."""
+    outcomes, stdout = planted
+    results = outcomes.get("TestThirdStepKernel", {})
+    failed = _failed(results)
+    assert set(failed) == {"test_free_run_matches_torch"}, f"failed: {sorted(failed)}\n{stdout[-2000:]}"
+    assert STEP_CASES <= {name for name, r in results.items() if r == "passed"}
+    assert "the kernel's step 3)" in failed["test_free_run_matches_torch"], failed
+
+
+@needs_cpu_kernel
+def test_the_kernel_suite_catches_a_step_that_returns_a_tuple(planted):
+    outcomes, stdout = planted
+    failed = _failed(outcomes.get("TestTupleResultKernel", {}))
+    contract = failed.get("test_factory_makes_a_kernel_that_updates_in_place", "")
+    assert "returned tuple" in contract and "DQNStepResult" in contract, f"{failed}\n{stdout[-2000:]}"

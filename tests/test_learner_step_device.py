@@ -170,14 +170,20 @@ class _NanOnThird(DQN):
         return result
 
 
-def test_a_nan_td_error_on_the_device_path_is_reported_at_the_check_and_writes_no_priority():
+def _nan_on_third(check_every: int) -> tuple[LearnerStep, PrioritizedReplay]:
+    """A device-path step whose trainer returns NaN TD errors at its third update."""
     torch.manual_seed(0)
     dqn = _NanOnThird(VEC, spaces.Discrete(3), hidden_sizes=(16,), seed=1, engine="torch")
     spec = StorageSpec.from_spaces(VEC, spaces.Discrete(3))
     replay = PrioritizedReplay(TorchStorage(spec, 64), TorchSumTree(64, 4), rng=1)
     replay.add(*_rows(np.random.default_rng(1), VEC, spaces.Discrete(3), 40))
-    step = LearnerStep(dqn, replay, 8, check_every=100)
+    step = LearnerStep(dqn, replay, 8, check_every=check_every)
     assert step.on_device
+    return step, replay
+
+
+def test_a_nan_td_error_on_the_device_path_is_reported_at_the_check_and_writes_no_priority():
+    step, replay = _nan_on_third(check_every=100)
     step.step()
     step.step()
     before = replay.priorities(np.arange(40))
@@ -188,12 +194,7 @@ def test_a_nan_td_error_on_the_device_path_is_reported_at_the_check_and_writes_n
 
 
 def test_the_check_runs_every_check_every_updates():
-    torch.manual_seed(0)
-    dqn = _NanOnThird(VEC, spaces.Discrete(3), hidden_sizes=(16,), seed=1, engine="torch")
-    spec = StorageSpec.from_spaces(VEC, spaces.Discrete(3))
-    replay = PrioritizedReplay(TorchStorage(spec, 64), TorchSumTree(64, 4), rng=1)
-    replay.add(*_rows(np.random.default_rng(1), VEC, spaces.Discrete(3), 40))
-    step = LearnerStep(dqn, replay, 8, check_every=2)
+    step, _ = _nan_on_third(check_every=2)
     step.step()
     step.step()  # checked here: clean
     with pytest.raises(InvalidValueError, match=r"updates 3-4"):

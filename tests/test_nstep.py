@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 
 import gymnasium as gym
@@ -349,41 +350,43 @@ def test_native_dqn_step_with_a_discount_array_equals_the_numpy_engine(double_dq
 
 
 @needs_cpu_backend
-def test_a_kernel_without_the_discount_argument_falls_back_to_numpy_for_n_step_batches(caplog):
+def test_the_native_step_record_carries_the_discount_of_n_step_batches_only():
     real = pearl_core.plugins.kernel_lookup("cpu")("dqn_mlp")
-    calls = []
+    seen = []
 
-    class Old:  # a third-party kernel written before n-step returns
+    class Spy:  # a kernel that records what each step record carried
         def __init__(self, kern):
             self.kern, self.batch = kern, kern.batch
 
-        def step(self, *args):
-            calls.append(len(args))
-            return self.kern.step(*args)
+        def step(self, args):
+            seen.append(None if args.discount is None else args.discount.copy())
+            return self.kern.step(args)
 
-    old = dqn("native", learner_kernels=lambda name: (lambda *a: Old(real(*a))) if name == "dqn_mlp" else None)
+    spy = dqn("native", learner_kernels=lambda name: (lambda *a: Spy(real(*a))) if name == "dqn_mlp" else None)
     ref = dqn("numpy")
-    one = smoke_batch(OBS, DISC, n=16)
-    for b in (one, nstep_batch(DISC), nstep_batch(DISC), one):
-        np.testing.assert_allclose(old.update_policy(b, W).td_errors, ref.update_policy(b, W).td_errors,
+    one, ns = smoke_batch(OBS, DISC, n=16), nstep_batch(DISC)
+    for b in (one, ns, one):
+        np.testing.assert_allclose(spy.update_policy(b, W).td_errors, ref.update_policy(b, W).td_errors,
                                    rtol=1e-5, atol=1e-6)
-    assert calls == [14, 14]  # the one-step batches went to the kernel, the n-step ones to numpy
-    assert sum("takes no per-sample discount" in r.message for r in caplog.records) == 1
-    for p, q in zip(old.q_net.parameters(), ref.q_net.parameters()):
+    assert seen[0] is None and seen[2] is None  # one-step batches: the scalar gamma
+    np.testing.assert_allclose(seen[1], np.float32(0.9) ** ns.steps.astype(np.float32), rtol=1e-6)
+    for p, q in zip(spy.q_net.parameters(), ref.q_net.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 
 
 @needs_cpu_backend
 def test_native_dqn_step_refuses_a_bad_discount_array():
+    from pearl_core.sdk import AdamHyper, DQNStepArgs
+
     t = dqn("native", learner_kernels=pearl_core.plugins.kernel_lookup("cpu"))
     kern = t._engine._native_kernel(16)
     b = nstep_batch(DISC)
-    args = (b.obs, b.action.astype(np.int64), b.reward, b.next_obs, b.done, W, 0.9, 1.0, 10.0, False, 1e-3, 0.9,
-            0.999, 1e-8)
+    args = DQNStepArgs(b.obs, b.action.astype(np.int64), b.reward, b.next_obs, b.done, W, 0.9, 1.0, 10.0, False,
+                       AdamHyper(1e-3, 0.9, 0.999, 1e-8))
     with pytest.raises(Exception, match="discount"):
-        kern.step(*args, discount=np.full(16, 1.5, np.float32))
+        kern.step(dataclasses.replace(args, discount=np.full(16, 1.5, np.float32)))
     with pytest.raises(Exception, match="discount"):
-        kern.step(*args, discount=np.ones(15, np.float32))
+        kern.step(dataclasses.replace(args, discount=np.ones(15, np.float32)))
 
 
 # ------------------------------------------------------------------------------ n = 1 is unchanged

@@ -61,20 +61,32 @@ class ControlStorage(DataStorage):
 
 
 class DropsLastWrappedRow(DataStorage):
-    def _store(self, slots, rows):
+    def store(self, slots, rows):
         if len(slots) > 1 and slots[-1] < slots[0]:  # a write that wraps past the end of the ring
             slots, rows = slots[:-1], {name: values[:-1] for name, values in rows.items()}
-        super()._store(slots, rows)
+        super().store(slots, rows)
 
 
 class TakesTheNextSlot(DataStorage):
-    def _take(self, idx, out=None):
-        return super()._take((idx + 1) % max(self._size, 1), out)  # off by one slot
+    def gather_into(self, idx, out=None):
+        return super().gather_into((idx + 1) % max(self._size, 1), out)  # off by one slot
+
+
+class ReversesRows(DataStorage):
+    def gather_into(self, idx, out=None):
+        return super().gather_into(idx[::-1], out)  # the right rows, last first
 
 
 class IgnoresOut(DataStorage):
+    def gather_into(self, idx, out=None):
+        return super().gather_into(idx)  # new arrays: the caller's out arrays stay as they were
+
+
+class KeepsTheOldHooks(DataStorage):
+    """Written against the private hooks the public contract replaced: nothing calls them."""
+
     def _take(self, idx, out=None):
-        return super()._take(idx)  # new arrays: the caller's out arrays stay as they were
+        return super().gather_into(idx, out)
 
 
 class WritesBeforeValidating(DataStorage):
@@ -105,7 +117,9 @@ def suite(cls):
 TestControlStorage = suite(ControlStorage)
 TestDropsLastWrappedRow = suite(DropsLastWrappedRow)
 TestTakesTheNextSlot = suite(TakesTheNextSlot)
+TestReversesRows = suite(ReversesRows)
 TestIgnoresOut = suite(IgnoresOut)
+TestKeepsTheOldHooks = suite(KeepsTheOldHooks)
 TestWritesBeforeValidating = suite(WritesBeforeValidating)
 TestWriteableField = suite(WriteableField)
 '''
@@ -159,16 +173,19 @@ def test_the_planted_control_passes(planted):
 
 
 WRAPS, PROGRAMS = _ids("test_fixed_sequence_wraps_around"), _ids("test_random_programs_match_the_host_storage")
-OUT_TESTS = _ids("test_take_fills_the_callers_out_arrays", "contiguous", "strided")
+OUT_TESTS = _ids("test_gather_into_fills_the_callers_out_arrays", "contiguous", "strided")
+REPLAYS = _ids("test_replay_samples_like_over_the_host_storage", "uniform", "prioritized")
 REFUSED_ADDS = _ids("test_bad_input_raises_like_the_host_and_changes_nothing", "nan-reward", "inf-reward",
                     "lengths-differ", "done-not-a-flag", "complex-reward")
 
 
 @pytest.mark.parametrize("cls,caught_by,says", [
-    ("TestDropsLastWrappedRow", WRAPS | PROGRAMS
-     | _ids("test_replay_samples_like_over_the_host_storage", "uniform", "prioritized"), "differ"),
+    ("TestDropsLastWrappedRow", WRAPS | PROGRAMS | REPLAYS
+     | _ids("test_store_writes_the_given_slots_and_leaves_size_and_cursor"), "differ"),
     ("TestTakesTheNextSlot", WRAPS | PROGRAMS | _ids("test_large_batches_match_the_host_storage") | OUT_TESTS,
      "differ"),
+    ("TestReversesRows", WRAPS | _ids("test_large_batches_match_the_host_storage") | OUT_TESTS | REPLAYS, "differ"),
+    ("TestKeepsTheOldHooks", {"test_implements_the_public_contract"}, "_take -> gather_into"),
     ("TestIgnoresOut", OUT_TESTS | WRAPS, "out["),
     ("TestWritesBeforeValidating", REFUSED_ADDS, "changed field('obs')"),
     ("TestWriteableField", _ids("test_field_is_a_read_only_host_array") | WRAPS, "writeable"),

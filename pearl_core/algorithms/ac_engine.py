@@ -4,7 +4,10 @@ A backend's ``learner_kernel("td3_mlp")`` (TD3 with twin critics, DDPG with one)
 ``learner_kernel("sac_mlp")`` runs one ``update_policy`` of the trainer as one call; the
 CPU plugin (pearl-cpu, ``csrc/ac_mlp.cpp``) provides both. The trainer hands the factory
 it was given (``TD3(learner_kernels=...)``) to :class:`ActorCriticEngine`; this module
-never looks for a backend itself.
+never looks for a backend itself. Each update it builds one argument record
+(:class:`~pearl_core.kernels.ACStepArgs`, :class:`~pearl_core.kernels.SACStepArgs`) and the
+kernel returns one result record (:class:`~pearl_core.kernels.ACStepResult`,
+:class:`~pearl_core.kernels.SACStepResult`): :mod:`pearl_core.kernels` is the ABI.
 
 What the kernel computes is the trainer's torch path, step for step (the trainers'
 ``update_policy`` is the specification; ``plugins/pearl_cpu/tests/test_learner_actor_critic.py``
@@ -40,6 +43,7 @@ from torch import nn
 
 from pearl_core.algorithms.common import host_array, host_discounts
 from pearl_core.errors import KernelUnavailableError, SpecError
+from pearl_core.kernels import ACStepArgs, ACStepResult, AdamHyper, SACStepArgs, SACStepResult
 
 __all__ = ["ENGINES", "ActorCriticEngine", "NativeEngineThreads", "choose_engine", "native_inputs"]
 
@@ -75,12 +79,6 @@ def _state_key(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> 
     return st.get("exp_avg") if st else None
 
 
-def _hp(optimizer: torch.optim.Optimizer) -> tuple[float, float, float, float]:
-    g = optimizer.param_groups[0]
-    b1, b2 = g["betas"]
-    return float(g["lr"]), float(b1), float(b2), float(g["eps"])
-
-
 def _is_relu_mlp(net: nn.Module) -> bool:
     from pearl_core.algorithms.mlp_engine import supports
 
@@ -103,8 +101,8 @@ class ActorCriticEngine:
     Args:
         trainer: the TD3, DDPG or SAC whose networks and optimizers the kernel updates in place.
         factory: the ``"td3_mlp"`` (``kind`` ``"td3"`` or ``"ddpg"``) or ``"sac_mlp"`` (``kind``
-            ``"sac"``) kernel factory (``Backend.learner_kernel`` gives it; its signature is the
-            CPU plugin's ``pearl_cpu.learner.td3_mlp_kernel`` / ``sac_mlp_kernel``).
+            ``"sac"``) kernel factory (``Backend.learner_kernel`` gives it; its protocol is
+            :class:`~pearl_core.kernels.TD3KernelFactory` / :class:`~pearl_core.kernels.SACKernelFactory`).
         kind: ``"td3"``, ``"ddpg"`` or ``"sac"``.
     """
 
@@ -210,27 +208,35 @@ class ActorCriticEngine:
         _blas_threads(1 if hasattr(self._kernel, "threads") else self.learner_threads())
 
     # -- one update ----------------------------------------------------------------------------
-    def td3_step(self, inputs: tuple, noise: np.ndarray | None, actor_update: bool) -> tuple:
-        """``(td, critic_loss, q_mean, actor_loss or nan)`` of one TD3/DDPG update."""
+    def td3_args(self, inputs: tuple, noise: np.ndarray | None, actor_update: bool) -> ACStepArgs:
+        """The kernel's arguments of one TD3/DDPG update (``inputs``: :func:`native_inputs`'s)."""
         obs, act, rew, next_obs, done, w, disc = inputs
-        B = obs.shape[0]
-        k = self.kernel(B)
         t = self.t
-        self._blas()
-        return k.step(obs, act, rew, next_obs, done, w, self.discount(B, disc), noise, bool(actor_update),
-                      float(t.max_grad_norm or 0.0), float(t.tau), _hp(t.critic_optimizer), _hp(t.actor_optimizer))
+        return ACStepArgs(obs, act, rew, next_obs, done, w, self.discount(obs.shape[0], disc), noise,
+                          bool(actor_update), float(t.max_grad_norm or 0.0), float(t.tau),
+                          AdamHyper.from_optimizer(t.critic_optimizer), AdamHyper.from_optimizer(t.actor_optimizer))
 
-    def sac_step(self, inputs: tuple, eps_next: np.ndarray, eps_pi: np.ndarray) -> tuple:
-        """``(td, critic_loss, q_mean, actor_loss, entropy, alpha_loss or nan, alpha)`` of one SAC update."""
-        obs, act, rew, next_obs, done, w, disc = inputs
-        B = obs.shape[0]
-        k = self.kernel(B)
-        t = self.t
+    def td3_step(self, inputs: tuple, noise: np.ndarray | None, actor_update: bool) -> ACStepResult:
+        """One TD3/DDPG update in the kernel (its ``actor_loss`` is nan when no actor step was due)."""
+        k = self.kernel(inputs[0].shape[0])
         self._blas()
-        alpha_hp = _hp(t.alpha_optimizer) if t.alpha_optimizer is not None else None
-        return k.step(obs, act, rew, next_obs, done, w, self.discount(B, disc), eps_next, eps_pi,
-                      float(t.max_grad_norm or 0.0), float(t.tau), float(t.target_entropy),
-                      _hp(t.critic_optimizer), _hp(t.actor_optimizer), alpha_hp)
+        return k.step(self.td3_args(inputs, noise, actor_update))
+
+    def sac_args(self, inputs: tuple, eps_next: np.ndarray, eps_pi: np.ndarray) -> SACStepArgs:
+        """The kernel's arguments of one SAC update (``inputs``: :func:`native_inputs`'s)."""
+        obs, act, rew, next_obs, done, w, disc = inputs
+        t = self.t
+        alpha = AdamHyper.from_optimizer(t.alpha_optimizer) if t.alpha_optimizer is not None else None
+        return SACStepArgs(obs, act, rew, next_obs, done, w, self.discount(obs.shape[0], disc), eps_next, eps_pi,
+                           float(t.max_grad_norm or 0.0), float(t.tau), float(t.target_entropy),
+                           AdamHyper.from_optimizer(t.critic_optimizer), AdamHyper.from_optimizer(t.actor_optimizer),
+                           alpha)
+
+    def sac_step(self, inputs: tuple, eps_next: np.ndarray, eps_pi: np.ndarray) -> SACStepResult:
+        """One SAC update in the kernel (its ``alpha_loss`` is nan for a fixed alpha)."""
+        k = self.kernel(inputs[0].shape[0])
+        self._blas()
+        return k.step(self.sac_args(inputs, eps_next, eps_pi))
 
 
 class NativeEngineThreads:

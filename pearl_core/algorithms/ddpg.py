@@ -197,11 +197,10 @@ class DDPG(NativeEngineThreads, CountedTrainer):
     def _update_native(self, batch, weights: np.ndarray, device_batch: bool) -> UpdateResult:
         """:meth:`update_policy` in the native kernel (one critic, no smoothing noise)."""
         due = self.updates % self.policy_delay == 0
-        td, critic_loss, q_mean, actor_loss = self._engine.td3_step(  # type: ignore[union-attr]
-            native_inputs(self, batch, weights), None, due)
+        r = self._engine.td3_step(native_inputs(self, batch, weights), None, due)  # type: ignore[union-attr]
         self.updates += 1
-        metrics = {"critic_loss": critic_loss, "q_mean": q_mean}
+        metrics = {"critic_loss": r.critic_loss, "q_mean": r.q_mean}
         if due:
-            metrics["actor_loss"] = actor_loss
+            metrics["actor_loss"] = r.actor_loss
         # a device batch here is on the CPU: its TD errors as a tensor viewing the kernel's array
-        return UpdateResult(td_errors=torch.from_numpy(td) if device_batch else td, metrics=metrics)
+        return UpdateResult(td_errors=torch.from_numpy(r.td) if device_batch else r.td, metrics=metrics)

@@ -10,7 +10,8 @@ Native step: a backend's ``learner_kernel("dqn_mlp")`` (the CPU plugin, pearl-cp
 provides one) runs the same math as one call per update: the same BLAS products,
 everything between them fused. The trainer hands its factory to
 :class:`MLPDQNEngine` (``DQN(learner_kernels=...)``); this module never looks
-for a backend itself.
+for a backend itself. Each update it builds one :class:`~pearl_core.kernels.DQNStepArgs`
+and the kernel returns one :class:`~pearl_core.kernels.DQNStepResult` (:mod:`pearl_core.kernels`).
 
 Same math, step for step (checked against the torch path in
 ``tests/test_mlp_engine.py``):
@@ -40,16 +41,15 @@ single-threaded in each.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn as nn
 
-__all__ = ["ConvDQNEngine", "MLPDQNEngine", "conv_front", "supports"]
+from pearl_core.kernels import AdamHyper, ConvShape, DQNStepArgs
 
-log = logging.getLogger("pearl_core.algorithms.mlp_engine")
+__all__ = ["ConvDQNEngine", "MLPDQNEngine", "conv_front", "supports"]
 
 #: torch's fused CPU Adam kernel (private API); ``None`` -> the same rule in numpy.
 _FUSED_ADAM = getattr(torch, "_fused_adam_", None)
@@ -95,8 +95,8 @@ class MLPDQNEngine:
 
     Args:
         trainer: the DQN whose networks and optimizer the engine updates in place.
-        native_factory: a ``"dqn_mlp"`` kernel factory (``Backend.learner_kernel``
-            states its signature); each update then runs in that kernel.
+        native_factory: a ``"dqn_mlp"`` kernel factory (:class:`~pearl_core.kernels.DQNKernelFactory`);
+            each update then runs in that kernel.
             ``None``: the numpy code of this module.
     """
 
@@ -105,9 +105,6 @@ class MLPDQNEngine:
         self.native_factory = native_factory
         self.native = native_factory is not None  # the update runs in the native kernel
         self._kernel: Any = None  # that kernel, bound to the current arrays (see _native_kernel)
-        # Whether the kernel's step takes the optional ``discount`` array (n-step returns); a kernel
-        # written before it does not: n-step batches then run in this module's numpy code.
-        self._kernel_discount = True
         # The kernel runs threads of its own (a ``threads`` attribute, set from torch's count): BLAS then
         # runs single-threaded in each of them.
         self._threads_itself = False
@@ -229,27 +226,13 @@ class MLPDQNEngine:
 
         ``discount``: per-sample ``float32`` factors of the bootstrap term (``gamma ** k`` of n-step
         transitions) in place of ``gamma``; ``None`` keeps the scalar-``gamma`` path."""
-        t = self.t
-        if self.native and (discount is None or self._kernel_discount):
-            group = t.optimizer.param_groups[0]
-            b1, b2 = group["betas"]
+        if self.native:
+            t = self.t
             kern = self._native_kernel(obs.shape[0])
             _blas_threads(self._blas_n())
-            if discount is None:  # the call as it was before n-step returns (a kernel without the argument works)
-                return kern.step(
-                    obs, act, rew, next_obs, done, w, t.gamma, t.huber_delta, t.max_grad_norm or 0.0, t.double_dqn,
-                    float(group["lr"]), float(b1), float(b2), float(group["eps"]))
-            try:
-                return kern.step(
-                    obs, act, rew, next_obs, done, w, t.gamma, t.huber_delta, t.max_grad_norm or 0.0, t.double_dqn,
-                    float(group["lr"]), float(b1), float(b2), float(group["eps"]), discount=discount)
-            except TypeError as exc:  # the call's signature, before any work: a kernel without ``discount``
-                if "discount" not in str(exc) and "incompatible function arguments" not in str(exc):
-                    raise
-                self._kernel_discount = False
-                log.warning("the native dqn_mlp step %r takes no per-sample discount (n-step returns): n-step "
-                            "batches run in the numpy engine instead (same math, slower). Fix: give the kernel's "
-                            "step an optional discount argument (docs/writing-a-plugin.md).", type(kern).__name__)
+            r = kern.step(DQNStepArgs(obs, act, rew, next_obs, done, w, t.gamma, t.huber_delta, t.max_grad_norm or 0.0,
+                                      t.double_dqn, AdamHyper.from_optimizer(t.optimizer), discount))
+            return r.td, r.loss, r.q_mean
         return self._update_numpy(obs, act, rew, next_obs, done, w, discount)
 
     def _update_numpy(self, obs: np.ndarray, act: np.ndarray, rew: np.ndarray, next_obs: np.ndarray,
@@ -368,7 +351,7 @@ class ConvDQNEngine(MLPDQNEngine):
 
     Args:
         trainer: the DQN whose networks and optimizer the engine updates in place.
-        native_factory: the ``"dqn_cnn"`` kernel factory (``Backend.learner_kernel``).
+        native_factory: the ``"dqn_cnn"`` kernel factory (:class:`~pearl_core.kernels.DQNConvKernelFactory`).
         conv: what :func:`conv_front` returned for the trainer.
     """
 
@@ -403,7 +386,7 @@ class ConvDQNEngine(MLPDQNEngine):
         return self._online, self._target
 
     def _make_kernel(self, online: list, target: list, exp_avgs: list, exp_avg_sqs: list, B: int) -> Any:
-        return self.native_factory(self.conv, online, target, exp_avgs, exp_avg_sqs, self._steps, B)
+        return self.native_factory(ConvShape(*self.conv), online, target, exp_avgs, exp_avg_sqs, self._steps, B)
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """``Q(obs, .)`` of the online network from flattened observations (the torch forward)."""
@@ -416,15 +399,6 @@ class ConvDQNEngine(MLPDQNEngine):
         if self._scale != 1:  # the network's input scale (1/255 for uint8 frames), applied once here
             obs, next_obs = obs * self._scale, next_obs * self._scale
         return super().update(obs, act, rew, next_obs, done, w, discount)
-
-    def _update_numpy(self, obs, act, rew, next_obs, done, w, discount):  # noqa: ANN001 - the parent's signature
-        from pearl_core.errors import KernelUnavailableError
-
-        raise KernelUnavailableError(
-            f"DQN: the native dqn_cnn step {type(self._kernel[1]).__name__ if self._kernel else None!r} takes no "
-            "per-sample discount, which n-step returns need, and there is no numpy convolution to fall back on. "
-            "Fix: give the kernel's step an optional discount argument (docs/writing-a-plugin.md), or "
-            "DQN(engine='torch').")
 
 
 class _Workspace:

@@ -250,12 +250,11 @@ class SAC(NativeEngineThreads, TwinCriticTrainer):
         shape = (inputs[0].shape[0], self.box.act_dim)
         eps_next = torch.randn(shape, generator=self._gen, device=self.device).numpy()
         eps_pi = torch.randn(shape, generator=self._gen, device=self.device).numpy()
-        td, critic_loss, q_mean, actor_loss, entropy, alpha_loss, alpha = self._engine.sac_step(  # type: ignore[union-attr]
-            inputs, eps_next, eps_pi)
+        r = self._engine.sac_step(inputs, eps_next, eps_pi)  # type: ignore[union-attr]
         self.updates += 1
-        metrics = {"critic_loss": critic_loss, "q_mean": q_mean, "actor_loss": actor_loss, "entropy": entropy}
+        metrics = {"critic_loss": r.critic_loss, "q_mean": r.q_mean, "actor_loss": r.actor_loss, "entropy": r.entropy}
         if self.alpha_optimizer is not None:
-            metrics["alpha_loss"] = alpha_loss
-        metrics["alpha"] = alpha
+            metrics["alpha_loss"] = r.alpha_loss
+        metrics["alpha"] = r.alpha
         # a device batch here is on the CPU: its TD errors as a tensor viewing the kernel's array
-        return UpdateResult(td_errors=torch.from_numpy(td) if device_batch else td, metrics=metrics)
+        return UpdateResult(td_errors=torch.from_numpy(r.td) if device_batch else r.td, metrics=metrics)

@@ -189,10 +189,10 @@ class TD3(NativeEngineThreads, TwinCriticTrainer):
                               device=self.device) * self.target_noise
             noise = eps.clamp_(-self.target_noise_clip, self.target_noise_clip).numpy()
         due = (self.updates + 1) % self.policy_delay == 0
-        td, critic_loss, q_mean, actor_loss = self._engine.td3_step(inputs, noise, due)  # type: ignore[union-attr]
+        r = self._engine.td3_step(inputs, noise, due)  # type: ignore[union-attr]
         self.updates += 1
-        metrics = {"critic_loss": critic_loss, "q_mean": q_mean}
+        metrics = {"critic_loss": r.critic_loss, "q_mean": r.q_mean}
         if due:
-            metrics["actor_loss"] = actor_loss
+            metrics["actor_loss"] = r.actor_loss
         # a device batch here is on the CPU: its TD errors as a tensor viewing the kernel's array
-        return UpdateResult(td_errors=torch.from_numpy(td) if device_batch else td, metrics=metrics)
+        return UpdateResult(td_errors=torch.from_numpy(r.td) if device_batch else r.td, metrics=metrics)

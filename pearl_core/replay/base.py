@@ -348,7 +348,7 @@ class UniformReplay(ReplayManager):
         # indices drawn from [0, size) here: valid by construction, no second check
         weights = _weights_out(out, n)
         weights[:] = 1.0
-        return SampledBatch(indices=indices, batch=self._storage._take(indices, out), weights=weights)
+        return SampledBatch(indices=indices, batch=self._storage.gather_into(indices, out), weights=weights)
 
     def sample_device(self, batch_size: int, out: Mapping[str, Any] | None = None) -> SampledBatch:
         """:meth:`sample` on :attr:`device` (see :meth:`ReplayManager.sample_device`): slots drawn there."""

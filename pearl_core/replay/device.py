@@ -242,20 +242,20 @@ class TorchStorage(DataStorage):
         self.device = str(self.torch_device)
         super().__init__(spec, capacity)
 
-    def _allocate(self) -> dict[str, Any]:
+    def allocate(self) -> dict[str, Any]:
         import torch
 
         return {name: torch.zeros((self.capacity, *shape), dtype=torch_dtype(dtype), device=self.torch_device)
                 for name, (shape, dtype) in self._layout.items()}
 
-    def _store(self, slots: np.ndarray, rows: Mapping[str, np.ndarray]) -> None:
+    def store(self, slots: np.ndarray, rows: Mapping[str, np.ndarray]) -> None:
         import torch
 
         dst = torch.from_numpy(np.ascontiguousarray(slots)).to(self.torch_device)
         for name, values in rows.items():
             self._arrays[name].index_copy_(0, dst, torch.from_numpy(np.ascontiguousarray(values)).to(self.torch_device))
 
-    def _take(self, idx: np.ndarray, out: Mapping[str, np.ndarray] | None = None) -> Batch:
+    def gather_into(self, idx: np.ndarray, out: Mapping[str, np.ndarray] | None = None) -> Batch:
         import torch
 
         rows = self.gather_device(torch.from_numpy(np.ascontiguousarray(idx, dtype=np.int64)).to(self.torch_device))

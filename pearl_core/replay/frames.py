@@ -89,7 +89,7 @@ def _bytes_equal(a: np.ndarray, b: np.ndarray) -> bool:
 class FrameStorage(DataStorage):
     """A :class:`~pearl_core.replay.storage.DataStorage` that stores each frame of ``obs`` / ``next_obs`` once.
 
-    Same contract as the plain storage (``add``, ``gather``, ``_take``, ``field``,
+    Same contract as the plain storage (``add``, ``gather``, ``gather_into``, ``field``,
     ``size``, ``cursor``; bad input raises and changes nothing; the conformance
     suite :class:`~pearl_core.testing.StorageConformance` proves it), for any
     observation with a first axis (a frame is one slice along it; see the module
@@ -110,7 +110,7 @@ class FrameStorage(DataStorage):
         super().__init__(spec, capacity)
 
     # -- allocation --------------------------------------------------------------------------
-    def _allocate(self) -> dict[str, np.ndarray]:
+    def allocate(self) -> dict[str, np.ndarray]:
         frame_shape, dtype = self._layout["obs"][0][1:], self._layout["obs"][1]
         arrays = {name: np.zeros((self._capacity, *shape), dtype=dt)
                   for name, (shape, dt) in self._layout.items() if name not in _OBS}
@@ -193,7 +193,7 @@ class FrameStorage(DataStorage):
                 out.append(self._take_frame(stack[j]))
         return out
 
-    def _store(self, slots: np.ndarray, rows: Mapping[str, np.ndarray]) -> None:
+    def store(self, slots: np.ndarray, rows: Mapping[str, np.ndarray]) -> None:
         f = self._frames
         # Worst case, every frame of both stacks is new: make room before writing anything.
         self._reserve(2 * f * len(slots))
@@ -219,7 +219,7 @@ class FrameStorage(DataStorage):
             self._written[slot] = True
 
     # -- reading ----------------------------------------------------------------------------
-    def _take(self, idx: np.ndarray, out: Mapping[str, np.ndarray] | None = None) -> Batch:
+    def gather_into(self, idx: np.ndarray, out: Mapping[str, np.ndarray] | None = None) -> Batch:
         f = self._frames
         table = self._index[idx]
         if out is None:

@@ -276,7 +276,7 @@ class PrioritizedReplay(ReplayManager):
         weights /= weights.max()
         # tree.get accepted the indices (< capacity) and each has a positive priority, which only
         # a filled slot has: they are valid, and the gather needs no second check
-        batch = self._storage._take(indices, out)
+        batch = self._storage.gather_into(indices, out)
         self._steps += 1
         w = _weights_out(out, n)
         w[:] = weights

@@ -344,6 +344,28 @@ class DataStorage:
     Bad input raises and leaves every array, :attr:`size` and :attr:`cursor`
     unchanged: :meth:`add` validates and casts all fields before writing any.
 
+    The public reads are :meth:`gather` (checked indices) and :meth:`field`.
+    What a device-resident storage implements (a backend's ``make_storage``
+    returns a subclass; the base class keeps ``size``, ``cursor`` and every check;
+    none of these four may change ``size`` or ``cursor``;
+    :class:`~pearl_core.testing.StorageConformance` checks it all):
+
+    * :meth:`allocate` ``() -> dict``: the ``capacity`` rows of every field, in
+      the stored dtypes, where the rows live; called once by ``__init__`` (set
+      what it needs before ``super().__init__``), kept as ``self._arrays``.
+    * :meth:`store` ``(slots, rows)``: write ``rows`` (one host array per field,
+      already validated and cast to the stored dtype, one row per slot) into
+      ``slots`` (distinct ``int64`` in ``[0, capacity)``, ring order: they may
+      wrap to 0); :meth:`add` calls it, then moves ``size`` and ``cursor``.
+    * :meth:`gather_into` ``(idx, out=None) -> Batch``: the rows at ``idx`` (a replay
+      manager's own 1-D ``int64`` filled slots, ``< size``, repeats and any order
+      allowed, already valid: check nothing), in that order, as host arrays that
+      later writes do not change. With ``out`` (one host array ``(len(idx), *shape)``
+      of the stored dtype per field, maybe strided, maybe with other keys such as
+      ``"weights"``, left alone) write the rows into those arrays and return
+      ``Batch.of(out)``; a backend may accept its own destinations there too.
+    * :meth:`field` ``(name)``: a read-only host array of all ``capacity`` rows.
+
     Args:
         spec: the observation/action layout.
         capacity: number of slots, ``>= 1``.
@@ -371,20 +393,20 @@ class DataStorage:
         self._spec = spec
         self._capacity = capacity
         self._layout = spec.fields()
-        self._arrays = self._allocate()
+        self._arrays = self.allocate()
         self._cursor = 0
         self._size = 0
 
     #: Where the rows live: ``"cpu"`` (host memory) here; a device-resident subclass names its device.
     device: str = "cpu"
 
-    # -- what a device-resident subclass overrides (a backend's make_storage) -------------------
-    def _allocate(self) -> dict[str, np.ndarray]:
-        """Allocate the ``capacity`` rows of every field (host arrays here); called once by ``__init__``."""
+    # -- what a device-resident subclass implements (a backend's make_storage) -----------------
+    def allocate(self) -> dict[str, Any]:
+        """The ``capacity`` rows of every field (host arrays here); called once by ``__init__``."""
         return {name: np.zeros((self._capacity, *shape), dtype=dtype) for name, (shape, dtype) in self._layout.items()}
 
-    def _store(self, slots: np.ndarray, rows: Mapping[str, np.ndarray]) -> None:
-        """Write validated rows (stored dtypes, one per slot) into ``slots`` of every field."""
+    def store(self, slots: np.ndarray, rows: Mapping[str, np.ndarray]) -> None:
+        """Write validated rows (stored dtypes, one per slot) into ``slots`` (see the class docstring)."""
         for name, values in rows.items():
             self._arrays[name][slots] = values
 
@@ -472,7 +494,7 @@ class DataStorage:
         kept = min(n, self._capacity)
         first = n - kept
         slots = (self._cursor + np.arange(first, n, dtype=np.int64)) % self._capacity
-        self._store(slots, {name: values[first:] for name, values in rows.items()})
+        self.store(slots, {name: values[first:] for name, values in rows.items()})
         self._cursor = (self._cursor + n) % self._capacity
         self._size = min(self._size + n, self._capacity)
         return slots
@@ -494,15 +516,11 @@ class DataStorage:
             InvalidDTypeError: ``indices`` is not integer.
             InvalidIndexError: an index outside ``[0, size)``.
         """
-        return self._take(check_filled_indices(indices, self._size, self._capacity))
+        return self.gather_into(check_filled_indices(indices, self._size, self._capacity))
 
-    def _take(self, idx: np.ndarray, out: Mapping[str, np.ndarray] | None = None) -> Batch:
-        """:meth:`gather` without the checks, for a replay manager's own ``int64`` indices that are
-        valid by construction (uniform replay draws them from ``[0, size)``).
-
-        With ``out`` (one ``(len(idx), *shape)`` array of the stored dtype per transition field, e.g.
-        a learner's batch slot) the rows are gathered straight into those arrays, with no copy between.
-        """
+    def gather_into(self, idx: np.ndarray, out: Mapping[str, np.ndarray] | None = None) -> Batch:
+        """:meth:`gather` without the checks, for a replay manager's own indices (valid by construction);
+        into ``out``'s arrays (e.g. a learner's batch slot) when given. See the class docstring."""
         if out is None:
             return Batch(*(self._arrays[name][idx] for name in TRANSITION_FIELDS))
         for name in TRANSITION_FIELDS:

@@ -19,7 +19,12 @@ reference's state (its learner generator included: both draw the same smoothing 
 reparameterisation ``eps``) and both update on the same batch: TD errors, metrics, every parameter,
 target, Adam moment and step counter and ``log_alpha`` must agree within float32 tolerances.
 :meth:`~ActorCriticKernelConformance.test_free_run_matches_torch` also runs several updates without
-re-loading, the batch size changing on the way.
+re-loading: one kernel object for :attr:`ActorCriticKernelConformance.free_run_same_kernel` (5)
+consecutive updates (a kernel that goes wrong from its third step fails here), then the batch size
+changing. :meth:`~ActorCriticKernelConformance.test_factory_makes_a_kernel_that_updates_in_place`
+checks the ABI of :mod:`pearl_core.kernels`: the factory's product is a
+:class:`~pearl_core.kernels.TD3Kernel` / :class:`~pearl_core.kernels.SACKernel`, and ``step`` takes
+the argument record and returns the result record, of the right shapes and dtypes.
 
 The cases (:data:`AC_CASES`) cover TD3's delayed actor and Polyak steps, smoothing noise on and off,
 DDPG (one critic) with and without a delay, SAC with automatic and fixed ``alpha``, clipping off and
@@ -35,6 +40,8 @@ from typing import Any, Callable
 
 import numpy as np
 import pytest
+
+from pearl_core.testing.learner_kernels import _check_kernel, _check_result, _run_length
 
 __all__ = ["AC_CASES", "ActorCriticKernelConformance", "ACKernelCase"]
 
@@ -136,6 +143,8 @@ class ActorCriticKernelConformance:
     warmup: int = 3
     steps: int = 4
     seed: int = 0
+    #: Consecutive updates of one kernel object in :meth:`test_free_run_matches_torch` (at least 5).
+    free_run_same_kernel: int = 5
 
     def kernel_factory(self, name: str) -> Callable[..., Any] | None:
         """The factory under test for ``name`` (``"td3_mlp"`` or ``"sac_mlp"``), or ``None`` to skip its cases."""
@@ -195,11 +204,46 @@ class ActorCriticKernelConformance:
 
     @pytest.mark.parametrize("algo", ["td3", "ddpg", "sac"])
     def test_free_run_matches_torch(self, algo):
-        """Updates without re-loading (the kernel carries every state), the batch size changing."""
+        """Updates without re-loading (the kernel carries every state): one kernel object for
+        :attr:`free_run_same_kernel` consecutive updates, then the batch size changing."""
         case = ACKernelCase(f"free-run-{algo}", algo, (32, 16), 16, kwargs={"max_grad_norm": 0.5})
         ref, cand, rng = self._pair(case)
         cand.load_state_dict(copy.deepcopy(ref.state_dict()))
-        for i, size in enumerate((16, 16, 9, 9, 16, 16)):
+        same = max(5, self.free_run_same_kernel)
+        kernels = []
+        for i, size in enumerate((case.batch,) * same + (9, 9, case.batch)):
             batch, w = _batch(case, rng, size)
             ra, rb = ref.update_policy(batch, w), cand.update_policy(batch, w)
-            self._compare(case, f"free update {i} (batch {size})", ref, cand, ra, rb, free_run=True)
+            kernels.append(cand._engine._kernel)
+            self._compare(case, f"free update {i} (batch {size}, the kernel's step {_run_length(kernels)})", ref,
+                          cand, ra, rb, free_run=True)
+        assert all(k is kernels[0] for k in kernels[:same]), (
+            f"the trainer bound a new kernel within the first {same} updates of one batch size; the suite means "
+            "to run one kernel object for that many steps")
+
+    @pytest.mark.parametrize("algo", ["td3", "ddpg", "sac"])
+    def test_factory_makes_a_kernel_that_updates_in_place(self, algo):
+        """The trainer's kernel (built over its tensors) is the name's protocol; one ``step`` with the argument
+        record returns the result record, moves every critic parameter and counts every critic Adam step."""
+        from pearl_core.algorithms.ac_engine import native_inputs
+
+        case = next(c for c in AC_CASES if c.algo == algo)
+        ref, cand, rng = self._pair(case)
+        cand.load_state_dict(copy.deepcopy(ref.state_dict()))
+        eng, B = cand._engine, case.batch
+        kernel = eng.kernel(B)
+        _check_kernel(case.kernel, kernel, B)
+        batch, w = _batch(case, rng)
+        inputs = native_inputs(cand, batch, w)
+        draw = rng.standard_normal((B, case.act_dim)).astype(np.float32)
+        args = (eng.sac_args(inputs, draw, rng.standard_normal((B, case.act_dim)).astype(np.float32))
+                if algo == "sac" else eng.td3_args(inputs, np.clip(0.2 * draw, -0.5, 0.5), True))
+        before = dict(_state(cand))
+        out = kernel.step(args)
+        _check_result(case.kernel, out, B)
+        for name, after in _state(cand):
+            critic = name.startswith("critic") and not name.split(".")[0].endswith("_target")
+            if name.startswith("critic_optimizer") and name.endswith(" step"):
+                np.testing.assert_array_equal(after, before[name] + 1, err_msg=f"{name}: one step must count one")
+            elif critic and not name.startswith("critic_optimizer"):
+                assert not np.array_equal(after, before[name]), f"step() must update {name} in place"

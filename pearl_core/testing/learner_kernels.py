@@ -21,10 +21,17 @@ drawn from ``[0.2, 1)`` unless a case says uniform); TD errors, loss, mean q,
 the online weights, Adam's moments and step counters must agree within float32
 tolerances, and the target network must not change. Loading the state
 before every step keeps float noise from compounding (a last-bit difference can
-flip a ReLU that sits at zero); :meth:`~DQNKernelConformance.test_free_run_matches_torch`
-also runs several steps without it, changing the batch size on the way.
-:meth:`~DQNKernelConformance.test_n_step_discounts_match_torch` checks the optional
-per-sample ``discount`` argument of ``step`` (n-step returns; skipped for a kernel without it).
+flip a ReLU that sits at zero), and makes the trainer bind a new kernel object each
+step; :meth:`~DQNKernelConformance.test_free_run_matches_torch` runs steps without it:
+one kernel object for :attr:`DQNKernelConformance.free_run_same_kernel` (5) consecutive
+updates (a kernel that goes wrong from its third step fails here), then across a
+batch-size change. :meth:`~DQNKernelConformance.test_n_step_discounts_match_torch` checks
+the per-sample ``discount`` field of the step record (n-step returns).
+:meth:`~DQNKernelConformance.test_factory_makes_a_kernel_that_updates_in_place` checks the
+ABI of :mod:`pearl_core.kernels`: the factory's product is a :class:`~pearl_core.kernels.DQNKernel`
+and ``step`` takes a :class:`~pearl_core.kernels.DQNStepArgs` and returns a
+:class:`~pearl_core.kernels.DQNStepResult` of the right shape and dtype
+(:func:`~pearl_core.kernels.check_kernel_result`).
 
 The cases (:data:`CASES`) cover double DQN on and off, the Huber loss in its
 linear regime (a small ``huber_delta``) and its quadratic one (a ``huber_delta``
@@ -46,6 +53,8 @@ from typing import Any, Callable
 
 import numpy as np
 import pytest
+
+from pearl_core.kernels import KERNELS, AdamHyper, DQNStepArgs, check_kernel_result
 
 __all__ = ["CASES", "CONV_CASES", "DQNConvKernelConformance", "DQNKernelConformance", "KernelCase"]
 
@@ -142,6 +151,24 @@ def _adam(t) -> list[tuple[str, np.ndarray]]:
     return out
 
 
+def _check_result(name: str, out: Any, batch: int) -> None:
+    """The step's result is the name's result record, of the right shape and dtype (an assertion failure if not)."""
+    try:
+        check_kernel_result(name, out, batch)
+    except (TypeError, ValueError) as exc:
+        raise AssertionError(f"{exc} (pearl_core.kernels states the ABI)") from None
+
+
+def _check_kernel(name: str, kernel: Any, batch: int) -> None:
+    want = KERNELS[name].kernel
+    assert isinstance(kernel, want), (
+        f"the {name!r} factory made {type(kernel).__name__}, which is not a pearl_core.sdk.{want.__name__} (it "
+        "needs a batch attribute and step(args))")
+    assert getattr(kernel, "batch", None) == batch, (
+        f"the kernel's .batch is {getattr(kernel, 'batch', None)!r}; expected {batch} (the trainer "
+        "rebuilds the kernel when the batch size changes, and reads it there)")
+
+
 def _close(got: float, want: float, what: str, tol: dict[str, float]) -> None:
     bound = tol["atol"] + tol["rtol"] * abs(want)
     assert abs(got - want) <= bound, (f"{what} differs from torch's: the kernel gives {got!r}, torch {want!r} "
@@ -160,6 +187,8 @@ class DQNKernelConformance:
 
     warmup: int = 2
     steps: int = 4
+    #: Consecutive updates of one kernel object in :meth:`test_free_run_matches_torch` (at least 5).
+    free_run_same_kernel: int = 5
     seed: int = 0
     target_noise: float = 0.3
     #: The kernel's name (what the trainer asks ``learner_kernels`` for).
@@ -228,20 +257,14 @@ class DQNKernelConformance:
         v = [s["exp_avg_sq"].numpy() for s in states]
         steps = np.array([float(s["step"]) for s in states], np.float32)
         kernel = self._factory()(online, target, m, v, steps, case.batch)
-        assert getattr(kernel, "batch", None) == case.batch, (
-            f"the kernel's .batch is {getattr(kernel, 'batch', None)!r}; expected {case.batch} (the trainer "
-            "rebuilds the kernel when the batch size changes, and reads it there)")
+        _check_kernel(self.kernel_name, kernel, case.batch)
         before = ([a.copy() for pair in online for a in pair], [a.copy() for pair in target for a in pair],
                   [a.copy() for a in m + v], steps.copy())
         batch, w = _batch(case, rng)
-        out = kernel.step(batch.obs, batch.action.astype(np.int64), batch.reward, batch.next_obs, batch.done, w,
-                          case.gamma, case.huber_delta, 0.0, False, case.lr, 0.9, 0.999, 1e-8)
-        assert isinstance(out, tuple) and len(out) == 3, f"step() returned {out!r}; expected (|delta|, loss, mean q)"
-        td, loss, q_mean = out
-        td = np.asarray(td)
-        assert td.shape == (case.batch,) and np.all(td >= 0), (
-            f"|delta| has shape {td.shape} (min {td.min() if td.size else None}); expected ({case.batch},), all >= 0")
-        assert np.isfinite(loss) and np.isfinite(q_mean), f"loss {loss!r} and mean q {q_mean!r} must be finite"
+        out = kernel.step(DQNStepArgs(batch.obs, batch.action.astype(np.int64), batch.reward, batch.next_obs,
+                                      batch.done, w, case.gamma, case.huber_delta, 0.0, False,
+                                      AdamHyper(case.lr, 0.9, 0.999, 1e-8)))
+        _check_result(self.kernel_name, out, case.batch)
         after = [a for pair in online for a in pair]
         assert all(not np.array_equal(x, y) for x, y in zip(before[0], after)), \
             "step() must update every online parameter in place (the arrays it was given)"
@@ -264,8 +287,8 @@ class DQNKernelConformance:
 
     @pytest.mark.parametrize("case", CASES[:2], ids=[c.id for c in CASES[:2]])
     def test_n_step_discounts_match_torch(self, case):
-        """n-step batches (``steps`` in 1..4): the kernel gets ``discount = gamma ** steps`` (float32, optional
-        argument of ``step``); a kernel without it is skipped (the trainer then runs those batches in numpy)."""
+        """n-step batches (``steps`` in 1..4): the kernel gets ``discount = gamma ** steps`` (float32, the
+        ``discount`` field of :class:`~pearl_core.kernels.DQNStepArgs`) and must use it in place of ``gamma``."""
         from pearl_core.replay.storage import Batch
 
         ref, cand, rng = self._pair(case)
@@ -276,24 +299,30 @@ class DQNKernelConformance:
             batch = Batch(one.obs, one.action, one.reward, one.next_obs, one.done,
                           rng.integers(1, 5, len(one)).astype(np.int32))
             ra, rb = ref.update_policy(batch, w), cand.update_policy(batch, w)
-            if not cand._engine._kernel_discount:
-                pytest.skip("the kernel's step takes no discount argument (optional; n-step batches then run in "
-                            "the numpy engine)")
             self._compare(case, f"n-step step {i}", ref, cand, ra, rb, target_before)
 
     #: The case of :meth:`test_free_run_matches_torch`.
     free_run_case = KernelCase("free-run", (32, 16), 16, double_dqn=True, max_grad_norm=0.05, lr=1e-2)
 
     def test_free_run_matches_torch(self):
-        """Steps without re-loading (the kernel carries the Adam state and counters), batch size changing."""
+        """Steps without re-loading (the kernel carries the Adam state and counters): one kernel object for
+        :attr:`free_run_same_kernel` consecutive updates, then the batch size changing (a new kernel each time)."""
         case = self.free_run_case
         ref, cand, rng = self._pair(case)
         cand.load_state_dict(copy.deepcopy(ref.state_dict()))
         target_before = _target(cand)
-        for i, size in enumerate((16, 16, 9, 9, 16, 16)):
+        same = max(5, self.free_run_same_kernel)
+        kernels = []
+        for i, size in enumerate((case.batch,) * same + (9, 9, case.batch)):
             batch, w = _batch(case, rng, size)
             ra, rb = ref.update_policy(batch, w), cand.update_policy(batch, w)
-            self._compare(case, f"free step {i} (batch {size})", ref, cand, ra, rb, target_before, free_run=True)
+            kernels.append(cand._engine._kernel[1])
+            self._compare(case, f"free step {i} (batch {size}, the kernel's step {_run_length(kernels)})", ref, cand,
+                          ra, rb, target_before, free_run=True)
+        assert all(k is kernels[0] for k in kernels[:same]), (
+            f"the trainer bound a new kernel within the first {same} updates of one batch size; the suite means "
+            "to run one kernel object for that many steps")
+        _check_kernel(self.kernel_name, kernels[-1], case.batch)
 
 
 class DQNConvKernelConformance(DQNKernelConformance):
@@ -310,14 +339,23 @@ class DQNConvKernelConformance(DQNKernelConformance):
             "learner_kernel('dqn_cnn').")
 
     def test_factory_makes_a_kernel_that_updates_in_place(self):
-        """Through the trainer (it builds the kernel over its own arrays): one step moves every online
-        parameter and Adam moment, counts every Adam step and leaves the target network alone."""
+        """The trainer builds the kernel over its own arrays (a :class:`~pearl_core.kernels.ConvShape` first);
+        one step (flattened, scaled images) returns a :class:`~pearl_core.kernels.DQNStepResult`, moves every
+        online parameter and Adam moment, counts every Adam step and leaves the target network alone."""
         case = CONV_CASES[0]
         ref, cand, rng = self._pair(case)
         cand.load_state_dict(copy.deepcopy(ref.state_dict()))
         online, target, adam = _online(cand), _target(cand), _adam(cand)
-        cand.update_policy(*_batch(case, rng))
-        assert getattr(cand._engine._kernel[1], "batch", None) == case.batch, "the kernel's .batch is not the batch size"
+        kernel = cand._engine._native_kernel(case.batch)
+        _check_kernel(self.kernel_name, kernel, case.batch)
+        batch, w = _batch(case, rng)
+        scale = np.float32(1.0 / case.image_high)
+        flat = [np.ascontiguousarray(x.reshape(case.batch, -1), np.float32) * scale
+                for x in (batch.obs, batch.next_obs)]
+        out = kernel.step(DQNStepArgs(flat[0], batch.action.astype(np.int64), batch.reward, flat[1], batch.done, w,
+                                      case.gamma, case.huber_delta, 0.0, case.double_dqn,
+                                      AdamHyper(case.lr, 0.9, 0.999, 1e-8)))
+        _check_result(self.kernel_name, out, case.batch)
         for (name, before), (_, after) in zip(online + adam, _online(cand) + _adam(cand)):
             if name.endswith(" step"):
                 np.testing.assert_array_equal(after, before + 1, err_msg=f"{name}: one step must count one")
@@ -332,20 +370,17 @@ class DQNConvKernelConformance(DQNKernelConformance):
 
     @pytest.mark.parametrize("case", CONV_CASES[:2], ids=[c.id for c in CONV_CASES[:2]])
     def test_n_step_discounts_match_torch(self, case):
-        if not self._discount_taken(case):
-            pytest.skip("the kernel's step takes no discount argument (optional; without it a CNN trainer's "
-                        "n-step batches fail with a clear error)")
         super().test_n_step_discounts_match_torch(case)
-
-    def _discount_taken(self, case: KernelCase) -> bool:
-        import inspect
-
-        ref, cand, rng = self._pair(case)
-        kern = cand._engine._native_kernel(case.batch)
-        try:
-            return "discount" in inspect.signature(kern.step).parameters
-        except (TypeError, ValueError):  # a compiled method: its docstring lists the arguments
-            return "discount" in (getattr(kern.step, "__doc__", "") or "")
 
     free_run_case = KernelCase("free-run-conv", (32,), 16, n_actions=3, image=(3, 8, 8), double_dqn=True,
                                max_grad_norm=0.05, lr=1e-2)
+
+
+def _run_length(kernels: list) -> int:
+    """How many of the last updates ran the last kernel object (1 for a kernel's first step)."""
+    n = 0
+    for k in reversed(kernels):
+        if k is not kernels[-1]:
+            break
+        n += 1
+    return n

@@ -17,8 +17,8 @@ image observations; scalar ``int64`` and ``float32`` vector actions):
 
 * Hypothesis programs of ``add`` (batches of 0, 1, fewer than, exactly and more
   than ``capacity`` rows, wrapping around; inputs that need casting, NaN/inf
-  observations) and ``gather`` / ``_take`` / ``_take(idx, out)`` (repeats, any
-  order, sometimes an unfilled slot); after every call ``size``, ``cursor``,
+  observations) and ``gather`` / ``gather_into`` / ``gather_into(idx, out)``
+  (repeats, any order, sometimes an unfilled slot); after every call ``size``, ``cursor``,
   ``len``, the returned slots, the gathered batches (values, bit patterns,
   dtypes, shapes: host arrays that later adds do not change) and ``field(name)``
   of every field (a read-only host array of all ``capacity`` rows) must equal
@@ -27,8 +27,13 @@ image observations; scalar ``int64`` and ``float32`` vector actions):
 * bad input (every rule of :meth:`DataStorage.add`, ``gather`` and ``field``,
   and of the constructor) raises the error class the host storage raises and
   leaves ``size``, ``cursor`` and every field unchanged;
-* ``_take(idx, out)`` fills the caller's host arrays (contiguous or strided; an
-  extra ``"weights"`` entry is left alone) and returns them;
+* the public storage contract (:class:`~pearl_core.replay.storage.DataStorage`'s
+  docstring): ``allocate`` / ``store`` / ``gather_into`` / ``field`` are what the
+  storage implements (a class still defining the old private hooks ``_allocate`` /
+  ``_store`` / ``_take``, which nothing calls any more, fails); ``store(slots, rows)``
+  of validated rows writes those slots, as the host's does, and leaves ``size`` and
+  ``cursor`` alone; ``gather_into(idx, out)`` fills the caller's host arrays
+  (contiguous or strided; an extra ``"weights"`` entry is left alone) and returns them;
 * :attr:`StorageConformance.device` equals ``.device``;
 * :class:`~pearl_core.replay.UniformReplay` and
   :class:`~pearl_core.replay.PrioritizedReplay` (over a
@@ -51,8 +56,17 @@ from hypothesis import strategies as st
 
 from pearl_core.replay.base import UniformReplay
 from pearl_core.replay.prioritized import PrioritizedReplay
-from pearl_core.replay.storage import TRANSITION_FIELDS, Batch, DataStorage, StorageSpec
+from pearl_core.replay.storage import TRANSITION_FIELDS, DataStorage, StorageSpec
 from pearl_core.testing.reference import ReferenceSumTree
+from pearl_core.testing.storage_checks import (
+    assert_same_batch,
+    assert_same_state,
+    check_field,
+    out_arrays,
+    run_both,
+    same_rows,
+    short,
+)
 
 __all__ = ["SPECS", "StorageConformance", "storage_programs", "transitions"]
 
@@ -131,7 +145,7 @@ def storage_programs(draw, max_capacity: int = 12, max_ops: int = 10):
     """``(capacity, seed, ops)``: ops are ``("add", n)``, ``("gather", indices)``, ``("take", indices)`` and
     ``("take_out", indices)``. ``gather`` indices come as an ``int64``/``int32`` array or a list, with
     repeats, and now and then include an unfilled slot or a negative index (the call must then raise);
-    ``take`` indices are always filled slots (``_take`` does no checks)."""
+    ``take`` indices are always filled slots (``gather_into`` does no checks)."""
     capacity = draw(st.integers(1, max_capacity))
     seed = draw(st.integers(0, 2**32 - 1))
     ops, size = [], 0
@@ -152,113 +166,6 @@ def storage_programs(draw, max_capacity: int = 12, max_ops: int = 10):
             idx = idx if form == "list" else np.asarray(idx, dtype=form)
         ops.append((kind, idx))
     return capacity, seed, ops
-
-
-# ------------------------------------------------------------------------------ comparisons
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) < 120 else text[:117] + "..."
-
-
-def assert_same_batch(got: Any, want: Batch, what: str) -> None:
-    """Every field: a host ``ndarray`` of the reference's dtype and shape, equal values and bit patterns."""
-    assert isinstance(got, Batch), f"{what}: returned {type(got).__name__}; expected a pearl_core Batch"
-    for name in TRANSITION_FIELDS:
-        x, y = getattr(got, name), getattr(want, name)
-        assert isinstance(x, np.ndarray), (
-            f"{what}: batch.{name} is a {type(x).__name__}; expected a host numpy array")
-        assert (x.dtype, x.shape) == (y.dtype, y.shape), (
-            f"{what}: batch.{name} has dtype {x.dtype} and shape {x.shape}; the host storage's has "
-            f"dtype {y.dtype} and shape {y.shape}")
-        np.testing.assert_array_equal(x, y, err_msg=f"{what}: batch.{name} differs from the host storage's")
-        same_bits = np.array_equal(np.ascontiguousarray(x).view(np.uint8), np.ascontiguousarray(y).view(np.uint8))
-        assert same_bits, f"{what}: batch.{name} has other bit patterns than the host storage's (-0.0? a NaN payload?)"
-
-
-def check_field(storage: DataStorage, name: str, what: str) -> np.ndarray:
-    """``storage.field(name)``: a read-only host array of all ``capacity`` rows in the stored dtype."""
-    shape, dtype = storage.spec.fields()[name]
-    f = storage.field(name)
-    assert isinstance(f, np.ndarray), f"{what}: field({name!r}) is a {type(f).__name__}; expected a host numpy array"
-    assert (f.shape, f.dtype) == ((storage.capacity, *shape), dtype), (
-        f"{what}: field({name!r}) has shape {f.shape} and dtype {f.dtype}; expected "
-        f"{(storage.capacity, *shape)} and {dtype} (all capacity rows, the stored dtype)")
-    assert not f.flags.writeable, f"{what}: field({name!r}) is writeable; expected a read-only array"
-    return f
-
-
-def assert_same_state(storage: DataStorage, ref: DataStorage, what: str) -> None:
-    """``size``, ``cursor``, ``len`` and the filled rows of every field equal the reference's."""
-    got = (storage.size, storage.cursor, len(storage))
-    want = (ref.size, ref.cursor, len(ref))
-    assert got == want, f"{what}: (size, cursor, len) = {got}; the host storage has {want}"
-    for name in TRANSITION_FIELDS:
-        f = check_field(storage, name, what)
-        np.testing.assert_array_equal(f[:ref.size], ref.field(name)[:ref.size],
-                                      err_msg=f"{what}: the filled rows of field({name!r}) differ from the host's")
-
-
-def _snapshot(storage: DataStorage) -> tuple:
-    return storage.size, storage.cursor, {name: np.array(storage.field(name)) for name in TRANSITION_FIELDS}
-
-
-def _assert_unchanged(storage: DataStorage, before: tuple, what: str) -> None:
-    size, cursor, fields = before
-    assert (storage.size, storage.cursor) == (size, cursor), (
-        f"{what}: the call raised but changed (size, cursor) from {(size, cursor)} to "
-        f"{(storage.size, storage.cursor)}; bad input must change nothing")
-    for name in TRANSITION_FIELDS:
-        after = np.asarray(storage.field(name))
-        changed = np.flatnonzero(~_same_rows(after, fields[name]))
-        assert changed.size == 0, (
-            f"{what}: the call raised but changed field({name!r}) at slots {changed.tolist()}; "
-            "bad input must change nothing (validate every field before writing any)")
-
-
-def _same_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Per row: bit-identical (NaN-safe)."""
-    n = a.shape[0]
-    if n == 0:
-        return np.ones(0, bool)
-    a, b = (np.ascontiguousarray(x).reshape(n, -1).view(np.uint8) for x in (a, b))
-    return (a == b).all(axis=1)
-
-
-def run_both(storage: DataStorage, ref: DataStorage, what: str, call: Callable[[DataStorage], Any]):
-    """``call`` on the reference, then on ``storage``: ``(got, want, host exception or None)``.
-
-    Where the reference raises, ``storage`` must raise the same class and change nothing;
-    where it returns, ``storage`` must return too.
-    """
-    try:
-        want = call(ref)
-    except Exception as exc:  # noqa: BLE001 - the reference's error is the one expected
-        before = _snapshot(storage)
-        try:
-            got = call(storage)
-        except Exception as got_exc:  # noqa: BLE001
-            if not isinstance(got_exc, type(exc)):
-                raise AssertionError(
-                    f"{what}: raised {type(got_exc).__name__}: {got_exc}; expected {type(exc).__name__}, "
-                    f"which the host storage raises ({exc})") from got_exc
-            _assert_unchanged(storage, before, what)
-            return None, None, exc
-        raise AssertionError(f"{what}: returned {_short(got)}; expected {type(exc).__name__}, which the host "
-                             f"storage raises ({exc})") from None
-    try:
-        got = call(storage)
-    except Exception as exc:  # noqa: BLE001
-        raise AssertionError(f"{what}: raised {type(exc).__name__}: {exc}; the host storage accepts "
-                             "the call") from exc
-    return got, want, None
-
-
-def _out_arrays(spec: StorageSpec, n: int, strided: bool = False) -> dict[str, np.ndarray]:
-    """A learner's batch slot: one host array per field (stored dtypes) and ``"weights"``."""
-    step = 2 if strided else 1
-    out = {name: np.zeros((n * step, *shape), dtype)[::step] for name, (shape, dtype) in spec.fields().items()}
-    out["weights"] = np.full(n, 7.0, np.float32)
-    return out
 
 
 # ------------------------------------------------------------------------------ bad input
@@ -341,6 +248,9 @@ def _wrapping_nan(spec: StorageSpec, capacity: int) -> tuple:
     return _with(rows, reward=_set(capacity + 1, np.nan))
 
 
+#: The private hooks the public storage contract replaced, and their public names.
+_OLD_HOOKS = {"_allocate": "allocate", "_store": "store", "_take": "gather_into"}
+
 #: ``(id, capacity, batch sizes added)``: the states the bad calls are made in.
 _STATES = (("partly-filled", 11, (5, 4)), ("wrapped", 7, (5, 4)))
 
@@ -379,7 +289,7 @@ class StorageConformance:
         assert exc is None, f"suite error: the host storage refused the suite's valid rows ({what}): {exc}"
         if want is not None:
             assert isinstance(got, np.ndarray) and got.dtype == np.int64, (
-                f"{what}: returned {_short(got)}; expected the int64 slots written")
+                f"{what}: returned {short(got)}; expected the int64 slots written")
             np.testing.assert_array_equal(got, want, err_msg=f"{what}: returned other slots than the host storage")
         assert_same_state(storage, ref, what)
 
@@ -388,8 +298,8 @@ class StorageConformance:
         rng = np.random.default_rng(seed)
         kept = []  # (batch returned earlier, a copy of what it held): later adds must not change it
         for step, (kind, arg) in enumerate(ops):
-            call = {"add": "add of {} rows", "gather": "gather({})", "take": "_take({})",
-                    "take_out": "_take({}, out)"}[kind].format(_short(arg))
+            call = {"add": "add of {} rows", "gather": "gather({})", "take": "gather_into({})",
+                    "take_out": "gather_into({}, out)"}[kind].format(short(arg))
             what = f"step {step}: {call} at size {ref.size}, cursor {ref.cursor} (capacity {capacity})"
             if kind == "add":
                 self._add(storage, ref, transitions(rng, spec, arg), what)
@@ -398,33 +308,33 @@ class StorageConformance:
                 got, want, _ = run_both(storage, ref, what, lambda s: s.gather(arg))
             elif kind == "take":
                 idx = np.asarray(arg, dtype=np.int64)
-                got, want, _ = run_both(storage, ref, what, lambda s: s._take(idx))
+                got, want, _ = run_both(storage, ref, what, lambda s: s.gather_into(idx))
             else:
-                got, want = self._take_out(storage, ref, spec, np.asarray(arg, dtype=np.int64), what)
+                got, want = self._gather_out(storage, ref, spec, np.asarray(arg, dtype=np.int64), what)
             if want is not None:
                 assert_same_batch(got, want, what)
                 kept.append((what, got, {name: getattr(want, name).copy() for name in TRANSITION_FIELDS}))
             assert_same_state(storage, ref, what)
         for what, got, copy in kept:
             for name in TRANSITION_FIELDS:
-                assert _same_rows(getattr(got, name), copy[name]).all(), (
+                assert same_rows(getattr(got, name), copy[name]).all(), (
                     f"the batch of {what} changed later: batch.{name} must be a copy, not a view of the storage")
 
-    def _take_out(self, storage, ref, spec, idx, what, strided=False):
-        """``_take(idx, out)`` on both, each into its own host arrays; checks that they were filled in place."""
-        outs = {"got": _out_arrays(spec, len(idx), strided), "want": _out_arrays(spec, len(idx), strided)}
+    def _gather_out(self, storage, ref, spec, idx, what, strided=False):
+        """``gather_into(idx, out)`` on both, each into its own host arrays; checks that they were filled in place."""
+        outs = {"got": out_arrays(spec, len(idx), strided), "want": out_arrays(spec, len(idx), strided)}
         got, want, _ = run_both(storage, ref, what,
-                                lambda s: s._take(idx, outs["got" if s is storage else "want"]))
+                                lambda s: s.gather_into(idx, outs["got" if s is storage else "want"]))
         if want is None:
             return None, None
         for name in TRANSITION_FIELDS:
             assert getattr(got, name) is outs["got"][name], (
-                f"{what}: _take(idx, out) returned a new array for {name}; expected the caller's out[{name!r}] "
+                f"{what}: gather_into(idx, out) returned a new array for {name}; expected the caller's out[{name!r}] "
                 "(rows written into it, and the returned batch holding it)")
             np.testing.assert_array_equal(outs["got"][name], outs["want"][name],
                                           err_msg=f"{what}: the rows written into out[{name!r}] differ")
         np.testing.assert_array_equal(outs["got"]["weights"], np.full(len(idx), 7.0, np.float32),
-                                      err_msg=f"{what}: _take(idx, out) wrote into out['weights']")
+                                      err_msg=f"{what}: gather_into(idx, out) wrote into out['weights']")
         return got, want
 
     def _filled(self, spec: StorageSpec, capacity: int, sizes) -> tuple[DataStorage, DataStorage]:
@@ -446,7 +356,7 @@ class StorageConformance:
         for name in TRANSITION_FIELDS:
             check_field(storage, name, "a new storage")
         empty = np.empty(0, np.int64)
-        for what, call in (("gather([])", lambda s: s.gather(empty)), ("_take([])", lambda s: s._take(empty))):
+        for what, call in (("gather([])", lambda s: s.gather(empty)), ("gather_into([])", lambda s: s.gather_into(empty))):
             got, want, _ = run_both(storage, ref, f"{what} on a new storage", call)
             assert_same_batch(got, want, f"{what} on a new storage")
         _, _, exc = run_both(storage, ref, "gather([0]) on a new storage", lambda s: s.gather([0]))
@@ -481,20 +391,48 @@ class StorageConformance:
         idx = np.random.default_rng(self.seed).integers(0, capacity, 5000)
         got, want, _ = run_both(storage, ref, "gather of 5000 rows", lambda s: s.gather(idx))
         assert_same_batch(got, want, "gather of 5000 rows")
-        got, want = self._take_out(storage, ref, spec, idx, "_take of 5000 rows into out arrays")
-        assert_same_batch(got, want, "_take of 5000 rows into out arrays")
+        got, want = self._gather_out(storage, ref, spec, idx, "gather_into of 5000 rows into out arrays")
+        assert_same_batch(got, want, "gather_into of 5000 rows into out arrays")
 
     @pytest.mark.parametrize("spec_name", sorted(SPECS))
     @pytest.mark.parametrize("strided", [False, True], ids=["contiguous", "strided"])
-    def test_take_fills_the_callers_out_arrays(self, spec_name, strided):
+    def test_gather_into_fills_the_callers_out_arrays(self, spec_name, strided):
         spec = SPECS[spec_name]
         storage, ref = self._filled(spec, 9, (6, 7))  # wrapped: size 9, cursor 4
         for idx in ([8, 0, 3, 3, 8, 1], [4], []):
             idx = np.asarray(idx, np.int64)
-            what = f"_take({idx.tolist()}, out) into {'strided' if strided else 'contiguous'} out arrays"
-            got, want = self._take_out(storage, ref, spec, idx, what, strided)
+            what = f"gather_into({idx.tolist()}, out) into {'strided' if strided else 'contiguous'} out arrays"
+            got, want = self._gather_out(storage, ref, spec, idx, what, strided)
             assert_same_batch(got, want, what)
-        assert_same_state(storage, ref, "after _take into out arrays")
+        assert_same_state(storage, ref, "after gather_into into out arrays")
+
+    def test_implements_the_public_contract(self):
+        """``allocate`` / ``store`` / ``gather_into`` / ``field`` are the hooks a storage implements; nothing
+        calls the private names they replaced, so a class that still defines one runs the host code instead."""
+        storage, _ = self._pair(SPECS["vector-f32-discrete"], 4)
+        cls = type(storage)
+        stale = sorted(f"{k.__name__}.{old}" for k in cls.__mro__ for old in _OLD_HOOKS if callable(vars(k).get(old)))
+        assert not stale, (
+            f"{cls.__name__} defines {stale}, the private storage hooks that the public contract replaced; "
+            "nothing calls them. Fix: rename them " + ", ".join(f"{o} -> {n}" for o, n in _OLD_HOOKS.items())
+            + " (see DataStorage's docstring, 'What a device-resident storage implements')")
+
+    @pytest.mark.parametrize("spec_name", sorted(SPECS))
+    def test_store_writes_the_given_slots_and_leaves_size_and_cursor(self, spec_name):
+        """``store(slots, rows)`` called as ``add`` calls it (validated rows in the stored dtypes, ring-ordered
+        slots, a run that wraps past the end, one row, none): the rows land where the host's do, and ``size``
+        and ``cursor`` stay where they were (``add`` moves them, not ``store``)."""
+        spec, capacity = SPECS[spec_name], 9
+        storage, ref = self._filled(spec, capacity, (6, 7))  # full: size 9, cursor 4
+        layout, rng = spec.fields(), np.random.default_rng(self.seed + 2)
+        for start, n in ((7, 4), (2, 1), (5, 0)):
+            slots = (start + np.arange(n, dtype=np.int64)) % capacity
+            rows = {name: np.asarray(v).astype(layout[name][1]) for name, v in zip(TRANSITION_FIELDS,
+                                                                                    transitions(rng, spec, n))}
+            what = f"store({slots.tolist()}, rows) at size {ref.size}, cursor {ref.cursor} (capacity {capacity})"
+            _, _, exc = run_both(storage, ref, what, lambda s: s.store(slots, {k: v.copy() for k, v in rows.items()}))
+            assert exc is None, f"suite error: the host storage refused {what}: {exc}"
+            assert_same_state(storage, ref, what)
 
     @pytest.mark.parametrize("spec_name", sorted(SPECS))
     def test_field_is_a_read_only_host_array(self, spec_name):
@@ -531,7 +469,7 @@ class StorageConformance:
                 f"make_storage({spec!r}, {capacity!r}) raised {type(exc).__name__}: {exc}; expected "
                 f"{host.type.__name__}, which DataStorage raises ({host.value})")
         else:
-            pytest.fail(f"make_storage({spec!r}, {capacity!r}) returned {_short(storage)}; expected "
+            pytest.fail(f"make_storage({spec!r}, {capacity!r}) returned {short(storage)}; expected "
                         f"{host.type.__name__}, which DataStorage raises ({host.value})")
 
     def test_reports_its_device(self):
@@ -575,7 +513,7 @@ class StorageConformance:
             np.testing.assert_array_equal(slots, want_replay.add(*rows), err_msg=f"round {step}: add's slots")
             for out in (None, "out"):
                 what = f"{manager} replay, round {step}, sample(16{', out' if out else ''})"
-                outs = [_out_arrays(spec, 16), _out_arrays(spec, 16)] if out else [None, None]
+                outs = [out_arrays(spec, 16), out_arrays(spec, 16)] if out else [None, None]
                 got, want = got_replay.sample(16, outs[0]), want_replay.sample(16, outs[1])
                 np.testing.assert_array_equal(got.indices, want.indices,
                                               err_msg=f"{what}: sampled other slots than over a host storage")

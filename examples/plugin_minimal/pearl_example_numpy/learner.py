@@ -2,7 +2,8 @@
 
 The math of :meth:`pearl_core.backend.Backend.learner_kernel` (the same as
 ``DQN(engine="torch")``; :class:`pearl_core.testing.DQNKernelConformance` checks
-it against that), with ``k = huber_delta`` and ``B`` the batch size:
+it against that), with ``k = huber_delta`` and ``B`` the batch size; the names are
+the fields of the ``DQNStepArgs`` record ``step`` takes (``pearl_core.sdk``):
 
 1. target: ``y = r + gamma * (1 - done) * Q_target(s')[a*]``, with ``a* = argmax Q_target(s')``,
    or ``argmax Q(s')`` for double DQN; with the optional ``discount`` (n-step returns, float32
@@ -23,12 +24,14 @@ are views of the trainer's torch tensors, which is how the trainer sees it.
 import numpy as np
 
 from pearl_core.errors import InvalidValueError
+from pearl_core.sdk import DQNStepResult
 
 from pearl_example_numpy import counters
 
 
 def dqn_mlp(online, target, exp_avgs, exp_avg_sqs, steps, batch):
-    """The ``"dqn_mlp"`` factory (:meth:`NumpyExampleBackend.learner_kernel` returns it)."""
+    """The ``"dqn_mlp"`` factory (:meth:`NumpyExampleBackend.learner_kernel` returns it; a
+    ``pearl_core.sdk.DQNKernelFactory``)."""
     return DQNMLPKernel(online, target, exp_avgs, exp_avg_sqs, steps, batch)
 
 
@@ -39,7 +42,7 @@ def _fail(what, expected, found):
 
 
 class DQNMLPKernel:
-    """One DQN update per :meth:`step`, on the arrays it was made over.
+    """One DQN update per :meth:`step`, on the arrays it was made over (a ``pearl_core.sdk.DQNKernel``).
 
     Args:
         online, target: ``[(W, b), ...]`` float32 arrays per layer (``W`` is ``(out, in)``);
@@ -64,9 +67,11 @@ class DQNMLPKernel:
         if self.batch < 1:
             raise _fail("the batch size", ">= 1", batch)
 
-    def step(self, obs, actions, rewards, next_obs, done, weights, gamma, huber_delta, max_grad_norm,
-             double_dqn, lr, beta1, beta2, eps, discount=None):
-        """One update; returns ``(|delta| per sample (float32), loss, mean q)``."""
+    def step(self, args):
+        """One update; ``args`` is a ``DQNStepArgs``, the result a ``DQNStepResult(|delta| per sample
+        (float32), loss, mean q)``."""
+        obs, actions, rewards, next_obs, done, weights = (args.obs, args.actions, args.rewards, args.next_obs,
+                                                          args.done, args.weights)
         B, rows = self.batch, np.arange(self.batch)
         n_in, n_actions = self.online[0][0].shape[1], self.online[-1][0].shape[0]
         for name, x in (("obs", obs), ("next_obs", next_obs)):
@@ -77,15 +82,16 @@ class DQNMLPKernel:
 
         # 1. targets, from the target network (no gradient)
         q_next = self._forward(next_obs, self.target)[-1]
-        a_star = (self._forward(next_obs, self.online)[-1] if double_dqn else q_next).argmax(axis=1)
-        disc = np.float32(gamma) if discount is None else discount  # per sample: gamma ** k (n-step returns)
+        a_star = (self._forward(next_obs, self.online)[-1] if args.double_dqn else q_next).argmax(axis=1)
+        # per sample: gamma ** k (n-step returns), else the one-step gamma
+        disc = np.float32(args.gamma) if args.discount is None else args.discount
         y = rewards + disc * ~done * q_next[rows, a_star]
 
         # 2. the importance-weighted Huber loss and its gradient with respect to q
         outs = self._forward(obs, self.online)  # outs[i] is the input of layer i; outs[-1] is Q(s, .)
         q = outs[-1][rows, actions]
         delta = q - y
-        k = np.float32(huber_delta)
+        k = np.float32(args.huber_delta)
         huber = np.where(np.abs(delta) <= k, 0.5 * delta * delta, k * (np.abs(delta) - 0.5 * k))
         loss = float(np.mean(huber * weights))
         g = np.zeros_like(outs[-1])
@@ -100,13 +106,14 @@ class DQNMLPKernel:
                 g = (g @ W) * (outs[i] > 0)
 
         # 4. global gradient-norm clipping
-        if max_grad_norm > 0:
+        if args.max_grad_norm > 0:
             norm = float(np.sqrt(sum(np.sum(gr * gr, dtype=np.float64) for gr in grads)))
-            coef = max_grad_norm / (norm + 1e-6)
+            coef = args.max_grad_norm / (norm + 1e-6)
             if coef < 1.0:
                 grads = [gr * np.float32(coef) for gr in grads]
 
         # 5. Adam, in place on the parameters, the moments and the step counters
+        lr, beta1, beta2, eps = args.adam.lr, args.adam.beta1, args.adam.beta2, args.adam.eps
         self.steps += 1
         for p, gr, m, v, t in zip(self.params, grads, self.exp_avgs, self.exp_avg_sqs, self.steps):
             m *= np.float32(beta1)
@@ -117,7 +124,7 @@ class DQNMLPKernel:
             p -= np.float32(lr / bias1) * m / (np.sqrt(v) / np.float32(bias2 ** 0.5) + np.float32(eps))
 
         counters.count("kernel_steps")
-        return np.abs(delta), loss, float(np.mean(q))
+        return DQNStepResult(np.abs(delta), loss, float(np.mean(q)))
 
     @staticmethod
     def _forward(x, layers):

@@ -2,9 +2,11 @@
 
 A ``numpy`` device's memory is host memory, so the core's
 :class:`~pearl_core.replay.storage.DataStorage` is used as it is; only its
-``device`` says where it lives. A real accelerator's storage also overrides
-``_allocate`` (device buffers), ``_store`` (writes), ``_take`` (reads into a
-:class:`~pearl_core.replay.storage.Batch`) and ``field`` (a host copy).
+``device`` says where it lives. A real accelerator's storage also implements
+the public storage contract: ``allocate`` (device buffers), ``store`` (writes of
+validated rows), ``gather_into`` (reads into a
+:class:`~pearl_core.replay.storage.Batch`, or the caller's ``out`` arrays) and
+``field`` (a host copy).
 """
 
 from pearl_core.sdk import DataStorage

@@ -12,6 +12,11 @@ between them is fused C++ (see ``csrc/dqn_mlp.cpp``). pearl-core's numpy engine
 way (``csrc/ac_mlp.cpp``); pearl-core's TD3, DDPG and SAC
 (:mod:`pearl_core.algorithms.ac_engine`) run them when given them.
 
+The compiled steps are positional (``csrc/``); the factories here return subclasses of them
+whose ``step`` takes the typed record of :mod:`pearl_core.kernels` (``DQNStepArgs``,
+``ACStepArgs``, ``SACStepArgs``, from :mod:`pearl_core.sdk`) and returns its result record: the
+record is unpacked into the compiled call: microseconds against the step's hundreds.
+
 The kernels link no BLAS of its own: :func:`find_sgemm` takes ``cblas_sgemm``
 from the BLAS library numpy has loaded (found by threadpoolctl), so thread limits
 set on numpy's BLAS (the runtime pins them) hold for the kernel as well.
@@ -23,6 +28,7 @@ import ctypes
 from typing import Any
 
 from pearl_core.errors import DeviceRuntimeError
+from pearl_core.sdk import ACStepResult, DQNStepResult, SACStepResult
 
 __all__ = ["find_sgemm", "dqn_cnn_kernel", "dqn_mlp_kernel", "sac_mlp_kernel", "td3_mlp_kernel"]
 
@@ -65,8 +71,72 @@ def find_sgemm() -> tuple[int, bool] | None:
     return found
 
 
+# The compiled kernels with the typed step (pearl_core.kernels' records), made once the extension
+# imports (this module must import without it: CpuBackend.learner_kernel then returns None).
+_TYPED: dict[str, type] = {}
+
+
+def _hp(h: Any) -> tuple[float, float, float, float]:
+    return (h.lr, h.beta1, h.beta2, h.eps)
+
+
+def _typed(name: str) -> type:
+    cls = _TYPED.get(name)
+    if cls is not None:
+        return cls
+    if name == "dqn":
+        from pearl_cpu._learner import DQNMLPKernel
+
+        native_dqn = DQNMLPKernel.step
+
+        class DQNKernel(DQNMLPKernel):
+            """:class:`~pearl_cpu._learner.DQNMLPKernel` with ``step(DQNStepArgs) -> DQNStepResult``."""
+
+            def step(self, a):  # noqa: ANN001, ANN201 - pearl_core.kernels.DQNKernel's
+                h = a.adam
+                td, loss, q_mean = native_dqn(self, a.obs, a.actions, a.rewards, a.next_obs, a.done, a.weights,
+                                              a.gamma, a.huber_delta, a.max_grad_norm, a.double_dqn, h.lr, h.beta1,
+                                              h.beta2, h.eps, a.discount)
+                return DQNStepResult(td, loss, q_mean)
+
+        cls = DQNKernel
+    elif name == "td3":
+        from pearl_cpu._learner_ac import TD3MLPKernel
+
+        native_td3 = TD3MLPKernel.step
+
+        class TD3Kernel(TD3MLPKernel):
+            """:class:`~pearl_cpu._learner_ac.TD3MLPKernel` with ``step(ACStepArgs) -> ACStepResult``."""
+
+            def step(self, a):  # noqa: ANN001, ANN201 - pearl_core.kernels.TD3Kernel's
+                return ACStepResult(*native_td3(self, a.obs, a.actions, a.rewards, a.next_obs, a.done, a.weights,
+                                                a.discount, a.noise, a.actor_update, a.max_grad_norm, a.tau,
+                                                _hp(a.critic_adam), _hp(a.actor_adam)))
+
+        cls = TD3Kernel
+    else:
+        from pearl_cpu._learner_ac import SACMLPKernel
+
+        native_sac = SACMLPKernel.step
+
+        class SACKernel(SACMLPKernel):
+            """:class:`~pearl_cpu._learner_ac.SACMLPKernel` with ``step(SACStepArgs) -> SACStepResult``."""
+
+            def step(self, a):  # noqa: ANN001, ANN201 - pearl_core.kernels.SACKernel's
+                alpha = a.alpha_adam
+                return SACStepResult(*native_sac(self, a.obs, a.actions, a.rewards, a.next_obs, a.done, a.weights,
+                                                 a.discount, a.eps_next, a.eps_pi, a.max_grad_norm, a.tau,
+                                                 a.target_entropy, _hp(a.critic_adam), _hp(a.actor_adam),
+                                                 None if alpha is None else _hp(alpha)))
+
+        cls = SACKernel
+    _TYPED[name] = cls
+    return cls
+
+
 def dqn_mlp_kernel(online: list, target: list, exp_avgs: list, exp_avg_sqs: list, steps: Any, batch: int) -> Any:
-    """A :class:`~pearl_cpu._learner.DQNMLPKernel` over these arrays.
+    """A :class:`~pearl_cpu._learner.DQNMLPKernel` over these arrays, its ``step`` taking a ``DQNStepArgs``
+    (``pearl_core.kernels.DQNKernelFactory``).
 
     Args:
         online, target: ``[(W, b), ...]`` float32 C-contiguous arrays per layer (``W`` is
@@ -79,24 +149,23 @@ def dqn_mlp_kernel(online: list, target: list, exp_avgs: list, exp_avg_sqs: list
         DeviceRuntimeError: numpy's BLAS exposes no ``cblas_sgemm`` (see :func:`find_sgemm`).
         ValueError: an array has the wrong shape, dtype or layout.
     """
-    from pearl_cpu._learner import DQNMLPKernel
-
     found = find_sgemm()
     if found is None:
         raise DeviceRuntimeError("pearl_cpu: no cblas_sgemm in numpy's BLAS library (threadpoolctl found none); "
                                  "expected numpy linked to OpenBLAS, MKL or a reference CBLAS. Fix: use "
                                  "DQN(engine='numpy'), or a numpy build whose BLAS exports cblas_sgemm.")
     address, ilp64 = found
-    return DQNMLPKernel(address, ilp64, list(online), list(target), list(exp_avgs), list(exp_avg_sqs), steps, batch)
+    return _typed("dqn")(address, ilp64, list(online), list(target), list(exp_avgs), list(exp_avg_sqs), steps, batch)
 
 
 def dqn_cnn_kernel(conv: Any, online: list, target: list, exp_avgs: list, exp_avg_sqs: list, steps: Any,
                    batch: int) -> Any:
-    """A :class:`~pearl_cpu._learner.DQNMLPKernel` whose layer 0 is one convolution (``csrc/dqn_mlp.cpp``).
+    """A :class:`~pearl_cpu._learner.DQNMLPKernel` whose layer 0 is one convolution (``csrc/dqn_mlp.cpp``),
+    its ``step`` taking a ``DQNStepArgs`` (``pearl_core.kernels.DQNConvKernelFactory``).
 
     Args:
-        conv: ``(channels, height, width, kernel, stride)`` of layer 0, an unpadded ``Conv2d`` followed
-            by ReLU and a flatten in torch's ``(out_channels, OH, OW)`` order.
+        conv: a ``ConvShape`` (``channels, height, width, kernel, stride``; a 5-tuple works too) of layer 0,
+            an unpadded ``Conv2d`` followed by ReLU and a flatten in torch's ``(out_channels, OH, OW)`` order.
         online, target: ``[(W, b), ...]`` as :func:`dqn_mlp_kernel`'s; layer 0's ``W`` is the convolution's
             weight seen 2-D, ``(out_channels, channels * kernel * kernel)``.
         exp_avgs, exp_avg_sqs, steps, batch: as :func:`dqn_mlp_kernel`'s (layer 0's moments seen 2-D too).
@@ -108,10 +177,8 @@ def dqn_cnn_kernel(conv: Any, online: list, target: list, exp_avgs: list, exp_av
         DeviceRuntimeError: numpy's BLAS exposes no ``cblas_sgemm`` (see :func:`find_sgemm`).
         ValueError: an array has the wrong shape, dtype or layout, or ``conv`` is not a valid convolution.
     """
-    from pearl_cpu._learner import DQNMLPKernel
-
     address, ilp64 = _sgemm("DQN")
-    return DQNMLPKernel(address, ilp64, list(online), list(target), list(exp_avgs), list(exp_avg_sqs), steps, batch,
+    return _typed("dqn")(address, ilp64, list(online), list(target), list(exp_avgs), list(exp_avg_sqs), steps, batch,
                         [int(v) for v in conv])
 
 
@@ -126,7 +193,8 @@ def _sgemm(owner: str) -> tuple[int, bool]:
 
 def td3_mlp_kernel(actor: list, actor_target: list, critics: list, critic_targets: list, actor_adam: tuple,
                    critic_adam: tuple, batch: int) -> Any:
-    """A :class:`~pearl_cpu._learner_ac.TD3MLPKernel` over these arrays (TD3: two critics; DDPG: one).
+    """A :class:`~pearl_cpu._learner_ac.TD3MLPKernel` over these arrays (TD3: two critics; DDPG: one), its
+    ``step`` taking an ``ACStepArgs`` (``pearl_core.kernels.TD3KernelFactory``).
 
     Args:
         actor, actor_target: ``[(W, b), ...]`` float32 C-contiguous arrays per layer of the actor's
@@ -143,16 +211,15 @@ def td3_mlp_kernel(actor: list, actor_target: list, critics: list, critic_target
         DeviceRuntimeError: numpy's BLAS exposes no ``cblas_sgemm`` (see :func:`find_sgemm`).
         ValueError: an array has the wrong shape, dtype or layout.
     """
-    from pearl_cpu._learner_ac import TD3MLPKernel
-
     address, ilp64 = _sgemm("TD3")
-    return TD3MLPKernel(address, ilp64, list(actor), list(actor_target), [list(c) for c in critics],
+    return _typed("td3")(address, ilp64, list(actor), list(actor_target), [list(c) for c in critics],
                         [list(c) for c in critic_targets], tuple(actor_adam), tuple(critic_adam), batch)
 
 
 def sac_mlp_kernel(actor: list, critics: list, critic_targets: list, actor_adam: tuple, critic_adam: tuple,
                    log_alpha: Any, alpha_adam: tuple | None, batch: int) -> Any:
-    """A :class:`~pearl_cpu._learner_ac.SACMLPKernel` over these arrays.
+    """A :class:`~pearl_cpu._learner_ac.SACMLPKernel` over these arrays, its ``step`` taking a ``SACStepArgs``
+    (``pearl_core.kernels.SACKernelFactory``).
 
     Args:
         actor: ``[(W, b), ...]`` of the actor's ReLU MLP, ``2 * |A|`` outputs (mean, log_std).
@@ -167,9 +234,7 @@ def sac_mlp_kernel(actor: list, critics: list, critic_targets: list, actor_adam:
         DeviceRuntimeError: numpy's BLAS exposes no ``cblas_sgemm`` (see :func:`find_sgemm`).
         ValueError: an array has the wrong shape, dtype or layout.
     """
-    from pearl_cpu._learner_ac import SACMLPKernel
-
     address, ilp64 = _sgemm("SAC")
-    return SACMLPKernel(address, ilp64, list(actor), [list(c) for c in critics], [list(c) for c in critic_targets],
+    return _typed("sac")(address, ilp64, list(actor), [list(c) for c in critics], [list(c) for c in critic_targets],
                         tuple(actor_adam), tuple(critic_adam), log_alpha,
                         None if alpha_adam is None else tuple(alpha_adam), batch)

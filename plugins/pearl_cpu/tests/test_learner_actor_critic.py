@@ -11,6 +11,7 @@ ValueError and changes nothing, checkpoints resume across engines, and the train
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import gymnasium as gym
 import numpy as np
@@ -21,7 +22,9 @@ from pearl_core.algorithms import DDPG, SAC, TD3
 from pearl_core.errors import KernelUnavailableError, SpecError
 from pearl_core.plugins import get_backend, kernel_lookup
 from pearl_core.replay.storage import Batch
+from pearl_core.sdk import ACStepArgs, AdamHyper, SACKernel, TD3Kernel
 from pearl_core.testing import ActorCriticKernelConformance
+from pearl_cpu._learner_ac import SACMLPKernel, TD3MLPKernel
 from pearl_cpu.learner import sac_mlp_kernel, td3_mlp_kernel
 
 OBS = gym.spaces.Box(-5.0, 5.0, (5,), np.float32)
@@ -166,6 +169,8 @@ def test_a_swapped_optimizer_takes_the_torch_path():
 
 
 # -- input checks ------------------------------------------------------------------------------
+# The compiled steps check their input (csrc/); these tests call them as compiled, positionally
+# (TD3MLPKernel.step, SACMLPKernel.step), under the typed step the factories' kernels add.
 def _td3_args(t):
     b, w = _batch(5, True)
     from pearl_core.algorithms.ac_engine import native_inputs
@@ -229,9 +234,12 @@ def test_td3_kernel_bad_input_raises_and_changes_nothing(field, value, match):
     args = _td3_args(t)
     args[field] = value
     with pytest.raises(ValueError, match=match):
-        k.step(**args)
+        TD3MLPKernel.step(k, **args)
     _assert_close(before, _kernel_state(t), exact=True)
-    k.step(**_td3_args(t))  # and the kernel still works
+    good = _td3_args(t)  # and the kernel still works, through its typed step too
+    assert isinstance(k, TD3Kernel)
+    k.step(ACStepArgs(**dict(good, critic_adam=AdamHyper(*good["critic_adam"]),
+                             actor_adam=AdamHyper(*good["actor_adam"]))))
     assert not np.array_equal(before["critic1.0.weight"], _state(t)["critic1.0.weight"])
 
 
@@ -249,8 +257,9 @@ def test_sac_kernel_bad_input_raises_and_changes_nothing(field, value, match):
     before = _kernel_state(t)
     args = _sac_args(t)
     args[field] = value
+    assert isinstance(k, SACKernel)
     with pytest.raises(ValueError, match=match):
-        k.step(**args)
+        SACMLPKernel.step(k, **args)
     _assert_close(before, _kernel_state(t), exact=True)
 
 
@@ -425,38 +434,37 @@ class TestCpuActorCriticConformance(ActorCriticKernelConformance):
 
 
 class _Wrapped:
-    """A kernel whose step() passes its arguments through ``edit`` first (a planted bug)."""
+    """A kernel whose step() passes its argument record through ``edit`` first, from its ``from_step``-th
+    step on (a planted bug)."""
 
-    def __init__(self, kern, edit):
-        self.kern, self.edit, self.batch = kern, edit, kern.batch
+    def __init__(self, kern, edit, from_step=1):
+        self.kern, self.edit, self.batch, self.from_step, self.steps = kern, edit, kern.batch, from_step, 0
 
-    def step(self, *args):
-        return self.kern.step(*self.edit(list(args)))
+    def step(self, args):
+        self.steps += 1
+        return self.kern.step(self.edit(args) if self.steps >= self.from_step else args)
 
 
-def _planted(edit, name):
+def _planted(edit, name, from_step=1):
     real = td3_mlp_kernel if name == "td3_mlp" else sac_mlp_kernel
 
     class Suite(ActorCriticKernelConformance):
         def kernel_factory(self, asked):
-            return (lambda *a: _Wrapped(real(*a), edit)) if asked == name else None
+            return (lambda *a: _Wrapped(real(*a), edit, from_step)) if asked == name else None
 
     return Suite()
 
 
-def _set(i, f):
-    def edit(args):
-        args[i] = f(args[i])
-        return args
-    return edit
+def _set(field, f):
+    return lambda args: dataclasses.replace(args, **{field: f(getattr(args, field))})
 
 
 @pytest.mark.parametrize("name,edit,case", [
-    ("td3_mlp", _set(6, lambda d: np.full_like(d, 0.9)), 0),  # a fixed discount instead of the caller's
-    ("td3_mlp", _set(5, np.ones_like), 0),  # the importance weights ignored
-    ("td3_mlp", _set(8, lambda due: True), 0),  # an actor (and Polyak) step on every update
-    ("sac_mlp", lambda a: a[:7] + [a[8], a[7]] + a[9:], 5),  # the two eps swapped
-    ("sac_mlp", _set(11, lambda te: te + 0.5), 5),  # a wrong target entropy
+    ("td3_mlp", _set("discount", lambda d: np.full_like(d, 0.9)), 0),  # a fixed discount instead of the caller's
+    ("td3_mlp", _set("weights", np.ones_like), 0),  # the importance weights ignored
+    ("td3_mlp", _set("actor_update", lambda due: True), 0),  # an actor (and Polyak) step on every update
+    ("sac_mlp", lambda a: dataclasses.replace(a, eps_next=a.eps_pi, eps_pi=a.eps_next), 5),  # the two eps swapped
+    ("sac_mlp", _set("target_entropy", lambda te: te + 0.5), 5),  # a wrong target entropy
 ])
 def test_the_suite_catches_planted_bugs(name, edit, case):
     from pearl_core.testing.ac_kernels import AC_CASES
@@ -464,6 +472,35 @@ def test_the_suite_catches_planted_bugs(name, edit, case):
     with pytest.raises(AssertionError, match="differs? from torch's"):
         _planted(edit, name).test_matches_torch_step_by_step(AC_CASES[case])
     _planted(lambda a: a, name).test_matches_torch_step_by_step(AC_CASES[case])  # the control passes
+
+
+@pytest.mark.parametrize("name,algo,case", [("td3_mlp", "td3", 0), ("td3_mlp", "ddpg", 3), ("sac_mlp", "sac", 5)])
+def test_the_suite_catches_a_kernel_that_goes_wrong_from_its_third_step(name, algo, case):
+    """The synced comparisons bind a new kernel every update (each runs one step): only the free run, one
+    kernel object for five steps, reaches a bug that starts at a kernel's third step."""
+    from pearl_core.testing.ac_kernels import AC_CASES
+
+    suite = _planted(_set("discount", lambda d: d * np.float32(0.9)), name, from_step=3)
+    suite.test_matches_torch_step_by_step(AC_CASES[case])  # passes: no kernel there reaches its third step
+    with pytest.raises(AssertionError, match=r"the kernel's step 3\).*differs? from torch's"):
+        suite.test_free_run_matches_torch(algo)
+    _planted(lambda a: a, name).test_free_run_matches_torch(algo)  # the control passes
+
+
+class _TupleResult(_Wrapped):
+    """Returns the positional tuple of the old ABI instead of the result record."""
+
+    def step(self, args):
+        return dataclasses.astuple(self.kern.step(args))
+
+
+def test_the_suite_catches_a_step_that_returns_a_tuple():
+    class Suite(ActorCriticKernelConformance):
+        def kernel_factory(self, asked):
+            return (lambda *a: _TupleResult(td3_mlp_kernel(*a), None)) if asked == "td3_mlp" else None
+
+    with pytest.raises(AssertionError, match="returned tuple .*expected a pearl_core.sdk.ACStepResult record"):
+        Suite().test_factory_makes_a_kernel_that_updates_in_place("td3")
 
 
 @pytest.mark.parametrize("cls", [TD3, DDPG, SAC])

@@ -10,6 +10,7 @@ import torch
 
 from pearl_core.algorithms import DQN
 from pearl_core.plugins import get_backend, kernel_lookup
+from pearl_core.sdk import AdamHyper, DQNKernel, DQNStepArgs, DQNStepResult
 from pearl_cpu.learner import dqn_mlp_kernel, find_sgemm
 
 
@@ -31,6 +32,20 @@ def _batch(B=8, seed=0):
 
 HP = dict(gamma=0.99, huber_delta=1.0, max_grad_norm=10.0, double_dqn=False, lr=1e-3, beta1=0.9, beta2=0.999,
           eps=1e-8)
+
+
+def _args(batch, **hp):
+    """The step's record (pearl_core.kernels.DQNStepArgs) of a batch and HP (with ``hp`` changed)."""
+    hp = {**HP, **hp}
+    adam = AdamHyper(hp.pop("lr"), hp.pop("beta1"), hp.pop("beta2"), hp.pop("eps"))
+    return DQNStepArgs(**batch, **hp, adam=adam)
+
+
+def _step(k, batch, **hp):
+    """One step with the record; ``(td, loss, q_mean)`` of the result record."""
+    r = k.step(_args(batch, **hp))
+    assert isinstance(r, DQNStepResult), r
+    return r.td, r.loss, r.q_mean
 
 
 def _kernel(t, B=8):
@@ -57,8 +72,9 @@ def test_backend_provides_the_kernel_and_sgemm_is_found():
 def test_a_step_changes_parameters_adam_state_and_counters():
     t = _trainer()
     k = _kernel(t)
+    assert isinstance(k, DQNKernel)  # pearl_core.kernels' protocol: batch and step(DQNStepArgs)
     before = _state(t)
-    td, loss, q_mean = k.step(**_batch(), **HP)
+    td, loss, q_mean = _step(k, _batch(), **HP)
     after = _state(t)
     assert td.shape == (8,) and td.dtype == np.float32 and np.all(td >= 0)
     assert loss > 0 and np.isfinite(q_mean)
@@ -84,12 +100,12 @@ def test_a_step_changes_parameters_adam_state_and_counters():
 def test_bad_input_raises_and_changes_nothing(field, value, match):
     t = _trainer()
     k = _kernel(t)
-    k.step(**_batch(), **HP)
+    _step(k, _batch(), **HP)
     before = _state(t)
     batch = _batch(seed=1)
     batch[field] = value
     with pytest.raises(ValueError, match=match):
-        k.step(**batch, **HP)
+        _step(k, batch, **HP)
     for x, y in zip(before, _state(t)):
         np.testing.assert_array_equal(x, y)
 
@@ -101,7 +117,7 @@ def test_bad_hyperparameters_raise(hp, match):
     k = _kernel(t)
     before = _state(t)
     with pytest.raises(ValueError, match=match):
-        k.step(**_batch(), **{**HP, **hp})
+        _step(k, _batch(), **hp)
     for x, y in zip(before, _state(t)):
         np.testing.assert_array_equal(x, y)
 
@@ -155,8 +171,8 @@ def test_two_threads_compute_bitwise_what_one_thread_computes(hidden, double_dqn
     hp = dict(HP, double_dqn=double_dqn, max_grad_norm=0.5)  # clipping active: the norm's order matters too
     for seed in range(6):
         b = _batch(32, seed)
-        td1, loss1, q1 = k1.step(**b, **hp)
-        td2, loss2, q2 = k2.step(**b, **hp)
+        td1, loss1, q1 = _step(k1, b, **hp)
+        td2, loss2, q2 = _step(k2, b, **hp)
         np.testing.assert_array_equal(td1, td2)
         assert (loss1, q1) == (loss2, q2)
     for a, b in zip(_state(one), _state(two)):
@@ -190,7 +206,7 @@ def test_the_step_flushes_denormals_and_leaves_the_callers_mode_as_it_was(thread
     st = t.optimizer.state[b0]
     st["exp_avg"][15] = 1e-39  # denormal moments: beta * 1e-39 + 0 stays denormal unless flushed
     st["exp_avg_sq"][15] = 1e-39
-    k.step(**_batch(), **HP)
+    _step(k, _batch(), **HP)
     assert st["exp_avg"][15].item() == 0.0 and st["exp_avg_sq"][15].item() == 0.0
     assert _keeps_denormals()
 
@@ -215,7 +231,7 @@ def test_threads_follow_torch_and_can_be_set_back():
 
 def _step_in_forked_child(k, conn):
     try:
-        td, _, _ = k.step(**_batch(32, 9), **HP)  # the parent's helper thread is not in this process
+        td, _, _ = _step(k, _batch(32, 9), **HP)  # the parent's helper thread is not in this process
         del k
         import gc
 
@@ -231,8 +247,8 @@ def test_a_forked_child_steps_and_exits_with_a_two_thread_kernel():
     one, two = _twin_trainers((64, 64), False)
     k1, k2 = _kernel(one, 32), _kernel(two, 32)
     k1.threads, k2.threads = 1, 2
-    k2.step(**_batch(32, 0), **HP)  # the helper thread runs (and now waits) in this process
-    k1.step(**_batch(32, 0), **HP)
+    _step(k2, _batch(32, 0), **HP)  # the helper thread runs (and now waits) in this process
+    _step(k1, _batch(32, 0), **HP)
     ctx = mp.get_context("fork")
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=_step_in_forked_child, args=(k2, child))
@@ -242,6 +258,6 @@ def test_a_forked_child_steps_and_exits_with_a_two_thread_kernel():
     proc.join(30)
     assert status == "ok", value
     assert proc.exitcode == 0
-    td1, _, _ = k1.step(**_batch(32, 9), **HP)
+    td1, _, _ = _step(k1, _batch(32, 9), **HP)
     assert value == float(td1.sum())  # the child's step computed what a one-thread step computes
-    k2.step(**_batch(32, 1), **HP)  # and the parent's helper still works
+    _step(k2, _batch(32, 1), **HP)  # and the parent's helper still works

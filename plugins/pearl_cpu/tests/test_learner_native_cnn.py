@@ -13,6 +13,7 @@ from pearl_core.algorithms import DQN
 from pearl_core.algorithms.mlp_engine import ConvDQNEngine
 from pearl_core.plugins import get_backend, kernel_lookup
 from pearl_core.replay.storage import Batch
+from pearl_core.sdk import AdamHyper, ConvShape, DQNKernel, DQNStepArgs
 from pearl_core.testing import DQNConvKernelConformance
 from pearl_cpu.learner import dqn_cnn_kernel
 
@@ -121,13 +122,13 @@ def test_bad_input_raises_and_changes_nothing():
     before = _params(nat)
     good = dict(obs=np.zeros((32, 400), np.float32), actions=np.zeros(32, np.int64), rewards=np.zeros(32, np.float32),
                 next_obs=np.zeros((32, 400), np.float32), done=np.zeros(32, bool), weights=np.ones(32, np.float32))
-    hp = dict(gamma=0.99, huber_delta=1.0, max_grad_norm=10.0, double_dqn=False, lr=1e-3, beta1=0.9, beta2=0.999,
-              eps=1e-8)
+    assert isinstance(kern, DQNKernel)  # pearl_core.kernels' protocol
+    hp = dict(gamma=0.99, huber_delta=1.0, max_grad_norm=10.0, double_dqn=False, adam=AdamHyper(1e-3, 0.9, 0.999, 1e-8))
     for field, value, match in (("obs", np.zeros((32, 4, 10, 10), np.float32), r"obs has shape \(32, 4, 10, 10\)"),
                                 ("next_obs", np.zeros((32, 399), np.float32), r"expected \(32, 400\)"),
                                 ("actions", np.full(32, 3), r"actions\[0\] = 3 is outside \[0, 3\)")):
         with pytest.raises(ValueError, match=match):
-            kern.step(**dict(good, **{field: value}), **hp)
+            kern.step(DQNStepArgs(**dict(good, **{field: value}), **hp))
     for a, b in zip(before, _params(nat)):
         np.testing.assert_array_equal(a, b)
 
@@ -141,7 +142,7 @@ def test_construction_checks_the_convolution():
     with pytest.raises(ValueError, match="conv must be"):
         dqn_cnn_kernel((4, 10, 10), online, target, m, m, steps, 32)
     with pytest.raises(ValueError, match="not a valid unpadded convolution"):
-        dqn_cnn_kernel((4, 2, 10, 3, 1), online, target, m, m, steps, 32)
+        dqn_cnn_kernel(ConvShape(4, 2, 10, 3, 1), online, target, m, m, steps, 32)
     with pytest.raises(ValueError, match=r"weight must be \(out_channels, channels \* kernel \* kernel\)"):
         dqn_cnn_kernel((3, 10, 10, 3, 1), online, target, m, m, steps, 32)
     with pytest.raises(ValueError, match="layer 1 takes 1024 inputs; the previous layer gives 1296"):

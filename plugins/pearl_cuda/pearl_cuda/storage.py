@@ -5,18 +5,18 @@ base class validates and casts every :meth:`add` before anything is written
 (bad input changes nothing), keeps ``size``/``cursor`` and the slot rule; this
 class only overrides where the rows are:
 
-* ``_allocate`` — one cupy array per field, ``capacity`` rows, on GPU ``N``,
-  plus a ring of **pinned** host staging buffers (``staging_slots`` of
-  ``staging_rows`` rows each).
-* ``_store(slots, rows)`` — rows are packed into the next pinned slot (a host
-  memcpy), then copied to the device asynchronously on the storage's own CUDA
-  stream, one copy per run of consecutive slots (a ring write is at most two
-  runs). An event per slot says when the slot may be refilled
-  (:class:`~pearl_cuda.transport.SlotRing`), so packing chunk ``t + 1``
+* :meth:`~CudaStorage.allocate` — one cupy array per field, ``capacity`` rows,
+  on GPU ``N``, plus a ring of **pinned** host staging buffers
+  (``staging_slots`` of ``staging_rows`` rows each).
+* :meth:`~CudaStorage.store` ``(slots, rows)`` — rows are packed into the next
+  pinned slot (a host memcpy), then copied to the device asynchronously on the
+  storage's own CUDA stream, one copy per run of consecutive slots (a ring
+  write is at most two runs). An event per slot says when the slot may be
+  refilled (:class:`~pearl_cuda.transport.SlotRing`), so packing chunk ``t + 1``
   overlaps copying chunk ``t``; ``add`` returns without waiting for the copy.
-* ``_take(idx, out)`` — the ``int64`` indices go to the device, every field
-  is gathered there (``cupy.take`` on the same stream, so it sees every earlier
-  write), then either
+* :meth:`~CudaStorage.gather_into` ``(idx, out)`` — the ``int64`` indices go to
+  the device, every field is gathered there (``cupy.take`` on the same stream,
+  so it sees every earlier write), then either
   - ``out`` holds torch tensors on this GPU (:meth:`CudaStorage.device_out`,
     what a learner on this GPU samples into: ``DQN.device_batch_slot``): the
     rows are gathered straight into them (cupy views of the tensors by DLPack),
@@ -120,10 +120,10 @@ class CudaStorage(DataStorage):
         self.batches_on_device = 0
         self._views: dict[int, tuple[Any, Any]] = {}  # id(tensor) -> (tensor, its cupy view), from device_out
         self._device_batches: dict[int, dict[str, Any]] = {}  # batch size -> gather_device's own tensors
-        super().__init__(spec, capacity)  # validates spec and capacity, then calls _allocate
+        super().__init__(spec, capacity)  # validates spec and capacity, then calls allocate
 
-    # ------------------------------------------------------------------ the DataStorage hooks
-    def _allocate(self) -> dict[str, Any]:
+    # ------------------------------------------------------------------ the DataStorage contract
+    def allocate(self) -> dict[str, Any]:
         import cupy as cp
 
         self._cp = cp
@@ -151,7 +151,7 @@ class CudaStorage(DataStorage):
         mem = self._cp.cuda.alloc_pinned_memory(max(1, count * dtype.itemsize))
         return np.ndarray(shape, dtype=dtype, buffer=mem)  # as cupyx.empty_pinned does; the array keeps mem alive
 
-    def _store(self, slots: np.ndarray, rows: Mapping[str, np.ndarray]) -> None:
+    def store(self, slots: np.ndarray, rows: Mapping[str, np.ndarray]) -> None:
         """Pack validated rows into pinned slots and copy them to the device (asynchronously, in order)."""
         n = int(slots.shape[0])
         if n == 0:
@@ -171,7 +171,7 @@ class CudaStorage(DataStorage):
                 self._ring.release(slot, event)
         self.bytes_h2d += n * sum(self._row_bytes.values())
 
-    def _take(self, idx: np.ndarray, out: Mapping[str, Any] | None = None) -> Batch:
+    def gather_into(self, idx: np.ndarray, out: Mapping[str, Any] | None = None) -> Batch:
         """Gather ``idx`` on the device, into ``out``'s torch tensors on this GPU (no host copy, see
         :meth:`device_out`), else copying the batch into ``out``'s host arrays (or new host arrays)."""
         n = int(idx.shape[0])

@@ -1,4 +1,4 @@
-"""CudaStorage's device batches (``device_out`` + ``_take`` into torch tensors) on the numpy stand-in for cupy.
+"""CudaStorage's device batches (``gather_into`` into ``device_out``'s torch tensors) on the numpy stand-in for cupy.
 
 No GPU here, so two seams are replaced: ``CudaStorage._torch_device`` names the
 CPU (the destinations are CPU tensors) and ``CudaStorage._torch_stream`` is a
@@ -108,7 +108,7 @@ def test_gathers_into_the_tensors_with_no_device_to_host_copy(spec_name):
     for k in range(1, 4):
         idx = rng.integers(0, host.size, 12)
         fake_cupy.LOG.clear()
-        got = dev._take(idx, out)
+        got = dev.gather_into(idx, out)
         want = host.gather(idx)
         for name in TRANSITION_FIELDS:
             assert getattr(got, name) is out[name], name  # the batch IS the destinations
@@ -134,7 +134,7 @@ def test_rows_added_just_before_the_sample_are_in_the_batch():
         host.add(*rows)
         dev.add(*rows)
         idx = np.array([0, dev.cursor - 1, 2, 1, host.size - 1]) % host.size
-        dev._take(idx, out)
+        dev.gather_into(idx, out)
         np.testing.assert_array_equal(out["obs"].numpy(), host.gather(idx).obs)
 
 
@@ -143,7 +143,7 @@ def test_the_host_path_is_unchanged_beside_the_device_path():
     host, dev, rng = _filled(spec)
     dev.device_out(4, "cpu")
     idx = rng.integers(0, host.size, 4)
-    got = dev._take(idx)
+    got = dev.gather_into(idx)
     assert all(type(getattr(got, name)) is np.ndarray for name in TRANSITION_FIELDS)
     np.testing.assert_array_equal(got.obs, host.gather(idx).obs)
     assert dev.bytes_d2h == 4 * 49 and dev.batches_on_device == 0
@@ -155,7 +155,7 @@ def test_a_callers_own_tensors_work_and_bad_ones_are_refused_before_any_device_w
     idx = rng.integers(0, host.size, 6)
     own = {name: torch.empty((6, *shape), dtype=torch.from_numpy(np.empty(0, dtype)).dtype)
            for name, (shape, dtype) in spec.fields().items()}
-    dev._take(idx, own)  # not from device_out: viewed on the fly
+    dev.gather_into(idx, own)  # not from device_out: viewed on the fly
     np.testing.assert_array_equal(own["next_obs"].numpy(), host.gather(idx).next_obs)
     h2d, d2h, on_dev = dev.bytes_h2d, dev.bytes_d2h, dev.batches_on_device
 
@@ -172,7 +172,7 @@ def test_a_callers_own_tensors_work_and_bad_ones_are_refused_before_any_device_w
     ]
     for err, match, out in bad:
         with pytest.raises(err, match=match):
-            dev._take(idx, out)
+            dev.gather_into(idx, out)
     assert (dev.bytes_h2d, dev.bytes_d2h, dev.batches_on_device) == (h2d, d2h, on_dev)  # nothing moved
 
 
@@ -181,7 +181,7 @@ def test_a_bool_field_is_viewed_as_bytes_not_imported_as_bool():
     host, dev, rng = _filled(spec)
     out = dev.device_out(10, "cpu")
     idx = rng.integers(0, host.size, 10)
-    dev._take(idx, out)
+    dev.gather_into(idx, out)
     assert out["obs"].dtype == torch.bool and out["done"].dtype == torch.bool
     np.testing.assert_array_equal(out["obs"].numpy(), host.gather(idx).obs)
     np.testing.assert_array_equal(out["done"].numpy(), host.gather(idx).done)

@@ -86,7 +86,7 @@ def test_same_contents_and_batches_as_the_host_storage(spec_name, staging_rows, 
         if host.size:
             idx = rng.integers(0, host.size, 17)  # repeats allowed
             _assert_batches_equal(dev.gather(idx), host.gather(idx))
-            _assert_batches_equal(dev._take(idx), host._take(idx))  # the replay managers' path
+            _assert_batches_equal(dev.gather_into(idx), host.gather_into(idx))  # the replay managers' path
             _assert_batches_equal(dev.gather(idx[:0]), host.gather(idx[:0]))
 
 
@@ -100,13 +100,13 @@ def test_take_into_out_arrays_fills_the_callers_arrays():
     idx = rng.integers(0, 30, 8)
     layout = spec.fields()
     outs = [{n: np.zeros((8, *s), d) for n, (s, d) in layout.items()} for _ in range(2)]
-    got, want = dev._take(idx, outs[0]), host._take(idx, outs[1])
+    got, want = dev.gather_into(idx, outs[0]), host.gather_into(idx, outs[1])
     for name in TRANSITION_FIELDS:
         assert getattr(got, name) is outs[0][name]  # written in place, as the host storage does
     _assert_batches_equal(got, want)
     # a caller's non-contiguous out array (a strided view) is filled too
     odd = {n: np.zeros((16, *s), d)[::2] for n, (s, d) in layout.items()}
-    _assert_batches_equal(dev._take(idx, odd), want)
+    _assert_batches_equal(dev.gather_into(idx, odd), want)
 
 
 def test_bad_input_changes_nothing_on_the_device():
@@ -190,16 +190,16 @@ def test_consecutive_runs():
     assert consecutive_runs(np.array([4, 2, 3, 9])) == [(4, 0, 1), (2, 1, 2), (9, 3, 1)]
 
 
-def test_arbitrary_slots_through_the_store_hook():
-    """``_store`` takes any slots (a subclass hook); non-consecutive ones go as one copy per run."""
+def test_arbitrary_slots_through_store():
+    """``store`` takes any slots (the storage contract's write); non-consecutive ones go as one copy per run."""
     spec = SPECS["vector-discrete"]
     rng = np.random.default_rng(6)
     host, dev = DataStorage(spec, 12), _make(spec, 12, staging_rows=4)
     slots = np.array([7, 1, 2, 3, 11, 0])
     rows = dict(zip(TRANSITION_FIELDS, (np.asarray(r).astype(d) for r, (_, d) in
                                         zip(_rows(rng, spec, 6), spec.fields().values()))))
-    host._store(slots, rows)
-    dev._store(slots, rows)
+    host.store(slots, rows)
+    dev.store(slots, rows)
     for name in TRANSITION_FIELDS:
         np.testing.assert_array_equal(dev.field(name), host.field(name))
 

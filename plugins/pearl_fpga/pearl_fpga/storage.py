@@ -67,12 +67,12 @@ class FpgaStorage(DataStorage):
         self._staging: dict[str, tuple[int, object]] = {}
         super().__init__(spec, capacity)
 
-    # -- DataStorage hooks ---------------------------------------------------------------
+    # -- the DataStorage contract (allocate, store, gather_into) -------------------------
     def _row_bytes(self, name: str) -> int:
         shape, dtype = self._layout[name]
         return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
-    def _allocate(self) -> dict:
+    def allocate(self) -> dict:
         return {name: self.rt.alloc(self._capacity * self._row_bytes(name)) for name in self._layout}
 
     def _buffer(self, role: str, nbytes: int):
@@ -83,7 +83,7 @@ class FpgaStorage(DataStorage):
             have = self._staging[role] = (size, self.rt.alloc(size))
         return have[1]
 
-    def _store(self, slots: np.ndarray, rows: Mapping[str, np.ndarray]) -> None:
+    def store(self, slots: np.ndarray, rows: Mapping[str, np.ndarray]) -> None:
         n = len(slots)
         if n == 0:
             return
@@ -99,7 +99,7 @@ class FpgaStorage(DataStorage):
             self.bytes_to_device += n * rb
         self.rt.finish()
 
-    def _take(self, idx: np.ndarray, out: Mapping[str, np.ndarray] | None = None) -> Batch:
+    def gather_into(self, idx: np.ndarray, out: Mapping[str, np.ndarray] | None = None) -> Batch:
         n = len(idx)
         ibuf = self._buffer("idx", 8 * max(n, 1))
         self.rt.write(ibuf, np.ascontiguousarray(idx, dtype=np.int64))
