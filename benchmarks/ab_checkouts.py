@@ -10,6 +10,7 @@ check that a refactor keeps learning results and throughput::
         --jsonl /tmp/ab.jsonl --out benchmarks/results/ab_refactor.md
     .venv/bin/python benchmarks/ab_checkouts.py --a /tmp/before --b . --replay-ops   # replay_ops --quick, 3 rounds
     .venv/bin/python benchmarks/ab_checkouts.py --a /tmp/before --b . --window 25000  # fixed window, 3 rounds
+    .venv/bin/python benchmarks/ab_checkouts.py --a /tmp/before --b . --window 6000 --algo sac  # SAC Pendulum
 
 The e2e report gives, per contestant, the median env steps/s and solved-at of each
 checkout and their ratio (b / a). Runs that stop when solved differ in length (and
@@ -49,12 +50,20 @@ import json, sys, tempfile
 from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
 from pearl_core.runtime.parallel import ParallelRuntime
 from pearl_core.runtime.serial import SerialRuntime
-runtime, kind, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-cfg = RunConfig(env_id="CartPole-v1", trainer="pearl_core.algorithms:DQN",
-                trainer_kwargs={"hidden_sizes": (256, 256), "lr": 2.3e-3, "gamma": 0.99, "target_update_every": 128,
-                                "eps_final": 0.04, "eps_decay_steps": 8000, "max_grad_norm": 10.0},
-                replay=ReplayConfig(kind=kind, capacity=100_000), batch_size=64, replay_ratio=0.5, train_every=256,
-                learning_starts=1000, seed=0, stop=StopCriteria(max_env_steps=steps), log_dir=tempfile.mkdtemp())
+runtime, kind, steps, algo = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+if algo == "sac":  # SAC on Pendulum-v1, one update per env step, batch 256 (the zoo's Pendulum settings)
+    cfg = RunConfig(env_id="Pendulum-v1", trainer="pearl_core.algorithms:SAC", trainer_kwargs={"actor_lr": 1e-3,
+                    "critic_lr": 1e-3}, replay=ReplayConfig(kind=kind, capacity=100_000), batch_size=256,
+                    replay_ratio=1.0, learning_starts=1000, seed=0, stop=StopCriteria(max_env_steps=steps),
+                    log_dir=tempfile.mkdtemp())
+else:
+    cfg = RunConfig(env_id="CartPole-v1", trainer="pearl_core.algorithms:DQN",
+                    trainer_kwargs={"hidden_sizes": (256, 256), "lr": 2.3e-3, "gamma": 0.99,
+                                    "target_update_every": 128, "eps_final": 0.04, "eps_decay_steps": 8000,
+                                    "max_grad_norm": 10.0},
+                    replay=ReplayConfig(kind=kind, capacity=100_000), batch_size=64, replay_ratio=0.5,
+                    train_every=256, learning_starts=1000, seed=0, stop=StopCriteria(max_env_steps=steps),
+                    log_dir=tempfile.mkdtemp())
 kw = dict(progress=False, tensorboard=False, plot=False)
 if __name__ == "__main__":
     rt = (SerialRuntime(cfg, RuntimePlan(), **kw) if runtime == "serial"
@@ -63,21 +72,24 @@ if __name__ == "__main__":
     print(json.dumps({"env_steps_per_s": res.env_steps_per_s, "updates": res.updates}))
 """
 WINDOW_CASES = [(r, k) for r in ("serial", "setting1", "setting2") for k in ("uniform", "prioritized")]
+#: SAC's window: the serial runtime and setting 2 (the runtime a composed CPU plan uses), both replays.
+SAC_WINDOW_CASES = [(r, k) for r in ("serial", "setting2") for k in ("uniform", "prioritized")]
 
 
-def run_window(root: Path, runtime: str, kind: str, steps: int) -> dict:
+def run_window(root: Path, runtime: str, kind: str, steps: int, algo: str = "dqn") -> dict:
     with tempfile.TemporaryDirectory(prefix="pearl_ab_") as tmp:
         script = Path(tmp) / "window.py"
         script.write_text(WINDOW_RUN)
-        out = subprocess.run([str(root / ".venv/bin/python"), str(script), runtime, kind, str(steps)], cwd=tmp,
+        out = subprocess.run([str(root / ".venv/bin/python"), str(script), runtime, kind, str(steps), algo], cwd=tmp,
                              check=True, capture_output=True, text=True).stdout
         return json.loads(out.strip().splitlines()[-1])
 
 
-def window_report(rows: list[dict], steps: int) -> str:
-    lines = [f"Fixed window: {steps:,} env steps, no evaluation, seed 0; env steps/s per round (a | b)", "",
+def window_report(rows: list[dict], steps: int, algo: str = "dqn") -> str:
+    what = "SAC Pendulum-v1" if algo == "sac" else "DQN CartPole-v1"
+    lines = [f"Fixed window ({what}): {steps:,} env steps, no evaluation, seed 0; env steps/s per round (a | b)", "",
              "| runtime | replay | a | b | median a | median b | b/a |", "|---|---|---|---|---|---|---|"]
-    for runtime, kind in WINDOW_CASES:
+    for runtime, kind in (SAC_WINDOW_CASES if algo == "sac" else WINDOW_CASES):
         a = [r["env_steps_per_s"] for r in rows if (r["runtime"], r["kind"], r["side"]) == (runtime, kind, "a")]
         b = [r["env_steps_per_s"] for r in rows if (r["runtime"], r["kind"], r["side"]) == (runtime, kind, "b")]
         if a and b:
@@ -125,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replay-ops", action="store_true", help="compare replay_ops.py --quick instead (3 rounds)")
     p.add_argument("--window", type=int, default=None, metavar="STEPS",
                    help="compare throughput over a fixed window of env steps instead (3 rounds)")
+    p.add_argument("--algo", choices=["dqn", "sac"], default="dqn", help="--window: DQN CartPole or SAC Pendulum")
     p.add_argument("--jsonl", type=Path, default=None)
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
@@ -137,13 +150,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.window is not None:
         rows = []
         for rnd in range(3):
-            for runtime, kind in WINDOW_CASES:
+            for runtime, kind in (SAC_WINDOW_CASES if args.algo == "sac" else WINDOW_CASES):
                 for side in (("a", "b") if rnd % 2 == 0 else ("b", "a")):
-                    r = {"side": side, "runtime": runtime, "kind": kind, **run_window(sides[side], runtime, kind,
-                                                                                       args.window)}
+                    r = {"side": side, "runtime": runtime, "kind": kind,
+                         **run_window(sides[side], runtime, kind, args.window, args.algo)}
                     rows.append(r)
                     print(json.dumps(r), file=sys.stderr, flush=True)
-        print(window_report(rows, args.window))
+        text = window_report(rows, args.window, args.algo)
+        print(text)
+        if args.out is not None:
+            args.out.write_text(text, encoding="utf-8")
         return 0
     started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     rows: list[dict] = []
