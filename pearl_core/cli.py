@@ -12,6 +12,35 @@ from pearl_core.plugins import default_registry
 app = typer.Typer(help="PEARL: compose and run deep-RL training on heterogeneous machines.", no_args_is_help=True)
 
 
+def _versions() -> str:
+    """``pearl-core X`` and one line per installed plugin distribution (read from the package metadata, so no
+    plugin is imported and no device touched)."""
+    from importlib.metadata import entry_points
+
+    from pearl_core._version import __version__
+
+    lines = [f"pearl-core {__version__}"]
+    seen = set()
+    for ep in entry_points(group="pearl"):
+        dist = getattr(ep, "dist", None)
+        if dist is not None and dist.name not in seen:
+            seen.add(dist.name)
+            lines.append(f"{dist.name} {dist.version} (plugin {ep.name!r})")
+    return "\n".join(lines)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(_versions())
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", "-V", callback=_print_version, is_eager=True,
+                                       help="Print the versions of pearl-core and the installed plugins, and exit.")):
+    """PEARL: compose and run deep-RL training on heterogeneous machines."""
+
+
 @app.command()
 def plugins(verbose: bool = typer.Option(False, "--verbose", "-v", help="Show tracebacks of failed plugins.")):
     """List installed plugins and their backends: distribution, version, available or why not."""
