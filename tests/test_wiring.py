@@ -307,3 +307,23 @@ def test_prioritized_replay_is_live_learner_updates_move_the_tree_and_sampling_f
     s = replay.sample(64)
     expected = (40 * after[s.indices] / after.sum()) ** -beta
     np.testing.assert_allclose(s.weights, expected / expected.max(), rtol=1e-4)
+
+
+# --------------------------------------------------------------------------- built-in trainers' short names
+@pytest.mark.parametrize("name,cls", [("DQN", "DQN"), ("dqn", "DQN"), ("Sac", "SAC"), ("td3", "TD3"), ("DDPG", "DDPG")])
+def test_a_builtin_trainers_short_name_works_wherever_its_import_path_does(name, cls):
+    import pearl_core.algorithms as algorithms
+
+    assert load_trainer_class(name) is getattr(algorithms, cls)
+    config = RunConfig(env_id="CartPole-v1", trainer=name, replay=ReplayConfig("uniform", capacity=100),
+                       stop=StopCriteria(max_env_steps=10))
+    assert config.trainer == f"pearl_core.algorithms:{cls}"  # stored (and written to programs) as the full path
+    assert RunConfig.from_dict(config.to_dict()).trainer == config.trainer
+
+
+def test_an_unknown_short_name_is_refused_naming_the_built_ins():
+    for call in (lambda: load_trainer_class("PPO"),
+                 lambda: RunConfig(env_id="CartPole-v1", trainer="PPO", replay=ReplayConfig("uniform", capacity=100),
+                                   stop=StopCriteria(max_env_steps=10))):
+        with pytest.raises(SpecError, match="DDPG, DQN, SAC, TD3"):
+            call()

@@ -406,8 +406,9 @@ def plan_command(
     metric: str = typer.Option("throughput", "--metric", "-m", help=f"One of {list(METRICS)}."),
     hidden: Optional[str] = typer.Option(None, "--hidden", help="MLP hidden sizes, e.g. 64,64 (default: the "
                                          "trainer's own)."),
-    trainer: Optional[str] = typer.Option(None, "--trainer", help="Trainer import path 'pkg.module:Class' "
-                                          "(default: DQN for discrete actions, DDPG for continuous)."),
+    trainer: Optional[str] = typer.Option(None, "--trainer", help="Trainer import path 'pkg.module:Class', or "
+                                          "DQN, DDPG, TD3, SAC (default: DQN for discrete actions, DDPG for "
+                                          "continuous)."),
     trainer_kwargs: Optional[str] = typer.Option(None, "--trainer-kwargs", help="JSON object of trainer "
                                                  "hyper-parameters."),
     replay: str = typer.Option("prioritized", "--replay", help="prioritized or uniform."),

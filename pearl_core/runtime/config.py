@@ -75,13 +75,28 @@ def _optional(rule):
     return lambda x, label, err: None if x is None else rule(x, label, err)
 
 
+#: The built-in trainers' short names (any case), accepted wherever a trainer's import path is.
+BUILTIN_TRAINERS: dict[str, str] = {name.lower(): f"pearl_core.algorithms:{name}"
+                                    for name in ("DQN", "DDPG", "TD3", "SAC")}
+
+
+def resolve_trainer_name(x: Any) -> Any:
+    """``x`` as an import path: a built-in trainer's short name (``"dqn"``, ``"SAC"``, ...) becomes
+    ``"pearl_core.algorithms:<Name>"``; anything else is returned as it is (checked by the caller)."""
+    if isinstance(x, str) and ":" not in x and x.strip().lower() in BUILTIN_TRAINERS:
+        return BUILTIN_TRAINERS[x.strip().lower()]
+    return x
+
+
 def _trainer_path(x: Any, label: str, err: type[Exception]) -> str:
     v.text(x, label, expected="an import path 'package.module:ClassName'", fix="e.g. 'pearl_core.algorithms:DQN'",
            error=err)
+    x = resolve_trainer_name(x)
     module, sep, name = x.partition(":")
     if not sep or not module.strip() or not name.strip():
-        raise err(f"{label} = {x!r} is invalid; expected an import path 'package.module:ClassName'. "
-                  "Fix: e.g. 'pearl_core.algorithms:DQN'.")
+        raise err(f"{label} = {x!r} is invalid; expected an import path 'package.module:ClassName' or a built-in "
+                  f"trainer's name ({', '.join(sorted(n.upper() for n in BUILTIN_TRAINERS))}). "
+                  "Fix: e.g. 'pearl_core.algorithms:DQN', or 'DQN'.")
     return x
 
 

@@ -33,7 +33,7 @@ from pearl_core.plugins import kernel_lookup
 from pearl_core.replay.base import ReplayManager, UniformReplay
 from pearl_core.replay.prioritized import PrioritizedReplay
 from pearl_core.replay.storage import StorageSpec, load_storage_state
-from pearl_core.runtime.config import RunConfig, RuntimePlan
+from pearl_core.runtime.config import BUILTIN_TRAINERS, RunConfig, RuntimePlan, resolve_trainer_name
 from pearl_core.trainer import Trainer
 
 __all__ = [
@@ -50,7 +50,7 @@ __all__ = [
 # Trainer
 # --------------------------------------------------------------------------------------
 def load_trainer_class(path: str) -> type:
-    """Import a trainer class from ``"package.module:ClassName"``.
+    """Import a trainer class from ``"package.module:ClassName"`` (or a built-in's short name, ``"DQN"``).
 
     Raises:
         SpecError: the path is malformed, the module cannot be imported, or it
@@ -61,10 +61,12 @@ def load_trainer_class(path: str) -> type:
             contract :func:`~pearl_core.trainer_check.check_trainer` accepts).
             Nothing of it is called or built.
     """
+    path = resolve_trainer_name(path)  # a built-in's short name ("DQN", "sac") is its import path
     if not isinstance(path, str) or path.count(":") != 1 or not all(path.split(":")):
         raise SpecError(
-            f"trainer path {path!r} is malformed; expected 'package.module:ClassName'. "
-            "Fix: e.g. 'pearl_core.algorithms:DQN'."
+            f"trainer path {path!r} is malformed; expected 'package.module:ClassName' or a built-in trainer's "
+            f"name ({', '.join(sorted(n.upper() for n in BUILTIN_TRAINERS))}). "
+            "Fix: e.g. 'pearl_core.algorithms:DQN', or 'DQN'."
         )
     module_name, attr = path.split(":")
     try:
