@@ -44,7 +44,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["LayerSpec", "Trainer", "UpdateResult", "is_device_batch", "layer_specs"]
+__all__ = ["LayerSpec", "Trainer", "UpdateResult", "is_device_batch", "is_tensor", "layer_specs"]
 
 
 @dataclass(frozen=True)
@@ -221,8 +221,14 @@ def is_device_batch(batch: Any) -> bool:
 
     Never imports torch: a process that has not imported it holds no tensors.
     """
+    return is_tensor(getattr(batch, "obs", None))
+
+
+def is_tensor(value: Any) -> bool:
+    """Whether ``value`` is a ``torch.Tensor``, without importing torch (a process that has not imported it
+    holds no tensors)."""
     torch = sys.modules.get("torch")
-    return torch is not None and isinstance(getattr(batch, "obs", None), torch.Tensor)
+    return torch is not None and isinstance(value, torch.Tensor)
 
 
 def layer_specs(trainer: Any) -> list[LayerSpec]:

@@ -254,7 +254,7 @@ class ReplayManager(abc.ABC):
             gen = torch.Generator(device=dev)
             gen.manual_seed(int(self._rng.integers(0, 2**63 - 1)))
             self._dev = SimpleNamespace(gen=gen, bad_td=torch.zeros((), dtype=torch.bool, device=dev),
-                                        bad_tree=torch.zeros((), dtype=torch.bool, device=dev), weights=None)
+                                        bad_tree=torch.zeros((), dtype=torch.bool, device=dev))
         return self._dev
 
     def sample_device(self, batch_size: int, out: Mapping[str, Any] | None = None) -> SampledBatch:

@@ -27,7 +27,7 @@ from pearl_core.errors import InvalidValueError
 from pearl_core.replay.base import ReplayManager, SampledBatch, check_td_errors
 from pearl_core.runtime.config import RunConfig
 from pearl_core.runtime.sanity import check_weights
-from pearl_core.trainer import Trainer, UpdateResult
+from pearl_core.trainer import Trainer, UpdateResult, is_device_batch, is_tensor
 
 __all__ = ["LearnerStep", "UpdateSchedule", "learner_updates_due"]
 
@@ -162,12 +162,12 @@ class LearnerStep:
         result = self.trainer.update_policy(batch, weights)
         self.learner_s += time.perf_counter() - t
         self.last = result
-        if self.on_device and _is_tensor(batch.reward):
+        if self.on_device and is_device_batch(batch):
             # the shape here; the values' finiteness on the device, read back at the next check
             return check_device_td(result.td_errors, self.batch_size, batch.reward.device,
                                    f"Trainer.update_policy (update {self.updates + 1})")
         td = result.td_errors
-        if _is_tensor(td):  # a device trainer's TD errors on the host path (a device slot): read them here
+        if is_tensor(td):  # a device trainer's TD errors on the host path (a device slot): read them here
             td = td.detach().cpu().numpy()
         td = check_td_errors(td, self.batch_size, f"Trainer.update_policy (update {self.updates + 1})")
         if self.replay is None:  # the training half alone: its update is done here
@@ -176,7 +176,7 @@ class LearnerStep:
 
     def apply(self, indices: np.ndarray, td: np.ndarray) -> None:
         """Turn the validated TD errors of the sampled ``indices`` into priorities; one update done."""
-        if self.on_device and _is_tensor(indices):
+        if self.on_device and is_tensor(indices):
             t = time.perf_counter()
             self.replay.update_priorities_device(indices, td)
             self.apply_s += time.perf_counter() - t
@@ -226,10 +226,6 @@ class LearnerStep:
         sampled = self.sample()
         self.apply(sampled.indices, self.train(sampled.batch, sampled.weights))
         return self.last
-
-
-def _is_tensor(value) -> bool:
-    return type(value).__module__.startswith("torch")
 
 
 def _device_path(trainer: Trainer | None, replay: ReplayManager | None) -> bool:

@@ -52,7 +52,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from pearl_core.errors import InvalidDTypeError, InvalidValueError
-from pearl_core.sdk import TRANSITION_FIELDS, Batch, DataStorage, StorageSpec
+from pearl_core.sdk import TRANSITION_FIELDS, Batch, DataStorage, StorageSpec, torch_dtype
 from pearl_cuda.device import cuda_ordinal
 from pearl_cuda.interop import is_torch_tensor
 from pearl_cuda.transport import SlotRing, chunk_rows
@@ -182,7 +182,7 @@ class CudaStorage(DataStorage):
         if out is not None and _device_destinations(out):
             return self._take_into_tensors(idx, n, out)
         with self._dev:
-            gathered = self._gather(idx, n, reuse=True)
+            gathered = self._gather(idx, n)
             host = {}
             for name in TRANSITION_FIELDS:
                 dst = None if out is None else out[name]
@@ -340,8 +340,15 @@ class CudaStorage(DataStorage):
         self.batches_on_device += 1
         return Batch.of(out)
 
-    def _gather(self, idx: np.ndarray, n: int, reuse: bool) -> dict[str, Any]:
-        return self._gather_device_idx(self._send_indices(idx, n), reuse=reuse)
+    def _gather(self, idx: np.ndarray, n: int) -> dict[str, Any]:
+        """The rows at host ``idx`` gathered on the storage's stream into device buffers kept for the last
+        batch size (the host face copies them back)."""
+        cp = self._cp
+        dev_idx = self._send_indices(idx, n)
+        if not self._gathered or self._gathered["reward"].shape[0] != n:
+            self._gathered = {name: cp.empty((n, *shape), dtype=dtype) for name, (shape, dtype) in self._layout.items()}
+        with self._stream:
+            return {name: cp.take(arr, dev_idx, axis=0, out=self._gathered[name]) for name, arr in self._arrays.items()}
 
     def _send_indices(self, idx: np.ndarray, n: int) -> Any:
         """The ``n`` host indices in the device index buffer (written on the storage's stream, after every
@@ -357,17 +364,6 @@ class CudaStorage(DataStorage):
         self.bytes_h2d += 8 * n
         return dev_idx
 
-    def _gather_device_idx(self, dev_idx: Any, reuse: bool) -> dict[str, Any]:
-        cp = self._cp
-        n = int(dev_idx.shape[0])
-        if reuse and (not self._gathered or self._gathered["reward"].shape[0] != n):
-            self._gathered = {name: cp.empty((n, *shape), dtype=dtype) for name, (shape, dtype) in self._layout.items()}
-        with self._stream:
-            if reuse:
-                return {name: cp.take(arr, dev_idx, axis=0, out=self._gathered[name])
-                        for name, arr in self._arrays.items()}
-            return {name: cp.take(arr, dev_idx, axis=0) for name, arr in self._arrays.items()}
-
     def synchronize(self) -> None:
         """Wait until every copy this storage issued has finished (tests and benchmarks)."""
         self._stream.synchronize()
@@ -378,11 +374,9 @@ class CudaStorage(DataStorage):
 
 
 def _torch_dtype(dtype: Any) -> Any:
-    """The torch dtype of a numpy dtype, or ``None`` where torch has none."""
-    import torch
-
+    """The torch dtype of a numpy dtype (:func:`pearl_core.sdk.torch_dtype`), or ``None`` where torch has none."""
     try:
-        return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+        return torch_dtype(dtype)
     except TypeError:
         return None
 
