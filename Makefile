@@ -3,7 +3,14 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
-STAMP  := $(VENV)/.pearl-installed
+# Two install levels: `make demo` needs only the light set, `make test` (and bench) everything.
+DEMO_STAMP := $(VENV)/.pearl-demo-installed
+STAMP      := $(VENV)/.pearl-installed
+# The light set: what examples/dqn_cartpole.py needs (torch, gymnasium, matplotlib for the curve) and the
+# CPU plugin. The full set adds the test tools, Box2D/MuJoCo, Atari/MinAtar/EnvPool, Ray, ONNX export,
+# TensorBoard, and the CUDA and FPGA plugins with the FPGA emulator runtime (~1.7 GB).
+DEMO_PKGS := -e '.[rl]' ./plugins/pearl_cpu
+FULL_PKGS := -e '.[rl,tensorboard,test,envs,pixels,ray,export]' ./plugins/pearl_cpu ./plugins/pearl_cuda './plugins/pearl_fpga[emulator]'
 # Conformance examples per Hypothesis test in `make test` (thousands in all).
 EXAMPLES ?= 500
 
@@ -11,7 +18,7 @@ PLUGIN_SOURCES := $(wildcard pyproject.toml plugins/*/pyproject.toml plugins/pea
 
 .PHONY: demo test setup bench clean
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(PY) examples/dqn_cartpole.py
 
 test: $(STAMP)
@@ -29,11 +36,22 @@ $(PY):
 
 # torch first, as the CPU build 2.13.0 (on local disk in dev/CI; other builds are multi-GB
 # downloads). The packages themselves declare a torch range, not this pin.
+# The full set holds the light one: a current full install (older venvs have only its stamp) counts.
+$(DEMO_STAMP): $(PY) $(PLUGIN_SOURCES)
+	@if [ -f $(STAMP) ] && [ -z "$$(find $(PLUGIN_SOURCES) -newer $(STAMP))" ]; then \
+	  echo "$(STAMP) is current: it holds the demo's packages"; \
+	else \
+	  set -x && $(PIP) install --quiet torch==2.13.0 && $(PIP) install --quiet $(DEMO_PKGS) && \
+	  $(PY) -m pearl_core.cli plugins; \
+	fi
+	touch $(DEMO_STAMP)
+
+# Marks both installed, so `make demo` after `make test` installs nothing.
 $(STAMP): $(PY) $(PLUGIN_SOURCES)
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e '.[rl,test,envs,pixels,ray,export]' ./plugins/pearl_cpu ./plugins/pearl_cuda './plugins/pearl_fpga[emulator]'
+	$(PIP) install --quiet $(FULL_PKGS)
 	$(PY) -m pearl_core.cli plugins
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
 
 clean:
 	rm -rf $(VENV) build plugins/*/build *.egg-info plugins/*/*.egg-info .pytest_cache .hypothesis
