@@ -44,6 +44,7 @@ from pearl_core.composer.runtimegen import literal, render_program, trainer_refe
 from pearl_core.errors import InvalidValueError, PearlError
 from pearl_core.runtime import ReplayConfig, RunConfig, StopCriteria
 from pearl_core.runtime.config import Setting
+from pearl_core.runtime.program import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
@@ -380,7 +381,7 @@ def test_generated_program_is_safe_for_any_input(evil):
                  "<generated>", "exec"), ns)
     assert ns["RUN_CONFIG"] == config and ns["RUNTIME_PLAN"] == plan.runtime_plan()
     with pytest.raises(SystemExit) as done:  # the program's --help shows the hostile defaults too
-        ns["parse_args"](["--help"])
+        build_parser(ns["RUN_CONFIG"], ns["PLAN_HASH"]).parse_args(["--help"])
     assert done.value.code == 0
     assert PlacementPlan.from_json(ns["PLAN_JSON"]).content_hash() == ns["PLAN_HASH"]
 

@@ -6,13 +6,15 @@
 * :class:`RayRuntime` — the actors on a Ray cluster's nodes, replay and learner in the
   driver (optional: ``pip install "pearl-core[ray]"``).
 
+* :func:`main` — what a generated program runs (:mod:`pearl_core.runtime.program`).
+
 Each takes a :class:`RunConfig` (what to train) and a :class:`RuntimePlan` (where
 and how) and return a :class:`~pearl_core.runtime.control.RunResult`.
 """
 
 from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, Setting, StopCriteria
 
-__all__ = ["ParallelRuntime", "RayRuntime", "ReplayConfig", "RunConfig", "RuntimePlan", "SerialRuntime", "Setting",
+__all__ = ["ParallelRuntime", "main", "RayRuntime", "ReplayConfig", "RunConfig", "RuntimePlan", "SerialRuntime", "Setting",
            "StopCriteria"]
 
 
@@ -30,4 +32,8 @@ def __getattr__(name):
         from pearl_core.runtime.rayrun import RayRuntime
 
         return RayRuntime
+    if name == "main":  # a generated program's entry point (pearl_core.runtime.program)
+        from pearl_core.runtime.program import main
+
+        return main
     raise AttributeError(f"module 'pearl_core.runtime' has no attribute {name!r}")

@@ -52,6 +52,7 @@ from pearl_core.runtime.control import (
 )
 from pearl_core.runtime.machine import check_machine
 from pearl_core.runtime.vector import check_vector_backend
+from pearl_core.runtime.rundir import fresh_log_dir, same_dir
 from pearl_core.runtime.runlock import RunLock, check_free
 from pearl_core.runtime.step import UpdateSchedule
 
@@ -77,6 +78,9 @@ class Runtime:
             continue from: trainer, counters, stop-monitor state, evaluation
             history, logs and, if saved, the replay. Its ``env_id`` and ``trainer``
             must equal ``config``'s; budgets may differ (to extend a run).
+            A run that is not resuming in place never writes into a ``log_dir``
+            holding an earlier run: it takes the first free ``<log_dir>-<n>``
+            (:mod:`pearl_core.runtime.rundir`; ``self.config.log_dir`` says which).
         progress: show progress (``None``: yes; rich on a terminal, plain lines otherwise).
         tensorboard: write TensorBoard events (``None``: if installed).
         plot: write ``learning_curve.png`` at the end.
@@ -102,6 +106,17 @@ class Runtime:
         if not isinstance(plan, RuntimePlan):
             raise SpecError(f"{me} needs a RuntimePlan; found {type(plan).__name__}.")
         int_at_least(me, "metrics_every", metrics_every, 1)
+        from_path = isinstance(resume_from, (str, os.PathLike))
+        checkpoint = load_checkpoint(resume_from) if from_path else resume_from
+        #: The directory of the checkpoint file resumed from (``None``: none, or a loaded Checkpoint).
+        self.checkpoint_dir = Path(resume_from).parent if from_path else None
+        valid_dir = isinstance(config.log_dir, str) and "\0" not in config.log_dir  # else check_machine says why
+        if valid_dir:
+            check_free(Path(config.log_dir))  # another live run holds it: refuse, change nothing
+        in_place = checkpoint is not None and (same_dir(checkpoint.config.log_dir, config.log_dir)
+                                               or same_dir(self.checkpoint_dir, config.log_dir))
+        if valid_dir and not in_place:  # a new run never replaces an old one's files (pearl_core.runtime.rundir)
+            config = dataclasses.replace(config, log_dir=fresh_log_dir(config.log_dir))
         check_machine(config, plan)  # memory, cores, batch vs capacity, log_dir: before any worker or file
         check_vector_backend(plan.vector_backend, config.env_id, config.env_kwargs, config.env_wrappers)
         if plan.vector_backend == "gym-async" and self._actor_processes:
@@ -110,10 +125,7 @@ class Runtime:
                             "vector_backend='gym-sync' or 'envpool' here, or 'gym-async' with SerialRuntime.")
         self.config = config
         self.plan = plan
-        from_path = isinstance(resume_from, (str, os.PathLike))
-        self.checkpoint = load_checkpoint(resume_from) if from_path else resume_from
-        #: The directory of the checkpoint file resumed from (``None``: none, or a loaded Checkpoint).
-        self.checkpoint_dir = Path(resume_from).parent if from_path else None
+        self.checkpoint = checkpoint
         if self.checkpoint is not None:
             check_resumable(config, self.checkpoint)
             check_network_shapes(config, self.checkpoint)
