@@ -46,6 +46,12 @@ def _entries() -> list[tuple[str, str, str]]:
 ENTRIES = _entries()
 
 
+def _get(algo: str, env_id: str) -> Preset:
+    p = find_preset(algo, env_id)
+    assert p is not None, (algo, env_id)
+    return p
+
+
 def _trainer_class(algo: str) -> type:
     from pearl_core import algorithms
 
@@ -103,8 +109,9 @@ def test_every_entry_maps(algo, key, env_id):
     cls = _trainer_class(algo)
     params = set(inspect.signature(cls).parameters)
     assert set(p.trainer_kwargs) <= params, set(p.trainer_kwargs) - params
-    assert {k: list(v) for k, v in hidden_kwargs(cls, p.hidden).items()} == {
-        k: p.trainer_kwargs[k] for k in hidden_kwargs(cls, p.hidden)}
+    assert p.hidden is not None
+    expected = hidden_kwargs(cls, p.hidden)
+    assert {k: list(v) for k, v in expected.items()} == {k: p.trainer_kwargs[k] for k in expected}
     assert all(isinstance(n, str) and ": " in n for n in p.not_applied)
     # The run-level settings are ones a RunConfig accepts (JSON trainer kwargs, ranges).
     RunConfig(env_id=env_id, trainer=p.trainer, trainer_kwargs=p.trainer_kwargs, batch_size=p.batch_size,
@@ -124,7 +131,7 @@ def test_trainer_constructor_accepts_the_preset(algo, key, env_id):
         pytest.skip(f"{env_id} needs {missing}")
     from pearl_core.envs import env_spaces
 
-    p = find_preset(algo, env_id)
+    p = _get(algo, env_id)
     obs_space, act_space = env_spaces(env_id, wrappers=p.env_wrappers)
     trainer = _trainer_class(algo)(obs_space, act_space, seed=0, **p.trainer_kwargs)
     obs = np.stack([obs_space.sample(), obs_space.sample()])
@@ -166,7 +173,7 @@ def test_cartpole_dqn_is_rlzoo_values():
 def test_gradient_steps_minus_one_is_one_update_per_env_step():
     raw = _data("dqn")["presets"]["LunarLander-v3"]["rlzoo"]
     assert raw["gradient_steps"] == -1
-    p = find_preset("dqn", "LunarLander-v3")
+    p = _get("dqn", "LunarLander-v3")
     assert p.replay_ratio == 1.0 and p.train_every == raw["train_freq"]
     assert p.trainer_kwargs["target_update_every"] == raw["target_update_interval"]  # interval > train_freq, ratio 1
 
@@ -196,16 +203,16 @@ def test_no_preset_is_none_with_a_note():
 
 
 def test_not_applied_names_key_and_reason():
-    p = find_preset("sac", "MountainCarContinuous-v0")
+    p = _get("sac", "MountainCarContinuous-v0")
     keys = [n.split(" = ")[0] for n in p.not_applied]
     assert "use_sde" in keys and "policy_kwargs log_std_init" in keys
     assert any("gSDE" in n for n in p.not_applied)
     assert p.trainer_kwargs["ent_coef"] == _data("sac")["presets"]["MountainCarContinuous-v0"]["rlzoo"]["ent_coef"]
-    lin = find_preset("sac", "LunarLanderContinuous-v3")
+    lin = _get("sac", "LunarLanderContinuous-v3")
     raw_lr = lin.rlzoo["learning_rate"]
     assert raw_lr.startswith("lin_") and lin.trainer_kwargs["actor_lr"] == float(raw_lr[4:])
     assert any(n.startswith("learning_rate = 'lin_") for n in lin.not_applied)
-    ou = find_preset("td3", "MountainCarContinuous-v0")
+    ou = _get("td3", "MountainCarContinuous-v0")
     assert ou.trainer_kwargs["noise_std"] == ou.rlzoo["noise_std"]
     assert any(n.startswith("noise_type = 'ornstein-uhlenbeck'") for n in ou.not_applied)
     assert any(line.startswith("  not applied: noise_type") for line in ou.lines())
@@ -215,13 +222,13 @@ def test_actor_critic_defaults_come_from_sb3_not_pearl():
     """Keys an entry leaves out take SB3's default (recorded in the data), not PEARL's trainer default."""
     for algo in ("ddpg", "td3", "sac"):
         doc = _data(algo)
-        p = find_preset(algo, "Hopper-v4")
+        p = _get(algo, "Hopper-v4")
         assert "gamma" not in p.rlzoo and p.trainer_kwargs["gamma"] == doc["sb3_defaults"]["gamma"]
         assert p.hidden == tuple(doc["sb3_defaults"]["net_arch"])
         assert p.capacity == doc["sb3_defaults"]["buffer_size"]
-    td3 = find_preset("td3", "Pendulum-v1")
+    td3 = _get("td3", "Pendulum-v1")
     assert td3.trainer_kwargs["policy_delay"] == _data("td3")["sb3_defaults"]["policy_delay"]
-    assert find_preset("ddpg", "Pendulum-v1").trainer_kwargs["policy_delay"] == 1
+    assert _get("ddpg", "Pendulum-v1").trainer_kwargs["policy_delay"] == 1
 
 
 # --------------------------------------------------------------------------- user files
@@ -327,7 +334,7 @@ def test_missing_file_raises_spec_error(tmp_path):
 # --------------------------------------------------------------------------- override and printout
 
 def test_override_keeps_given_values():
-    p = find_preset("dqn", "CartPole-v1")
+    p = _get("dqn", "CartPole-v1")
     q = p.override(batch_size=256, capacity=None, max_env_steps=20_000, hidden=[64, 64], learning_starts=500,
                    trainer_kwargs={"lr": 1e-3, "double_dqn": True})
     assert q.batch_size == 256 and q.capacity == p.capacity  # None: not given
@@ -340,28 +347,32 @@ def test_override_keeps_given_values():
     assert "batch 256 (given)" in q.lines()[0] and "lr 1e-3 (given)" in q.lines()[0]
     assert set(q.given) >= {"batch_size", "max_env_steps", "hidden", "trainer_kwargs.lr"}
     assert p.override() == p
+    h = p.override(trainer_kwargs={"hidden_sizes": [32]})
+    assert h.hidden == (32,) and h.trainer_kwargs["hidden_sizes"] == [32]
     # An explicit total_env_steps wins over the one derived from max_env_steps.
     r = p.override(max_env_steps=9_000, trainer_kwargs={"total_env_steps": 1_000})
     assert r.trainer_kwargs["total_env_steps"] == 1_000
 
 
 def test_override_rejects_unknown_or_bad_values():
-    p = find_preset("sac", "Pendulum-v1")
+    p = _get("sac", "Pendulum-v1")
     with pytest.raises(SpecError, match="did you mean 'batch_size'"):
         p.override(batchsize=3)
     with pytest.raises(SpecError, match="expected an int >= 1"):
         p.override(batch_size=0)
     with pytest.raises(SpecError, match="hidden"):
         p.override(hidden=())
+    with pytest.raises(SpecError, match="trainer_kwargs"):
+        p.override(trainer_kwargs="gamma=0.9")
     assert set(OVERRIDABLE) <= {f.name for f in Preset.__dataclass_fields__.values()}
 
 
 def test_lines_show_source_notes_and_not_applied():
-    lines = find_preset("dqn", "ALE/Pong-v5").lines()
+    lines = _get("dqn", "ALE/Pong-v5").lines()
     assert lines[0].startswith("preset rl-zoo dqn ALE/Pong-v5: lr 1e-4, batch 32, buffer 100000")
     assert any("hyperparams/dqn.yml @ " in line for line in lines)
     assert any(line.startswith("  note: env_wrapper AtariWrapper") for line in lines)
-    sac = find_preset("sac", "BipedalWalker-v3").lines()
+    sac = _get("sac", "BipedalWalker-v3").lines()
     assert sac[0].startswith("preset rl-zoo sac BipedalWalker-v3 [Tuned]")
     assert sum(line.startswith("  not applied: ") for line in sac) == 2  # use_sde, log_std_init
 

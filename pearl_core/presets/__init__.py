@@ -132,6 +132,8 @@ class Preset:
         follow unless given too: ``hidden`` sets the trainer's hidden-size keywords, ``max_env_steps``
         sets DQN's ``total_env_steps`` (so ε still decays over rl-zoo's fraction of the run), and
         ``learning_starts`` moves ``random_steps`` with it when the two were equal (SB3's warm-up).
+        DQN's ``target_update_every`` (converted with the preset's own ``train_every`` and ``replay_ratio``)
+        stays as it is when those two are given: give it in ``trainer_kwargs`` to change it too.
         """
         unknown = sorted(set(given) - set(OVERRIDABLE))
         if unknown:
@@ -141,10 +143,14 @@ class Preset:
                             + (f"did you mean {close[0]!r}?" if close else "pass trainer keywords in trainer_kwargs."))
         values = {k: v for k, v in given.items() if v is not None}
         kwargs = dict(self.trainer_kwargs)
-        explicit = dict(values.pop("trainer_kwargs", {}) or {})
-        if not isinstance(explicit, Mapping) or not all(isinstance(k, str) for k in explicit):
-            raise SpecError(f"Preset.override: trainer_kwargs = {explicit!r:.80}; expected a mapping with str keys. "
-                            "Fix: e.g. trainer_kwargs={'gamma': 0.98}.")
+        given_kwargs = values.pop("trainer_kwargs", {})
+        if not isinstance(given_kwargs, Mapping) or not all(isinstance(k, str) for k in given_kwargs):
+            raise SpecError(f"Preset.override: trainer_kwargs = {given_kwargs!r:.80}; expected a mapping with str "
+                            "keys. Fix: e.g. trainer_kwargs={'gamma': 0.98}.")
+        explicit = dict(given_kwargs)
+        own = "hidden_sizes" if self.algo == "dqn" else "actor_hidden"
+        if "hidden" not in values and isinstance(explicit.get(own), (list, tuple)):
+            values["hidden"] = explicit[own]  # keep the hidden field in step with an explicit keyword
         for name in ("batch_size", "capacity", "train_every", "max_env_steps", "n_step"):
             _check_int(values, name, 1)
         for name in ("learning_starts", "random_steps"):
@@ -186,10 +192,11 @@ class Preset:
         lr = kw.get("lr", kw.get("actor_lr"))
         hidden = "-".join(str(h) for h in self.hidden) if self.hidden else "default"
         label = "rl-zoo" if self.source.startswith("rl-baselines3-zoo") else "file"
-        lr_given = {"trainer_kwargs.lr", "trainer_kwargs.actor_lr"} & g
-        head = [f"lr {_fmt(lr)}" + (" (given)" if lr_given else "") if lr is not None else "", mark("batch_size", f"batch {self.batch_size}"),
-                mark("capacity", f"buffer {self.capacity}"), mark("learning_starts",
-                                                                  f"learning starts {self.learning_starts}"),
+        lr_text = "" if lr is None else f"lr {_fmt(lr)}"
+        if lr_text and {"trainer_kwargs.lr", "trainer_kwargs.actor_lr"} & g:
+            lr_text += " (given)"
+        head = [lr_text, mark("batch_size", f"batch {self.batch_size}"), mark("capacity", f"buffer {self.capacity}"),
+                mark("learning_starts", f"learning starts {self.learning_starts}"),
                 mark("replay_ratio", f"replay ratio {_fmt(self.replay_ratio)}"),
                 mark("train_every", f"train every {self.train_every}"), mark("hidden", f"hidden {hidden}"),
                 mark("max_env_steps", f"budget {self.max_env_steps} env steps")]

@@ -120,7 +120,7 @@ class _Entry:
     def number(self, key: str, low: float = 0.0, high: float = math.inf, open_low: bool = False) -> float:
         v = self.values.get(key)
         ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        if not ok or (v <= low if open_low else v < low) or v > high:
+        if not isinstance(v, (int, float)) or not ok or (v <= low if open_low else v < low) or v > high:
             rng = f"{'(' if open_low else '['}{low:g}, {high:g}]"
             raise self.bad(key, f"a number in {rng}", f"write a number, e.g. {key} = {min(max(low, 0.1), high):g}")
         return float(v)
