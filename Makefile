@@ -10,7 +10,7 @@ STAMP      := $(VENV)/.pearl-installed
 # CPU plugin. The full set adds the test tools, Box2D/MuJoCo, Atari/MinAtar/EnvPool, Ray, ONNX export,
 # TensorBoard, and the CUDA and FPGA plugins with the FPGA emulator runtime (~1.7 GB).
 DEMO_PKGS := -e '.[rl]' ./plugins/pearl_cpu
-FULL_PKGS := -e '.[rl,tensorboard,test,envs,pixels,ray,export]' ./plugins/pearl_cpu ./plugins/pearl_cuda './plugins/pearl_fpga[emulator]'
+FULL_PKGS := -e '.[rl,tensorboard,test,envs,pixels,ray,export,video]' ./plugins/pearl_cpu ./plugins/pearl_cuda './plugins/pearl_fpga[emulator]'
 # Conformance examples per Hypothesis test in `make test` (thousands in all).
 EXAMPLES ?= 500
 

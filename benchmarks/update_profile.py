@@ -61,7 +61,7 @@ def run_variant(setting: int, threads: int, window_s: float, seed: int, actor_sl
 
     wl = _workload()
     config = dataclasses.replace(run_config_for(wl, seed=seed), replay_ratio=0.5, learning_starts=1_000,
-                                 stop=StopCriteria(max_wall_time_s=window_s, eval_every=10**9))
+                                 stop=StopCriteria(max_wall_time_s=window_s))
     plan = RuntimePlan(setting=setting, learner_threads=threads, rm_threads=1, n_actors=1, envs_per_actor=1,
                        insert_batch=32)
     with tempfile.TemporaryDirectory(prefix="pearl-update-profile-") as tmp:

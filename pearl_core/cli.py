@@ -101,6 +101,12 @@ from pearl_core.composer.sweep import validate_or_sweep_command  # noqa: E402
 app.command("validate")(validate_or_sweep_command)
 
 
+from pearl_core.train_cli import eval_command, train_command  # noqa: E402
+
+app.command("train")(train_command)
+app.command("eval")(eval_command)
+
+
 def main() -> None:  # console-script entry point
     app()
 

@@ -7,7 +7,9 @@ dependency or a broken constructor reads the same wherever it is found.
 **Families** register themselves: an id under ``ALE/`` imports ``ale_py`` (the
 Atari ROMs ship in its wheel) and one under ``MinAtar/`` imports ``minatar.gym``
 before the id is looked up, so ``make_env("ALE/Pong-v5")`` works in any process
-without the user importing anything first.
+without the user importing anything first. A user's own env is named as
+gymnasium names it, ``"module:Env-v0"``: ``module`` is imported (it registers
+``Env-v0``) in every process that makes the env (:func:`registered_id`).
 
 **Options** (``RunConfig.env_kwargs`` / ``env_wrappers``, the Composer's
 ``set_actors(env_id, env_kwargs=..., wrappers=...)``): ``kwargs`` go to
@@ -45,7 +47,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pearl_core.errors import SpecError
 
-__all__ = ["PRESETS", "check_env_options", "default_wrappers", "env_spaces", "make_env"]
+__all__ = ["PRESETS", "check_env_options", "default_wrappers", "env_spaces", "make_env", "registered_id"]
 
 #: id prefix -> (the module whose import registers the family, the package that installs it, its default presets).
 _FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
@@ -231,6 +233,50 @@ def _import_wrapper(path: str, env_id: str) -> Callable[[Any], Any]:
     return obj
 
 
+def registered_id(env_id: str, gym: Any = None) -> str:
+    """The registry id ``env_id`` names, with whatever registers it imported.
+
+    ``"module:Env-v0"`` (gymnasium's form) imports ``module`` (which registers
+    ``Env-v0`` on import) and returns ``"Env-v0"``; an ``ALE/`` or ``MinAtar/``
+    id imports its family; any other id is returned as it is. Each process
+    (actors, evaluators, a generated program's workers) resolves the id itself,
+    so a ``module:Env-v0`` id works wherever the module is importable.
+
+    Raises:
+        SpecError: the module cannot be imported, or the id is not registered
+            (close registered ids are listed).
+    """
+    if gym is None:
+        import gymnasium as gym
+    if not isinstance(env_id, str) or not env_id:
+        raise SpecError(f"environment {env_id!r} cannot be created: expected a gymnasium id such as 'CartPole-v1' "
+                        "or 'my_package.envs:MyEnv-v0'.")
+    name = env_id
+    if ":" in env_id:
+        module, _, name = env_id.partition(":")
+        if not module or not name or ":" in name:
+            raise SpecError(f"environment {env_id!r} cannot be created: expected 'module:EnvId-v0' (one ':' between "
+                            "the module that registers the env and its id), e.g. 'my_package.envs:MyEnv-v0'.")
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # noqa: BLE001 - a user's module raises any type on import
+            raise SpecError(f"environment {env_id!r} cannot be created: importing {module!r}, which should register "
+                            f"{name!r}, failed ({type(exc).__name__}: {exc}). Fix: make {module!r} importable "
+                            "(pip install it, or run from its directory with PYTHONPATH=.) and have it call "
+                            f"gymnasium.register({name!r}, entry_point=...) at import.") from exc
+    _register_family(name, gym)
+    if name not in gym.registry:
+        close = difflib.get_close_matches(name, list(gym.registry), n=5, cutoff=0.5)
+        hint = f"Close matches: {close}." if close else \
+            "Fix: use a registered id such as 'CartPole-v1' (gymnasium.pprint_registry() lists them)."
+        where = (f" Importing {env_id.partition(':')[0]!r} did not register it." if ":" in env_id else
+                 " If a module registers it, name it as 'module:" + name + "' (gymnasium's form), so every process "
+                 "of the run imports that module.")
+        raise SpecError(f"environment {env_id!r} cannot be created: {name!r} is not a registered gymnasium "
+                        f"environment id. {hint}{where}")
+    return name
+
+
 def make_env(env_id: str, seed: int | None = None, *, kwargs: Mapping[str, Any] | None = None,
              wrappers: Sequence[str] | None = None, evaluation: bool = False):
     """``gymnasium.make(env_id, **kwargs)`` with ``wrappers`` applied and its spaces seeded.
@@ -252,22 +298,15 @@ def make_env(env_id: str, seed: int | None = None, *, kwargs: Mapping[str, Any] 
         raise SpecError("environments need gymnasium, which is not installed. "
                         "Fix: pip install 'pearl-core[rl]'.") from exc
     kwargs, wrappers = check_env_options(kwargs, wrappers)
-    if isinstance(env_id, str):
-        _register_family(env_id, gym)
-    if not isinstance(env_id, str) or env_id not in gym.registry:
-        close = difflib.get_close_matches(str(env_id), list(gym.registry), n=5, cutoff=0.5)
-        hint = f"Close matches: {close}." if close else \
-            "Fix: use a registered id such as 'CartPole-v1' (gymnasium.pprint_registry() lists them)."
-        raise SpecError(f"environment {env_id!r} cannot be created: {env_id!r} is not a registered gymnasium "
-                        f"environment id. {hint} If a package registers it, import that package first.")
-    names = default_wrappers(env_id) if wrappers is None else wrappers
+    name = registered_id(env_id, gym)
+    names = default_wrappers(name) if wrappers is None else wrappers
     make_kwargs: dict[str, Any] = {}
     for w in names:
         if w in PRESETS:
             make_kwargs.update(PRESETS[w][1])
     make_kwargs.update(kwargs)
     try:
-        env = gym.make(env_id, **make_kwargs)
+        env = gym.make(name, **make_kwargs)
     except gym.error.DependencyNotInstalled as exc:
         raise SpecError(f"environment {env_id!r} cannot be created: it needs a package that is not installed "
                         f"({exc}). Fix: install that package (see the message) or choose another id.") from exc

@@ -123,3 +123,20 @@ def test_resumed_config_without_a_budget_keeps_the_configs(tmp_path):
     assert ck is None and out.seed == 7 and out.log_dir == cfg.log_dir and out.stop == cfg.stop
     with pytest.raises(SpecError):
         resumed_config(cfg, None, max_env_steps=0)
+
+
+def test_eval_every_works_on_its_own(tmp_path):
+    from pearl_core.runtime import SerialRuntime
+    from pearl_core.runtime.config import ReplayConfig, RunConfig, StopCriteria
+    from pearl_core.runtime.control import StopMonitor
+
+    assert not StopMonitor(StopCriteria(max_env_steps=10)).evaluates  # nothing asks for evaluations
+    assert StopMonitor(StopCriteria(eval_return=1.0)).eval_due(5_000)  # eval_return alone: every 5,000
+    alone = StopMonitor(StopCriteria(eval_every=300, max_env_steps=10))
+    assert alone.evaluates and not alone.eval_due(299) and alone.eval_due(300)
+    cfg = RunConfig(env_id="CartPole-v1", trainer="pearl_core.algorithms:DQN", batch_size=16, learning_starts=100,
+                    trainer_kwargs={"hidden_sizes": [16]}, replay=ReplayConfig("uniform", capacity=1_000),
+                    stop=StopCriteria(eval_every=300, eval_episodes=2, max_env_steps=900), log_dir=str(tmp_path / "r"))
+    SerialRuntime(cfg, progress=False, plot=False, tensorboard=False).run()
+    evals = [line for line in (tmp_path / "r" / "evals.csv").read_text().splitlines()[1:] if line]
+    assert len(evals) == 3  # at 300, 600 and 900 env steps, with no eval_return set

@@ -292,7 +292,7 @@ class Composer:
             except SpecError as exc:
                 raise ComposerError(f"{where}: {exc}") from None
 
-    def set_stop(self, *, eval_return: float | None = None, eval_every: int = 5_000, eval_episodes: int = 20,
+    def set_stop(self, *, eval_return: float | None = None, eval_every: int | None = None, eval_episodes: int = 20,
                  mean_return: float | None = None, window: int = 20, max_env_steps: int | None = None,
                  max_updates: int | None = None, max_wall_time_s: float | None = None) -> "Composer":
         """When training ends: the first criterion met wins (default, without this call: 100k env steps)."""

@@ -126,7 +126,8 @@ _RULES: dict[str, dict[str, Any]] = {
         "window": _count(1, "episodes in the moving mean, e.g. 20"),
         "eval_return": _optional(lambda x, label, err: v.number(x, label, fix="a finite return threshold, or None",
                                                                 error=err)),
-        "eval_every": _count(1, "env steps between evaluations, e.g. 5000"),
+        "eval_every": _optional(_count(1, "env steps between evaluations, e.g. 5000, or None (every "
+                                          "5000 when eval_return is set, else none)")),
         "eval_episodes": _count(1, "episodes per evaluation, e.g. 20", LIMITS["eval_episodes"]),
         "max_env_steps": _optional(_count(1, "e.g. max_env_steps=100_000, or None")),
         "max_updates": _optional(_count(1, "e.g. max_updates=100_000, or None")),
@@ -262,6 +263,10 @@ class ReplayConfig(_Serialisable):
         _check_fields(self)
 
 
+#: Env steps between evaluations when ``eval_return`` is set and ``eval_every`` is not.
+DEFAULT_EVAL_EVERY = 5_000
+
+
 @dataclass(frozen=True)
 class StopCriteria(_Serialisable):
     """When a run ends: the first criterion met wins. At least one must be set.
@@ -272,17 +277,31 @@ class StopCriteria(_Serialisable):
         window: episodes in that mean.
         eval_return: stop when a greedy evaluation of ``eval_episodes`` episodes,
             run every ``eval_every`` env steps, averages ``>=`` this.
+        eval_every: env steps between greedy evaluations (logged to ``evals.csv``).
+            Given, the run evaluates whether or not ``eval_return`` is set;
+            ``None`` (default): every :data:`DEFAULT_EVAL_EVERY` env steps when
+            ``eval_return`` is set, else never.
         max_env_steps / max_updates / max_wall_time_s: budgets.
     """
 
     mean_return: float | None = None
     window: int = 20
     eval_return: float | None = None
-    eval_every: int = 5_000
+    eval_every: int | None = None
     eval_episodes: int = 20
     max_env_steps: int | None = None
     max_updates: int | None = None
     max_wall_time_s: float | None = None
+
+    @property
+    def evaluates(self) -> bool:
+        """Whether the run evaluates greedily: ``eval_return`` or ``eval_every`` is set."""
+        return self.eval_return is not None or self.eval_every is not None
+
+    @property
+    def eval_interval(self) -> int:
+        """Env steps between evaluations: ``eval_every``, else :data:`DEFAULT_EVAL_EVERY`."""
+        return DEFAULT_EVAL_EVERY if self.eval_every is None else self.eval_every
 
     def __post_init__(self):
         _check_fields(self)

@@ -196,8 +196,8 @@ class StopMonitor:
     * ``mean_return``: mean of the last ``window`` training episodes, once
       ``window`` episodes have finished;
     * ``eval_return``: the latest greedy evaluation's mean; evaluations are due
-      every ``eval_every`` env steps (:meth:`eval_due`) only when
-      ``eval_return`` is set;
+      every ``eval_every`` env steps (:meth:`eval_due`) when ``eval_every``
+      or ``eval_return`` is set (every 5,000 for ``eval_return`` alone);
     * ``max_env_steps`` / ``max_updates`` / ``max_wall_time_s``: budgets (``>=``).
     """
 
@@ -206,13 +206,13 @@ class StopMonitor:
             raise SpecError(f"StopMonitor needs a StopCriteria; found {type(stop).__name__}.")
         self.stop = stop
         self._returns: collections.deque[float] = collections.deque(maxlen=stop.window)
-        self._next_eval = stop.eval_every
+        self._next_eval = stop.eval_interval
         self._last_eval: tuple[int, float] | None = None
 
     @property
     def evaluates(self) -> bool:
-        """Whether this run evaluates greedily (``eval_return`` is set)."""
-        return self.stop.eval_return is not None
+        """Whether this run evaluates greedily (``eval_return`` or ``eval_every`` is set)."""
+        return self.stop.evaluates
 
     def record_episode(self, episode_return: float) -> None:
         self._returns.append(float(episode_return))
@@ -228,13 +228,13 @@ class StopMonitor:
 
     def record_started_eval(self, env_steps: int) -> None:
         """An evaluation at ``env_steps`` has started (asynchronously): the next one is due after it."""
-        every = self.stop.eval_every
+        every = self.stop.eval_interval
         self._next_eval = (env_steps // every + 1) * every
 
     def record_eval(self, env_steps: int, mean_return: float) -> None:
         """Record an evaluation's mean; the next one is due at the next multiple of ``eval_every``."""
         self._last_eval = (int(env_steps), float(mean_return))
-        every = self.stop.eval_every
+        every = self.stop.eval_interval
         self._next_eval = (env_steps // every + 1) * every
 
     def check(self, env_steps: int, updates: int, wall_s: float) -> StopDecision | None:
@@ -268,7 +268,7 @@ class StopMonitor:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self._returns.clear()
         self._returns.extend(float(r) for r in state.get("returns", []))
-        self._next_eval = int(state.get("next_eval", self.stop.eval_every))
+        self._next_eval = int(state.get("next_eval", self.stop.eval_interval))
         last = state.get("last_eval")
         self._last_eval = (int(last[0]), float(last[1])) if last else None
 

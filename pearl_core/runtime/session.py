@@ -111,11 +111,9 @@ class Runtime:
         #: The directory of the checkpoint file resumed from (``None``: none, or a loaded Checkpoint).
         self.checkpoint_dir = Path(resume_from).parent if from_path else None
         valid_dir = isinstance(config.log_dir, str) and "\0" not in config.log_dir  # else check_machine says why
-        if valid_dir:
-            check_free(Path(config.log_dir))  # another live run holds it: refuse, change nothing
         in_place = checkpoint is not None and (same_dir(checkpoint.config.log_dir, config.log_dir)
                                                or same_dir(self.checkpoint_dir, config.log_dir))
-        if valid_dir and not in_place:  # a new run never replaces an old one's files (pearl_core.runtime.rundir)
+        if valid_dir and not in_place and not _held(config.log_dir):  # a live run's directory: refused at run()  # a new run never replaces an old one's files (pearl_core.runtime.rundir)
             config = dataclasses.replace(config, log_dir=fresh_log_dir(config.log_dir))
         check_machine(config, plan)  # memory, cores, batch vs capacity, log_dir: before any worker or file
         check_vector_backend(plan.vector_backend, config.env_id, config.env_kwargs, config.env_wrappers)
@@ -144,6 +142,15 @@ class Runtime:
 
     def run(self) -> RunResult:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def _held(log_dir: str) -> bool:
+    """Whether another live run holds ``log_dir`` (the run session refuses it when the run starts)."""
+    try:
+        check_free(Path(log_dir))
+    except SpecError:
+        return True
+    return False
 
 
 @dataclasses.dataclass
