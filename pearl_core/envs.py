@@ -16,7 +16,11 @@ gymnasium names it, ``"module:Env-v0"``: ``module`` is imported (it registers
 ``gymnasium.make``; ``wrappers`` is a sequence applied in order, each a preset
 name from :data:`PRESETS` or an import path ``"package.module:callable"`` called
 as ``callable(env) -> env`` (import paths, not objects, so the options cross
-process boundaries and are written into generated programs). ``wrappers=None``
+process boundaries and are written into generated programs), or a dict
+``{"wrapper": "package.module:callable", "kwargs": {...}, "envs": "evaluation"}``:
+called as ``callable(env, **kwargs)`` (JSON values), on the training
+environments, the evaluation ones or ``"all"`` (default), e.g.
+``{"wrapper": "gymnasium.wrappers:RecordEpisodeStatistics", "envs": "training"}``. ``wrappers=None``
 applies the family's default presets (:func:`default_wrappers`); ``()`` applies
 none.
 
@@ -47,7 +51,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pearl_core.errors import SpecError
 
-__all__ = ["PRESETS", "check_env_options", "default_wrappers", "env_spaces", "make_env", "registered_id"]
+__all__ = ["PRESETS", "WRAPPER_ENVS", "WRAPPER_KEYS", "check_env_options", "default_wrappers", "env_spaces", "make_env", "registered_id"]
 
 #: id prefix -> (the module whose import registers the family, the package that installs it, its default presets).
 _FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
@@ -88,6 +92,10 @@ def default_wrappers(env_id: str) -> tuple[str, ...]:
 
 
 # --------------------------------------------------------------------------- presets
+#: Keys of a wrapper given as a dict in ``env_wrappers``.
+WRAPPER_KEYS = ("wrapper", "kwargs", "envs")
+#: Which environments such a wrapper wraps: both, the training ones, the evaluation ones.
+WRAPPER_ENVS = ("all", "training", "evaluation")
 
 
 def _episodic_life(env):
@@ -209,13 +217,60 @@ def check_env_options(kwargs: Any, wrappers: Any, label: str = "RunConfig",
     if isinstance(wrappers, str) or not isinstance(wrappers, Sequence):
         raise error(f"{label}.env_wrappers = {wrappers!r:.80} is invalid; expected a list of preset names "
                     f"({sorted(PRESETS)}) or import paths 'package.module:callable'. Fix: e.g. wrappers=['atari'].")
-    for w in wrappers:
-        ok = isinstance(w, str) and (w in PRESETS or (w.count(":") == 1 and all(p.strip() for p in w.split(":"))))
-        if not ok:
-            raise error(f"{label}.env_wrappers: {w!r} is invalid; expected a preset name ({sorted(PRESETS)}) or an "
-                        "import path 'package.module:callable' (called as callable(env) -> env). "
-                        "Fix: e.g. 'gymnasium.wrappers:FlattenObservation'.")
-    return dict(kwargs), tuple(wrappers)
+    return dict(kwargs), tuple(_wrapper_entry(w, label, error) for w in wrappers)
+
+
+def _is_path(w: Any) -> bool:
+    return isinstance(w, str) and w.count(":") == 1 and all(p.strip() for p in w.split(":"))
+
+
+def _wrapper_entry(w: Any, label: str, error: type[Exception]) -> "str | dict[str, Any]":
+    """One ``env_wrappers`` entry, checked: a preset name or import path (``str``), or a dict
+    ``{"wrapper": path, "kwargs": {...}, "envs": "all" | "training" | "evaluation"}`` normalised with every key."""
+    if isinstance(w, str):
+        if w in PRESETS or _is_path(w):
+            return w
+        raise error(f"{label}.env_wrappers: {w!r} is invalid; expected a preset name ({sorted(PRESETS)}) or an "
+                    "import path 'package.module:callable' (called as callable(env) -> env), or a dict "
+                    "{'wrapper': 'package.module:callable', 'kwargs': {...}, 'envs': 'evaluation'}. "
+                    "Fix: e.g. 'gymnasium.wrappers:FlattenObservation'.")
+    example = ("e.g. {'wrapper': 'gymnasium.wrappers:RecordVideo', 'kwargs': {'video_folder': 'videos'}, "
+               "'envs': 'evaluation'}")
+    if not isinstance(w, Mapping) or not all(isinstance(k, str) for k in w):
+        raise error(f"{label}.env_wrappers: {w!r:.80} is invalid; expected a preset name, an import path "
+                    f"'package.module:callable' or a dict with keys {list(WRAPPER_KEYS)}. Fix: {example}.")
+    unknown = sorted(set(w) - set(WRAPPER_KEYS))
+    if unknown or "wrapper" not in w:
+        what = f"has unknown keys {unknown}" if unknown else "has no 'wrapper'"
+        raise error(f"{label}.env_wrappers: {dict(w)!r:.120} {what}; expected the keys {list(WRAPPER_KEYS)} "
+                    f"('wrapper' required). Fix: {example}.")
+    path, kwargs, envs = w["wrapper"], w.get("kwargs") or {}, w.get("envs", "all")
+    if not (isinstance(path, str) and (path in PRESETS or _is_path(path))):
+        raise error(f"{label}.env_wrappers: 'wrapper' = {path!r:.80} is invalid; expected a preset name or an "
+                    f"import path 'package.module:callable'. Fix: {example}.")
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+        raise error(f"{label}.env_wrappers: the 'kwargs' of {path!r} = {kwargs!r:.80} is invalid; expected a "
+                    f"mapping with str keys (the wrapper's keyword arguments). Fix: {example}.")
+    if kwargs and path in PRESETS:
+        raise error(f"{label}.env_wrappers: the preset {path!r} takes no kwargs; found {dict(kwargs)!r:.80}. "
+                    "Fix: drop them, or name a wrapper by its import path.")
+    try:
+        json.dumps(dict(kwargs), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise error(f"{label}.env_wrappers: the 'kwargs' of {path!r} are invalid; expected JSON values only "
+                    f"({exc}), since run configs cross processes and are written into programs. Fix: pass plain "
+                    "values (str, numbers, bool, None, lists, dicts).") from None
+    if envs not in WRAPPER_ENVS:
+        raise error(f"{label}.env_wrappers: the 'envs' of {path!r} = {envs!r}; expected one of {list(WRAPPER_ENVS)} "
+                    "(the training envs, the evaluation envs, or both). Fix: e.g. 'envs': 'evaluation'.")
+    return {"wrapper": path, "kwargs": dict(kwargs), "envs": envs}
+
+
+def wrapper_parts(w: "str | Mapping[str, Any]") -> tuple[str, dict[str, Any], str]:
+    """``(path_or_preset, kwargs, envs)`` of a checked ``env_wrappers`` entry."""
+    if isinstance(w, str):
+        return w, {}, "all"
+    return w["wrapper"], dict(w.get("kwargs") or {}), w.get("envs", "all")
 
 
 def _import_wrapper(path: str, env_id: str) -> Callable[[Any], Any]:
@@ -299,11 +354,13 @@ def make_env(env_id: str, seed: int | None = None, *, kwargs: Mapping[str, Any] 
                         "Fix: pip install 'pearl-core[rl]'.") from exc
     kwargs, wrappers = check_env_options(kwargs, wrappers)
     name = registered_id(env_id, gym)
-    names = default_wrappers(name) if wrappers is None else wrappers
+    skip = "training" if evaluation else "evaluation"
+    names = [wrapper_parts(w) for w in (default_wrappers(name) if wrappers is None else wrappers)]
+    names = [(path, kw) for path, kw, envs in names if envs != skip]
     make_kwargs: dict[str, Any] = {}
-    for w in names:
-        if w in PRESETS:
-            make_kwargs.update(PRESETS[w][1])
+    for path, _ in names:
+        if path in PRESETS:
+            make_kwargs.update(PRESETS[path][1])
     make_kwargs.update(kwargs)
     try:
         env = gym.make(name, **make_kwargs)
@@ -314,14 +371,14 @@ def make_env(env_id: str, seed: int | None = None, *, kwargs: Mapping[str, Any] 
         raise SpecError(f"environment {env_id!r} cannot be created ({type(exc).__name__}: {exc}). "
                         "Fix: check its keyword arguments and dependencies, or choose another id.") from exc
     try:
-        for w in names:
-            env = PRESETS[w][0](env, evaluation) if w in PRESETS else _import_wrapper(w, env_id)(env)
+        for path, kw in names:
+            env = PRESETS[path][0](env, evaluation) if path in PRESETS else _import_wrapper(path, env_id)(env, **kw)
     except SpecError:
         env.close()
         raise
     except Exception as exc:  # noqa: BLE001 - a user's wrapper raises any type
         env.close()
-        raise SpecError(f"environment {env_id!r}: wrapping it with {list(names)} failed ({type(exc).__name__}: "
+        raise SpecError(f"environment {env_id!r}: wrapping it with {[p for p, _ in names]} failed ({type(exc).__name__}: "
                         f"{exc}). Fix: check the wrappers and the env's keyword arguments.") from exc
     if seed is not None:
         env.action_space.seed(int(seed))

@@ -140,3 +140,56 @@ def test_eval_every_works_on_its_own(tmp_path):
     SerialRuntime(cfg, progress=False, plot=False, tensorboard=False).run()
     evals = [line for line in (tmp_path / "r" / "evals.csv").read_text().splitlines()[1:] if line]
     assert len(evals) == 3  # at 300, 600 and 900 env steps, with no eval_return set
+
+
+def test_wrappers_take_kwargs_and_can_wrap_the_evaluation_envs_only(tmp_path):
+    import gymnasium
+
+    from pearl_core.envs import make_env
+    from pearl_core.runtime import SerialRuntime
+    from pearl_core.runtime.config import ReplayConfig, RunConfig, StopCriteria
+
+    short = {"wrapper": "gymnasium.wrappers:TimeLimit", "kwargs": {"max_episode_steps": 7}, "envs": "evaluation"}
+
+    def episode_length(env) -> int:
+        env.reset(seed=0)
+        for t in range(1, 1_000):
+            _, _, term, trunc, _ = env.step(0)  # always left: CartPole falls after ~10 steps
+            if term or trunc:
+                return t
+        return -1
+
+    ev, tr = make_env("CartPole-v1", 0, wrappers=[short], evaluation=True), make_env("CartPole-v1", 0, wrappers=[short])
+    assert isinstance(ev, gymnasium.wrappers.TimeLimit) and ev._max_episode_steps == 7 and episode_length(ev) == 7
+    assert episode_length(tr) > 7  # the training env is not wrapped
+    both = make_env("CartPole-v1", 0, wrappers=[{"wrapper": "gymnasium.wrappers:TimeLimit",
+                                                 "kwargs": {"max_episode_steps": 5}}])
+    assert episode_length(both) == 5
+    cfg = RunConfig(env_id="CartPole-v1", trainer="pearl_core.algorithms:DQN", batch_size=16, learning_starts=100,
+                    trainer_kwargs={"hidden_sizes": [16]}, replay=ReplayConfig("uniform", capacity=1_000),
+                    env_wrappers=(short,), stop=StopCriteria(eval_every=300, eval_episodes=2, max_env_steps=600),
+                    log_dir=str(tmp_path / "r"))
+    assert RunConfig.from_json(cfg.to_json()) == cfg
+    SerialRuntime(cfg, progress=False, plot=False, tensorboard=False).run()
+    lines = (tmp_path / "r" / "evals.csv").read_text().splitlines()
+    header, evals = lines[0].split(","), [dict(zip(lines[0].split(","), row.split(","))) for row in lines[1:] if row]
+    assert len(evals) == 2 and all(float(e["mean_return"]) <= 7 for e in evals), (header, evals)
+    episodes = (tmp_path / "r" / "episodes.csv").read_text().splitlines()[1:]
+    assert any(int(row.split(",")[-1]) > 7 for row in episodes if row)  # training episodes run longer
+
+
+@pytest.mark.parametrize("entry, words", [
+    ({"wrapper": "gymnasium.wrappers:TimeLimit", "kwarg": {}}, "unknown keys ['kwarg']"),
+    ({"kwargs": {}}, "has no 'wrapper'"),
+    ({"wrapper": "no-colon"}, "'wrapper' = 'no-colon' is invalid"),
+    ({"wrapper": "gymnasium.wrappers:TimeLimit", "kwargs": {"x": float("nan")}}, "JSON values only"),
+    ({"wrapper": "gymnasium.wrappers:TimeLimit", "envs": "eval"}, "expected one of ['all', 'training', 'evaluation']"),
+    ({"wrapper": "atari", "kwargs": {"a": 1}}, "takes no kwargs"),
+    (3, "expected a preset name"),
+])
+def test_bad_wrapper_entries_are_refused_with_the_fix(entry, words):
+    from pearl_core.runtime.config import RunConfig
+
+    with pytest.raises(SpecError) as err:
+        RunConfig(env_id="CartPole-v1", trainer="pearl_core.algorithms:DQN", env_wrappers=(entry,))
+    assert words in str(err.value) and "Fix" in str(err.value)

@@ -320,8 +320,10 @@ class RunConfig(_Serialisable):
         env_id: a gymnasium environment id, e.g. ``"CartPole-v1"`` (``"ALE/..."`` and ``"MinAtar/..."``
             ids register their families themselves, :mod:`pearl_core.envs`).
         env_kwargs: keyword arguments of ``gymnasium.make`` (JSON values only).
-        env_wrappers: wrappers applied in order, each a preset name (``"atari"``, ``"minatar"``) or an
-            import path ``"package.module:callable"``; ``None`` (default) applies the id's family
+        env_wrappers: wrappers applied in order, each a preset name (``"atari"``, ``"minatar"``), an
+            import path ``"package.module:callable"``, or a dict ``{"wrapper": path, "kwargs": {...},
+            "envs": "all" | "training" | "evaluation"}`` (keyword arguments, and which environments it
+            wraps); ``None`` (default) applies the id's family
             presets (``"atari"`` for ``ALE/...``), ``()`` none (:func:`pearl_core.envs.make_env`).
         trainer: import path of the trainer class, ``"package.module:ClassName"``.
         trainer_kwargs: hyper-parameters passed to the trainer (JSON values only).
@@ -351,7 +353,7 @@ class RunConfig(_Serialisable):
     trainer: str
     trainer_kwargs: Mapping[str, Any] = field(default_factory=dict)
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    env_wrappers: tuple[str, ...] | None = None
+    env_wrappers: "tuple[str | dict[str, Any], ...] | None" = None
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     batch_size: int = 64
     learning_starts: int = 1_000
