@@ -309,8 +309,8 @@ def test_runtimegen_takes_a_composition_only(tmp_path):
         Composition(plan, fixed_config(trainer="__main__:MyDQN"))
     with pytest.raises(ComposerError, match="no script path was given"):
         Composition(plan, fixed_config(trainer=f"{runtimegen.USER_SCRIPT_MODULE}:T"))
-    with pytest.raises(ComposerError, match="expected user_script=None"):
-        Composition(plan, fixed_config(), user_script="/tmp/x.py")
+    # a library trainer with the composing script: the script registers the env (runtimegen.env_script)
+    assert Composition(plan, fixed_config(), user_script="/tmp/x.py").user_script == "/tmp/x.py"
     assert list(tmp_path.iterdir()) == []
     out = RuntimeGen(Composition(plan, fixed_config()), tmp_path / "a.py")
     ast.parse(out.read_text(encoding="utf-8"))

@@ -48,10 +48,11 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pearl_core import validation
 from pearl_core.composer.algorithm import METRICS
-from pearl_core.composer.composition import Composition
+from pearl_core.composer.composition import USER_SCRIPT_MODULE, Composition
 from pearl_core.composer.detect import detect_hardware
 from pearl_core.composer.plan import PlacementPlan
-from pearl_core.composer.runtimegen import literal, refuse_while_loading, trainer_reference, write_program
+from pearl_core.composer.runtimegen import env_script, literal, refuse_while_loading, trainer_reference, \
+    write_program
 from pearl_core.composer.spec import HardwareSpec
 from pearl_core.envs import check_env_options, env_spaces
 from pearl_core.errors import ComposerError, InvalidValueError, SpecError, TrainerError
@@ -430,6 +431,11 @@ class Composer:
             plan = dataclasses.replace(plan, tuning={**plan.tuning,
                                                      "knobs": {"envs_per_actor": self._envs_choice.to_dict()}})
         _, script = trainer_reference(self._trainer)  # type: ignore[arg-type]
+        if script is None:  # an env registered by the composing script: the program loads that script too
+            try:
+                script = env_script(self._env_id)  # type: ignore[arg-type]
+            except InvalidValueError as exc:
+                raise ComposerError(str(exc)) from exc
         composition = Composition(plan, config, runtime_plan, script, refusals=tuple(refusals),
                                   emulated=self.emulated, checked=True)
         if save is not None:
@@ -552,7 +558,8 @@ def _preflight(composition: Composition) -> list[str]:
     if composition.checked:
         return []
     trainer_cls = None
-    if composition.user_script:  # the trainer lives in the user's script: reach it as the program will
+    if composition.user_script and composition.config.trainer.startswith(USER_SCRIPT_MODULE + ":"):
+        # the trainer lives in the user's script: reach it as the program will
         from pearl_core.composer.runtimegen import load_script_module
 
         qualname = composition.config.trainer.partition(":")[2]

@@ -48,8 +48,10 @@ class Composition:
         config: what to train; its workload (environment, batch size, replay)
             must be the one the plan was made for.
         runtime_plan: what the runtime executes; default ``plan.runtime_plan()``.
-        user_script: absolute path of the script defining the trainer when
-            ``config.trainer`` names :data:`USER_SCRIPT_MODULE`, else ``None``.
+        user_script: absolute path of the composing script that the generated
+            program loads: it defines the trainer (``config.trainer`` names
+            :data:`USER_SCRIPT_MODULE`) or registers the environment at import
+            (:func:`~pearl_core.composer.runtimegen.env_script`); else ``None``.
         refusals: why the plan cannot run here, one line per problem (primitive,
             device, why, fix); empty when it runs as composed. A plan with
             refusals is a what-if plan: :func:`~pearl_core.composer.api.RuntimeGen`
@@ -134,6 +136,3 @@ def _check_trainer_source(trainer: str, user_script: str | None) -> None:
     if module == USER_SCRIPT_MODULE and not user_script:
         raise ComposerError(f"Composition: trainer {trainer!r} lives in the user's script but no script path was "
                             "given. Fix: pass user_script=<path of the script>.")
-    if user_script and module != USER_SCRIPT_MODULE:
-        raise ComposerError(f"Composition: user_script = {user_script!r} was given but trainer {trainer!r} is not "
-                            f"in module {USER_SCRIPT_MODULE!r}; expected user_script=None. Fix: drop user_script.")

@@ -50,9 +50,11 @@ a fix: move it into a module.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import math
 import os
+import subprocess
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -65,7 +67,7 @@ from pearl_core.errors import InvalidValueError, PearlError
 from pearl_core.fileio import atomic_write
 from pearl_core.runtime.config import Setting
 
-__all__ = ["USER_SCRIPT_MODULE", "literal", "load_script_module", "render_program", "trainer_reference",
+__all__ = ["USER_SCRIPT_MODULE", "env_script", "literal", "load_script_module", "render_program", "trainer_reference",
            "write_program"]
 
 _MAX_DEPTH = 20
@@ -162,6 +164,54 @@ def trainer_reference(cls: type) -> tuple[str, str | None]:
     path = os.path.abspath(path)
     check_script_guarded(path)
     return f"{USER_SCRIPT_MODULE}:{qualname}", path
+
+
+@functools.lru_cache(maxsize=64)
+def _registered_on_import(env_id: str) -> bool:
+    """Whether a fresh Python process knows ``env_id`` once gymnasium is imported (a second or so, once per id)."""
+    code = "import sys, gymnasium; sys.exit(0 if sys.argv[1] in gymnasium.registry else 3)"
+    try:
+        done = subprocess.run([sys.executable, "-c", code, env_id], capture_output=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return True  # cannot tell: assume it is (the program then says 'not registered' with the fix)
+    return done.returncode == 0
+
+
+def env_script(env_id: str) -> str | None:
+    """The composing script a generated program must load so that ``env_id`` is registered there, or ``None``.
+
+    An id registered in this process but not in a fresh one (after ``import
+    gymnasium``) was registered by the user's script, or by something it
+    imports: the program loads the script (:func:`load_script_module`), which
+    registers it again, in the program and in every spawned worker. Ids in
+    gymnasium's ``module:Env-v0`` form, and ``ALE/``/``MinAtar/`` ids, register
+    themselves anywhere and need no script.
+
+    Raises:
+        InvalidValueError: the id is registered only in an interactive session
+            (no script file) or the script composes at top level; the fix names
+            the ``module:Env-v0`` form.
+    """
+    from pearl_core.envs import default_wrappers
+
+    if not isinstance(env_id, str) or ":" in env_id or default_wrappers(env_id):
+        return None
+    try:
+        import gymnasium
+    except ImportError:
+        return None
+    if env_id not in gymnasium.registry or _registered_on_import(env_id):
+        return None
+    main = sys.modules.get(USER_SCRIPT_MODULE) or sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path or not os.path.isfile(path):
+        raise InvalidValueError(
+            f"RuntimeGen: environment {env_id!r} was registered in this session (not by a module a new process "
+            "imports), so the generated program could not create it. Fix: register it in a module (e.g. "
+            f"my_envs.py calling gymnasium.register({env_id!r}, ...)) and name the env 'my_envs:{env_id}'.")
+    path = os.path.abspath(path)
+    check_script_guarded(path)
+    return path
 
 
 _COMPOSING_CALLS = ("Composer", "RuntimeGen", "run")

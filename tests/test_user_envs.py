@@ -1,0 +1,72 @@
+"""Envs from the user's own script or module work in composing and in the generated program (issue 41, point 5)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from pearl_core.composer import runtimegen
+from pearl_core.errors import InvalidValueError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SCRIPT = '''\
+import gymnasium
+from pearl_core.algorithms import DQN
+from pearl_core.composer import Composer
+
+gymnasium.register("PearlScriptCartPole-v0", entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv",
+                   max_episode_steps=100)
+
+if __name__ == "__main__":
+    c = Composer(None)
+    c.set_actors("PearlScriptCartPole-v0", 1)
+    c.set_train_function(DQN, 16, learning_starts=100, hidden_sizes=(16,))
+    c.set_replay("uniform", 5_000)
+    c.set_stop(max_env_steps=600)
+    c.set_run(log_dir="runs/script-env")
+    c.RuntimeGen(c.run(profile=False, runnable=True), "runtime.py")
+'''
+
+
+def test_an_env_registered_in_the_composing_script_runs_in_the_generated_program(tmp_path):
+    (tmp_path / "train.py").write_text(SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    composed = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=600)
+    assert composed.returncode == 0, composed.stderr[-3000:]
+    program = (tmp_path / "runtime.py").read_text()
+    assert f"USER_SCRIPT = {str(tmp_path / 'train.py')!r}" in program  # the program registers the env as the script did
+    assert "trainer='pearl_core.algorithms.dqn:DQN'" in program  # the library's trainer, imported by name
+    ran = subprocess.run([sys.executable, "runtime.py", "--quiet"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert json.loads((tmp_path / "runs" / "script-env" / "result.json").read_text())["env_steps"] >= 600
+
+
+def test_env_script_needs_a_script_only_for_ids_registered_in_this_session(monkeypatch, tmp_path):
+    import gymnasium
+
+    assert runtimegen.env_script("CartPole-v1") is None  # gymnasium registers it in every process
+    assert runtimegen.env_script("some_module:Env-v0") is None  # the program imports the module itself
+    assert runtimegen.env_script("ALE/Pong-v5") is None  # its family registers itself
+    gymnasium.register("PearlSessionOnly-v0", entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv")
+    try:
+        monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))  # an interactive session
+        with pytest.raises(InvalidValueError) as err:
+            runtimegen.env_script("PearlSessionOnly-v0")
+        assert "my_envs:PearlSessionOnly-v0" in str(err.value) and "Fix" in str(err.value)
+        script = tmp_path / "s.py"
+        script.write_text("import gymnasium\n")
+        main = types.ModuleType("__main__")
+        main.__file__ = str(script)
+        monkeypatch.setitem(sys.modules, "__main__", main)
+        assert runtimegen.env_script("PearlSessionOnly-v0") == str(script)
+    finally:
+        gymnasium.registry.pop("PearlSessionOnly-v0", None)
