@@ -51,7 +51,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pearl_core.errors import SpecError
 
-__all__ = ["PRESETS", "WRAPPER_ENVS", "WRAPPER_KEYS", "check_env_options", "default_wrappers", "env_spaces", "make_env", "registered_id"]
+__all__ = ["PRESETS", "WRAPPER_ENVS", "WRAPPER_KEYS", "check_env_options", "default_wrappers", "env_spaces",
+           "make_env", "registered_id"]
 
 #: id prefix -> (the module whose import registers the family, the package that installs it, its default presets).
 _FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
@@ -378,7 +379,8 @@ def make_env(env_id: str, seed: int | None = None, *, kwargs: Mapping[str, Any] 
         raise
     except Exception as exc:  # noqa: BLE001 - a user's wrapper raises any type
         env.close()
-        raise SpecError(f"environment {env_id!r}: wrapping it with {[p for p, _ in names]} failed ({type(exc).__name__}: "
+        raise SpecError(f"environment {env_id!r}: wrapping it with {[p for p, _ in names]} failed "
+                        f"({type(exc).__name__}: "
                         f"{exc}). Fix: check the wrappers and the env's keyword arguments.") from exc
     if seed is not None:
         env.action_space.seed(int(seed))

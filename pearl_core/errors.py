@@ -200,3 +200,7 @@ class ExportError(PearlError):
     """A policy cannot be exported: no network that computes its greedy action was found (a user trainer can
     provide one with ``export_module()``), the format's package is missing, or the exported module's
     actions differ from :meth:`pearl_core.policy.Policy.predict`."""
+
+
+class CallbackError(PearlError):
+    """A user's callback (:mod:`pearl_core.callbacks`) raised; the message names it and the method."""

@@ -37,6 +37,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from pearl_core.errors import PearlError, SpecError
+from pearl_core.runtime.program import callback_list
 
 __all__ = ["default_log_dir", "eval_command", "train_command"]
 
@@ -112,6 +113,12 @@ def train_command(
                                                 "averages at least this."),
     eval_every: Optional[int] = typer.Option(None, "--eval-every", help="Env steps between greedy evaluations "
                                              "(logged to evals.csv; default: only with --eval-return)."),
+    callback: Optional[list[str]] = typer.Option(None, "--callback", help="A callback 'pkg.module:Name' "
+                                                 "(pearl_core.callbacks; a class or factory called with no "
+                                                 "arguments); repeatable."),
+    save_best: bool = typer.Option(False, "--save-best", help="Keep the best policy evaluated as "
+                                   "<run>/best_model.pt (evaluates every --eval-every env steps, default a tenth "
+                                   "of the budget)."),
     seed: int = typer.Option(0, "--seed", help="Base seed."),
     n_actors: int = typer.Option(1, "--actors", help="Actor processes."),
     profile: bool = typer.Option(True, "--profile/--no-profile", help="Measure this machine's cells (cached) "
@@ -124,7 +131,7 @@ def train_command(
     _cwd_on_path()
     if resume is not None:
         rc = _resume(console, resume, algo=algo, env_id=env_id, max_env_steps=max_env_steps, log_dir=log_dir,
-                     quiet=quiet)
+                     quiet=quiet, callbacks=callback_list(callback, save_best))
         raise typer.Exit(rc)
     if algo is None or env_id is None:
         _fail(console, "pearl train needs --algo and --env (or --resume RUN_DIR). Fix: e.g. pearl train --algo dqn "
@@ -133,7 +140,7 @@ def train_command(
         composition, directory, _ = _compose(console, **options)
     except (PearlError, OSError) as exc:
         _fail(console, exc)
-    rc = _run_composition(console, composition, directory, quiet=quiet)
+    rc = _run_composition(console, composition, directory, quiet=quiet, callbacks=callback_list(callback, save_best))
     raise typer.Exit(rc)
 
 
@@ -193,6 +200,10 @@ def _compose(console: Console, **o: Any):
                                 random_steps=random_steps, **kwargs)
     composer.set_replay(kind, cap)
     eval_every = o["eval_every"]
+    if o["save_best"] and eval_every is None and o["eval_return"] is None:
+        eval_every = max(1, budget // 10)
+        console.print(f"--save-best: evaluating every {eval_every:,} env steps (a tenth of the budget; --eval-every "
+                      "sets it)")
     composer.set_stop(eval_return=o["eval_return"], max_env_steps=budget,
                       **({"eval_every": eval_every} if eval_every is not None else {}))
     composer.set_run(seed=o["seed"], log_dir=directory)
@@ -202,7 +213,7 @@ def _compose(console: Console, **o: Any):
     return composition, directory, chosen
 
 
-def _run_composition(console: Console, composition, directory: str, *, quiet: bool) -> int:
+def _run_composition(console: Console, composition, directory: str, *, quiet: bool, callbacks: list) -> int:
     """Render the plan, keep the program in the run directory, run it; the exit status."""
     from pearl_core.composer.cli import render_plan
     from pearl_core.composer.plan import pearl_version
@@ -220,7 +231,7 @@ def _run_composition(console: Console, composition, directory: str, *, quiet: bo
                   f"{escape(str(program))} --resume {escape(directory)})", soft_wrap=True)
     plan = composition.plan
     rc = run_plan(composition.config, composition.runtime_plan, plan, plan_hash=plan.content_hash(),
-                  pearl_version=pearl_version(), quiet=quiet, plan_json=plan.to_json())
+                  pearl_version=pearl_version(), quiet=quiet, plan_json=plan.to_json(), callbacks=callbacks)
     if rc == 2 and not any(p.name != PROGRAM_NAME for p in Path(directory).iterdir()):
         program.unlink(missing_ok=True)  # refused before training: leave nothing behind
         try:
@@ -231,7 +242,7 @@ def _run_composition(console: Console, composition, directory: str, *, quiet: bo
 
 
 def _resume(console: Console, run: Path, *, algo: Optional[str], env_id: Optional[str],
-            max_env_steps: Optional[int], log_dir: Optional[str], quiet: bool) -> int:
+            max_env_steps: Optional[int], log_dir: Optional[str], quiet: bool, callbacks: list) -> int:
     """``pearl train --resume RUN``: the run's own config and plan, from its checkpoint."""
     from pearl_core.composer.plan import PlacementPlan, pearl_version
     from pearl_core.runtime.checkpoint import load_checkpoint
@@ -255,7 +266,8 @@ def _resume(console: Console, run: Path, *, algo: Optional[str], env_id: Optiona
     except (PearlError, OSError, ValueError, json.JSONDecodeError) as exc:
         _fail(console, exc)
     return run_plan(config, ck.plan, plan, plan_hash=plan.content_hash() if plan is not None else "",
-                    pearl_version=pearl_version(), resume_from=ck_path, quiet=quiet, plan_json=plan_json)
+                    pearl_version=pearl_version(), resume_from=ck_path, quiet=quiet, plan_json=plan_json,
+                    callbacks=callbacks)
 
 
 def eval_command(

@@ -193,3 +193,21 @@ def test_bad_wrapper_entries_are_refused_with_the_fix(entry, words):
     with pytest.raises(SpecError) as err:
         RunConfig(env_id="CartPole-v1", trainer="pearl_core.algorithms:DQN", env_wrappers=(entry,))
     assert words in str(err.value) and "Fix" in str(err.value)
+
+
+def test_the_program_takes_callbacks_by_import_path(tmp_path):
+    (tmp_path / "my_callbacks.py").write_text(
+        "from pearl_core.callbacks import Callback\n\n\n"
+        "class MarkEnd(Callback):\n"
+        "    def on_end(self, run, result):\n"
+        "        (run.log_dir / 'ended.txt').write_text(str(result.env_steps))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    res = subprocess.run([sys.executable, str(PROGRAM), "--quiet", "--max-env-steps", "600", "--log-dir",
+                          str(tmp_path / "r"), "--callback", "my_callbacks:MarkEnd", "--save-best"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert int((tmp_path / "r" / "ended.txt").read_text()) >= 600
+    bad = subprocess.run([sys.executable, str(PROGRAM), "--quiet", "--log-dir", str(tmp_path / "b"), "--callback",
+                          "my_callbacks:Nope"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "my_callbacks:Nope" in bad.stderr and "Fix" in bad.stderr
+    assert not (tmp_path / "b").exists()

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pearl_core.envs import env_spaces
-from pearl_core.errors import EvaluationError, HostError, WorkerError
+from pearl_core.errors import CallbackError, EvaluationError, HostError, WorkerError
 from pearl_core.placement import learner_route, make_queue
 from pearl_core.replay.storage import StorageSpec
 from pearl_core.runtime.actors import ActorSpec, experience_fields, run_actor
@@ -444,7 +444,7 @@ class Host(HostFaults):
                 "run was stopped; the checkpoint holds the learner's state. Fix: make the environment work for "
                 "the evaluation seeds (its traceback is in traceback_text), or drop the eval_return criterion.",
                 job.traceback)) from exc
-        self.session.record_eval(steps, res, took)
+        self.session.record_eval(steps, res, took, trainer=self.eval_trainer)
 
     def save(self, trainer_state: dict | None = None, deadline: float | None = None, *,
              replay: Mapping[str, Any] | None = None) -> Path:
@@ -496,6 +496,10 @@ class Host(HostFaults):
             raise stop.error from None
         except Exception as exc:
             if not started:  # e.g. a process that cannot be started: nothing ran, nothing to save
+                raise
+            if isinstance(exc, CallbackError):  # the user's callback raised: its own message says which
+                self.rt.faults.append((self.session.wall(), "callback", str(exc)))
+                self.fail(HostStop(exc))
                 raise
             err = HostError(
                 f"the host of the parallel run (setting {int(self.plan.setting)}) failed while {self.doing}: "

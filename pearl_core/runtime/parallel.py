@@ -52,6 +52,7 @@ import dataclasses
 
 import math
 import os
+from typing import Any, Sequence
 
 from pearl_core.errors import (
     ActorError,
@@ -124,9 +125,10 @@ class ParallelRuntime(Runtime):
                  resume_from: str | os.PathLike | Checkpoint | None = None, progress: bool | None = None,
                  tensorboard: bool | None = None, plot: bool = True, metrics_every: int = 1_000,
                  display_every_s: float = 10.0, max_restarts: int = 3, weight_check_every: int = 1,
-                 actor_slack: int | None = None, stall_timeout_s: float | None = DEFAULT_STALL_TIMEOUT_S):
+                 actor_slack: int | None = None, stall_timeout_s: float | None = DEFAULT_STALL_TIMEOUT_S,
+                 callbacks: Sequence[Any] = ()):
         super().__init__(config, plan, resume_from=resume_from, progress=progress, tensorboard=tensorboard,
-                         plot=plot, metrics_every=metrics_every, display_every_s=display_every_s)
+                         plot=plot, metrics_every=metrics_every, display_every_s=display_every_s, callbacks=callbacks)
         int_at_least("ParallelRuntime", "max_restarts", max_restarts, 0)
         int_at_least("ParallelRuntime", "weight_check_every", weight_check_every, 1)
         if actor_slack is not None and (isinstance(actor_slack, bool) or not isinstance(actor_slack, int)

@@ -37,7 +37,7 @@ from pearl_core.errors import PearlError, SpecError
 from pearl_core.fileio import atomic_write
 from pearl_core.runtime.config import RunConfig, RuntimePlan
 
-__all__ = ["build_parser", "main", "resumed_config", "run_plan"]
+__all__ = ["build_parser", "callback_list", "main", "resumed_config", "run_plan"]
 
 
 def build_parser(run_config: RunConfig, plan_hash: str = "") -> argparse.ArgumentParser:
@@ -59,6 +59,11 @@ def build_parser(run_config: RunConfig, plan_hash: str = "") -> argparse.Argumen
     parser.add_argument("--resume", metavar="RUN", default=None,
                         help="continue the run in directory RUN (or from the checkpoint file RUN): weights, replay, "
                         "counters and logs; it writes into RUN unless --log-dir is given")
+    parser.add_argument("--callback", metavar="MODULE:NAME", action="append", default=None,
+                        help="a pearl_core.callbacks callback (a class or factory called with no arguments), "
+                        "run at each metrics row, evaluation, checkpoint; repeatable")
+    parser.add_argument("--save-best", action="store_true",
+                        help="keep the best policy evaluated as <run>/best_model.pt (needs evaluations)")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     parser.add_argument("--ray", metavar="ADDRESS", default=None,
                         help="run the actors on the Ray cluster at ADDRESS ('auto': the cluster of this machine); "
@@ -113,11 +118,12 @@ def resumed_config(config: RunConfig, resume: str | os.PathLike[str] | None, *, 
 def run_plan(config: RunConfig, runtime_plan: RuntimePlan, plan: Any, *, plan_hash: str, pearl_version: str,
              resume_from: Path | None = None, quiet: bool = False, ray: str | None = None,
              ray_actors: int | None = None, measure_links: bool = False, cluster: str | None = None,
-             plan_json: str | None = None, out=None) -> int:
+             plan_json: str | None = None, callbacks: Sequence[Any] = (), out=None) -> int:
     """Build the runtime, run it, write ``composer_plan.json`` and ``result.json``; the exit status (0, 1 or 2).
 
     ``plan`` is the :class:`~pearl_core.composer.plan.PlacementPlan` (or ``None``
-    when a resumed run's plan is not known: then no ``composer_plan.json`` is written).
+    when a resumed run's plan is not known: then no ``composer_plan.json`` is written); ``callbacks``
+    go to the runtime (:mod:`pearl_core.callbacks`).
     """
     out = out or sys.stdout
     try:  # every check fails here with `error: ...` (exit 2), before any worker starts
@@ -135,11 +141,13 @@ def run_plan(config: RunConfig, runtime_plan: RuntimePlan, plan: Any, *, plan_ha
             for line in () if quiet else describe(actors, cl):
                 print(line, file=out)
             runtime = RayRuntime(config, dataclasses.replace(runtime_plan, n_actors=actors.n_actors), address=ray,
-                                 progress=not quiet, resume_from=resume_from, **actors.runtime_kwargs())
+                                 progress=not quiet, resume_from=resume_from, callbacks=callbacks,
+                                 **actors.runtime_kwargs())
         else:
             from pearl_core.runtime.parallel import ParallelRuntime
 
-            runtime = ParallelRuntime(config, runtime_plan, progress=not quiet, resume_from=resume_from)
+            runtime = ParallelRuntime(config, runtime_plan, progress=not quiet, resume_from=resume_from,
+                                      callbacks=callbacks)
     except PearlError as exc:
         print("error: " + str(exc), file=sys.stderr)
         return 2
@@ -223,4 +231,12 @@ def main(run_config: RunConfig, runtime_plan: RuntimePlan, plan_json: str, *, pl
         return 2
     return run_plan(config, runtime_plan, plan, plan_hash=plan_hash, pearl_version=pearl_version,
                     resume_from=resume_from, quiet=args.quiet, ray=args.ray, ray_actors=args.ray_actors,
-                    measure_links=args.measure_links, cluster=args.cluster, plan_json=plan_json)
+                    measure_links=args.measure_links, cluster=args.cluster, plan_json=plan_json,
+                    callbacks=callback_list(args.callback, args.save_best))
+
+
+def callback_list(names: Sequence[str] | None, save_best: bool) -> list[Any]:
+    """``--callback`` import paths (loaded by the runtime) and, with ``--save-best``, a :class:`BestModelSaver`."""
+    from pearl_core.callbacks import BestModelSaver
+
+    return [*(names or ()), *([BestModelSaver()] if save_best else [])]

@@ -40,7 +40,8 @@ import time
 import traceback
 from pathlib import Path
 
-from pearl_core.errors import ActorError, DataError, EvaluationError, HostError, LearnerError, WorkerError
+from pearl_core.errors import ActorError, CallbackError, DataError, EvaluationError, HostError, LearnerError, \
+    WorkerError
 from pearl_core.replay.storage import StorageSpec
 from pearl_core.runtime.acting import Collector, InsertBuffer, actor_env_seeds
 from pearl_core.runtime.vector import make_vector_envs
@@ -209,7 +210,7 @@ class _Run:
     def evaluate(self) -> None:
         t = time.perf_counter()
         res = self.evaluator.evaluate(self.trainer)
-        self.session.record_eval(self.session.state.env_steps, res, time.perf_counter() - t)
+        self.session.record_eval(self.session.state.env_steps, res, time.perf_counter() - t, trainer=self.trainer)
 
     def save(self, trainer=None) -> Path:
         """Checkpoint ``trainer`` (default: the run's, checked finite first) with the replay if asked."""
@@ -259,7 +260,7 @@ class _Run:
     def _error(self, exc: Exception) -> Exception:
         """The error the run ends with: ``exc`` itself if it already names the component, else a wrapper."""
         learner = isinstance(exc, DataError) and exc.update is not None  # weights or state of an update
-        if isinstance(exc, WorkerError) or (isinstance(exc, DataError) and self.part == "actor" and not learner):
+        if isinstance(exc, (WorkerError, CallbackError)) or (isinstance(exc, DataError) and self.part == "actor" and not learner):
             return exc
         tb, what = traceback.format_exc(), f"{type(exc).__name__}: {exc}"
         st, env = self.session.state, self.cfg.env_id

@@ -33,9 +33,10 @@ import dataclasses
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
-from pearl_core.errors import SpecError
+from pearl_core.callbacks import EvalEvent, RunView, call, load_callbacks
+from pearl_core.errors import CallbackError, SpecError
 from pearl_core.fileio import atomic_write
 from pearl_core.runtime.acting import EvalResult, Evaluator
 from pearl_core.runtime.checkpoint import CHECKPOINT_NAME, Checkpoint, check_network_shapes, check_resumable, \
@@ -86,6 +87,8 @@ class Runtime:
         plot: write ``learning_curve.png`` at the end.
         metrics_every: env steps between rows of ``metrics.csv``.
         display_every_s: seconds between plain progress lines.
+        callbacks: :mod:`pearl_core.callbacks` objects (or ``"pkg.module:Name"`` strings), called
+            in this process at the run's start, metrics rows, evaluations, checkpoints and end.
 
     Raises:
         SpecError: bad config/plan types or options, or a checkpoint that does not fit.
@@ -97,7 +100,7 @@ class Runtime:
     def __init__(self, config: RunConfig, plan: RuntimePlan | None = None, *,
                  resume_from: str | os.PathLike | Checkpoint | None = None, progress: bool | None = None,
                  tensorboard: bool | None = None, plot: bool = True, metrics_every: int = 1_000,
-                 display_every_s: float = 10.0):
+                 display_every_s: float = 10.0, callbacks: Sequence[Any] = ()):
         me = type(self).__name__
         if not isinstance(config, RunConfig):
             raise SpecError(f"{me} needs a RunConfig; found {type(config).__name__}. "
@@ -113,7 +116,9 @@ class Runtime:
         valid_dir = isinstance(config.log_dir, str) and "\0" not in config.log_dir  # else check_machine says why
         in_place = checkpoint is not None and (same_dir(checkpoint.config.log_dir, config.log_dir)
                                                or same_dir(self.checkpoint_dir, config.log_dir))
-        if valid_dir and not in_place and not _held(config.log_dir):  # a live run's directory: refused at run()  # a new run never replaces an old one's files (pearl_core.runtime.rundir)
+        # A new run never replaces an old one's files (pearl_core.runtime.rundir); a live run's directory is
+        # refused when the run starts (RunSession).
+        if valid_dir and not in_place and not _held(config.log_dir):
             config = dataclasses.replace(config, log_dir=fresh_log_dir(config.log_dir))
         check_machine(config, plan)  # memory, cores, batch vs capacity, log_dir: before any worker or file
         check_vector_backend(plan.vector_backend, config.env_id, config.env_kwargs, config.env_wrappers)
@@ -127,6 +132,7 @@ class Runtime:
         if self.checkpoint is not None:
             check_resumable(config, self.checkpoint)
             check_network_shapes(config, self.checkpoint)
+        self.callbacks = load_callbacks(callbacks, config)
         self.progress = True if progress is None else bool(progress)
         self.tensorboard = tensorboard
         self.plot = plot
@@ -202,6 +208,9 @@ class RunSession:
         self.evaluator: Evaluator | None = None
         self.checkpoint_path: Path | None = None
         self.start_counts = (self.state.env_steps, self.state.updates)
+        self.callbacks = list(getattr(runtime, "callbacks", ()))
+        self.view = RunView(self)
+        self._stop_reason: str | None = None
         self._wall_base = self.state.wall_time_s
         self._t0 = time.perf_counter()
         self._marks = self._new_marks()
@@ -236,6 +245,7 @@ class RunSession:
                                     source_dir=self._resume_source())
             self.display = ProgressDisplay(self.config.stop.max_env_steps, enabled=rt.progress,
                                            every_s=rt.display_every_s)
+            self._notify("on_start", self.view)
         except BaseException:
             self.close()
             raise
@@ -281,8 +291,9 @@ class RunSession:
         self.monitor.record_episode(episode_return)
         self.logger.episode(st.env_steps, self.wall(), st.episodes, episode_return, length)
 
-    def record_eval(self, env_steps: int, result: EvalResult, took_s: float) -> None:
-        """A finished greedy evaluation of the policy as it was at ``env_steps``."""
+    def record_eval(self, env_steps: int, result: EvalResult, took_s: float, trainer: Any = None) -> None:
+        """A finished greedy evaluation of the policy as it was at ``env_steps`` (``trainer``: the one evaluated,
+        which callbacks may save)."""
         st, wall = self.state, self.wall()
         st.eval_time_s += took_s
         st.eval_history.append((env_steps, result.mean_return, wall))
@@ -291,6 +302,11 @@ class RunSession:
         target = self.config.stop.eval_return
         if target is not None and result.mean_return >= target and st.solved_at_env_steps is None:
             st.solved_at_env_steps, st.solved_at_wall_s = env_steps, wall
+        if self.callbacks:
+            save = None if trainer is None else (lambda path: save_checkpoint(
+                path, trainer=trainer, state=self.state, monitor=self.monitor, config=self.config, plan=self.plan))
+            self._notify("on_evaluation", self.view,
+                 EvalEvent(int(env_steps), result.mean_return, result.std_return, tuple(result.returns), save))
 
     def record_metrics(self, metrics: Mapping[str, Any] | None, learner_s: float | None = None) -> None:
         """The learner's latest metrics and (if given) its total time in ``update_policy``."""
@@ -308,6 +324,7 @@ class RunSession:
         st.wall_time_s = self.wall()
         self.logger.metrics(st, st.wall_time_s, self.monitor.recent_mean(), (st.env_steps - e0) / dt,
                             (st.updates - u0) / dt)
+        self._notify("on_step", self.view)
 
     # -- cadence, stop, checkpoints ----------------------------------------------------------
     def tick(self, save: Callable[[], Path]) -> None:
@@ -327,9 +344,28 @@ class RunSession:
             m.display = now
 
     def check(self) -> StopDecision | None:
-        """The stop criterion that fires now, if any."""
+        """The stop criterion that fires now, if any (a callback's stop request after the monitor's)."""
         st = self.state
-        return self.monitor.check(st.env_steps, st.updates, self.wall())
+        decision = self.monitor.check(st.env_steps, st.updates, self.wall())
+        if decision is None and self._stop_reason is not None:
+            return StopDecision("callback", self._stop_reason, False)
+        return decision
+
+    def _notify(self, hook: str, *args: Any) -> None:
+        """Call ``hook`` of every callback; once one raised, the callbacks are off (the failure path's own
+        checkpoint must not call the failing one again) and its :class:`CallbackError` propagates."""
+        if not self.callbacks:
+            return
+        try:
+            call(self.callbacks, hook, *args)
+        except CallbackError:
+            self.callbacks = []
+            raise
+
+    def request_stop(self, reason: str) -> None:
+        """End the run at the next :meth:`check` (a callback's :meth:`~pearl_core.callbacks.RunView.stop`)."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
 
     def save(self, trainer, replay: Mapping[str, Any] | None = None,
              extra: Mapping[str, Any] | None = None) -> Path:
@@ -340,6 +376,7 @@ class RunSession:
         path = save_checkpoint(self.log_dir / CHECKPOINT_NAME, trainer=trainer, state=self.state,
                                monitor=self.monitor, config=self.config, plan=self.plan, replay=replay, extra=extra)
         self.checkpoint_path = path
+        self._notify("on_checkpoint", self.view, path)
         return path
 
     def progressed(self) -> bool:
@@ -361,9 +398,12 @@ class RunSession:
             title = f"{cfg.env_id} — {cfg.trainer.split(':')[-1]}" + (f" {self.title}" if self.title else "")
             plot_learning_curve(self.log_dir, title=title, window=s.window,
                                 threshold=s.eval_return if s.eval_return is not None else s.mean_return)
-        return RunResult.from_state(st, decision, batch_size=cfg.batch_size, final_mean_return=self.monitor.recent_mean(),
-                                    log_dir=str(self.log_dir), checkpoint_path=str(path), startup_s=self.startup_s,
-                                    learner_phases_s=self.learner_phases)
+        result = RunResult.from_state(st, decision, batch_size=cfg.batch_size,
+                                      final_mean_return=self.monitor.recent_mean(), log_dir=str(self.log_dir),
+                                      checkpoint_path=str(path), startup_s=self.startup_s,
+                                      learner_phases_s=self.learner_phases)
+        self._notify("on_end", self.view, result)
+        return result
 
     def close(self) -> None:
         """Close the display, the logs and the evaluator's environments, then release ``log_dir`` (idempotent)."""
