@@ -167,14 +167,15 @@ def test_benchmark_measures_a_workload_and_writes_the_report(tmp_path):
 
 
 def test_calibration_runs_in_a_child_and_measures_a_variant():
-    from pearl_core.composer.calibrate import calibrate_host_variants, variant_key
+    from pearl_core.composer.calibrate import calibrate_host_variants, rounds_key, variant_key
     from pearl_core.composer.workload import workload_for_env
 
     wl = workload_for_env("CartPole-v1", 32, hidden_sizes=(16, 16), replay="uniform", insert_batch=2)
     got = calibrate_host_variants(wl, [(2, 1)], window_s=1.0, rounds=1)
     from pearl_core.composer.tuning import spread_key
 
-    assert set(got) == {variant_key(2, 1), spread_key(2, 1)} and 1e-6 < got[variant_key(2, 1)] < 1.0
+    assert set(got) == {variant_key(2, 1), spread_key(2, 1), rounds_key(2, 1)} and 1e-6 < got[variant_key(2, 1)] < 1.0
+    assert got[rounds_key(2, 1)] == 1
     assert got[spread_key(2, 1)] == 0.0  # one round: no spread
 
 

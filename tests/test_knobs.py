@@ -24,7 +24,7 @@ from pearl_core.composer.knobs import ENVS_CANDIDATES, KnobChoice, cached_envs_c
 FAKE = {1: 100e-6, 2: 60e-6, 4: 41e-6, 8: 37e-6, 16: 36e-6}
 
 
-def fake_measure(wl, iterations=500):
+def fake_measure(wl, iterations=500, budget_s=None):
     return FAKE[wl.envs_per_actor]
 
 
@@ -58,7 +58,8 @@ def test_a_learner_bound_run_keeps_one_env(wl):
     # the actors' 200 us per update is under half of a 401 us learner step: more envs buy nothing
     choice = choose_envs_per_actor(wl, measure=fake_measure, learner=lambda w: 401e-6)
     assert choice.value == 1 and "under 50% of the learner's" in choice.reason
-    assert choice.measured_s == FAKE  # still measured and recorded
+    # only one env is measured: no other count could change a learner-bound choice (issue 41, point 8)
+    assert choice.measured_s == {1: FAKE[1]} and "other counts not measured" in choice.reason
     # at 399 us the actors are over half of it: the rule of the fastest time per experience applies
     assert choose_envs_per_actor(wl, measure=fake_measure, learner=lambda w: 399e-6).value == 8
 

@@ -152,7 +152,9 @@ def test_each_panel_marks_the_choice_pearl_plan_makes_for_that_batch(tmp_path, m
 
     # ... and the figure it draws: one panel per batch, in order, each marking that batch's choice.
     spec = HardwareSpec.load(SERVER)
-    plans = batch_plans(spec, workload_for_env("CartPole-v1", 64, hidden_sizes="64,64"), metric, batches)
+    # BS_i 2: pearl plan plans the insert batch of compose's default replay ratio 0.5 (issue 41, point 8)
+    wl = workload_for_env("CartPole-v1", 64, hidden_sizes="64,64", insert_batch=2)
+    plans = batch_plans(spec, wl, metric, batches)
     fig = grid_figure(plans)
     try:
         panels = drawn(fig)
@@ -199,7 +201,8 @@ def test_without_png_batches_the_single_grid_is_unchanged(tmp_path):
     assert "grid written to" in res.output and "panel" not in res.output
     data = (tmp_path / "grid.png").read_bytes()
     spec = HardwareSpec.load(SERVER)
-    plan = batch_plans(spec, workload_for_env("CartPole-v1", 64, hidden_sizes="64,64"), "throughput", (64,))[0]
+    wl = workload_for_env("CartPole-v1", 64, hidden_sizes="64,64", insert_batch=2)  # BS_i of replay ratio 0.5
+    plan = batch_plans(spec, wl, "throughput", (64,))[0]
     assert data == grid_png_bytes(plan)  # the one grid of -b 64
     assert png_size(data) == (660, 540)  # (1.6 + 1.3 x 3 devices) x (1.2 + 1.1 x 3) inches at 120 dpi
     fig = grid_figure(plan)

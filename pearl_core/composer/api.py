@@ -396,8 +396,9 @@ class Composer:
             ComposerError: bad ``place``, no feasible choice, or (``runnable``) no
                 runnable one, with every reason.
         """
+        from pearl_core.composer.here import fit_threads_here, runnable_plan
         from pearl_core.composer.plan import make_plan
-        from pearl_core.composer.profiling import profiler_for
+        from pearl_core.composer.profiling import measurement_session, profiler_for
         from pearl_core.runtime.preflight import Preflight
 
         refuse_while_loading("Composer.run()")
@@ -408,25 +409,29 @@ class Composer:
         if profile:
             profiler = profiler_for(self.spec, registry=self.registry, iterations=self.profile_iterations,
                                     cache_dir=self.cache_dir)
-        self._envs_choice = self._choose_envs(profile)
-        wl = self.workload()
-        key = config.to_json()  # the same run is checked once per composer (each probe builds on the device)
-        preflight = self._preflights.get(key)
-        if preflight is None:
-            preflight = self._preflights[key] = Preflight(config, registry=self.registry, emulated=self.emulated,
-                                                          trainer_cls=self._trainer)
-        choose = (lambda prim, dev: forced.get(prim, dev) == dev) if forced else None
-        note = ", ".join(f"{k} on {v!r}" for k, v in forced.items())
-        note = f"placements forced by the user ({note})" if note else ""
-        try:
-            plan = make_plan(self.spec, wl, self.metric, registry=self.registry, profiler=profiler, choose=choose,
-                             constraint=note)
-            runtime_plan = plan.runtime_plan(**self._actor_fields())
-            refusals = preflight.problems(runtime_plan)
-            if refusals and runnable:
-                plan, runtime_plan, refusals = self._runnable_plan(plan, wl, preflight, choose, note)
-        except SpecError as exc:
-            raise ComposerError(f"Composer.run(): {exc}") from exc
+        with measurement_session():  # the envs choice and the host's row share the learner step and the replay
+            self._envs_choice = self._choose_envs(profile)
+            wl = self.workload()
+            key = config.to_json()  # the same run is checked once per composer (each probe builds on the device)
+            preflight = self._preflights.get(key)
+            if preflight is None:
+                preflight = self._preflights[key] = Preflight(config, registry=self.registry,
+                                                              emulated=self.emulated, trainer_cls=self._trainer)
+            choose = (lambda prim, dev: forced.get(prim, dev) == dev) if forced else None
+            note = ", ".join(f"{k} on {v!r}" for k, v in forced.items())
+            note = f"placements forced by the user ({note})" if note else ""
+            try:
+                plan = make_plan(self.spec, wl, self.metric, registry=self.registry, profiler=profiler,
+                                 choose=choose, constraint=note)
+                runtime_plan = plan.runtime_plan(**self._actor_fields())
+                refusals = preflight.problems(runtime_plan)
+                if refusals and runnable:
+                    plan, runtime_plan, refusals = runnable_plan(self, plan, wl, preflight, choose, note)
+            except SpecError as exc:
+                raise ComposerError(f"Composer.run(): {exc}") from exc
+        notice = None
+        if runnable and not refusals:  # a spec of another machine: its thread counts sized to the cores here
+            runtime_plan, notice = fit_threads_here(self.spec, runtime_plan, registry=self.registry)
         if self._envs_choice is not None:  # recorded with the measurements behind it
             plan = dataclasses.replace(plan, tuning={**plan.tuning,
                                                      "knobs": {"envs_per_actor": self._envs_choice.to_dict()}})
@@ -437,7 +442,7 @@ class Composer:
             except InvalidValueError as exc:
                 raise ComposerError(str(exc)) from exc
         composition = Composition(plan, config, runtime_plan, script, refusals=tuple(refusals),
-                                  emulated=self.emulated, checked=True)
+                                  emulated=self.emulated, checked=True, notices=(notice,) if notice else ())
         if save is not None:
             atomic_write(save, plan.to_json())
         return composition
@@ -477,31 +482,6 @@ class Composer:
                 hint = f"did you mean {close[0]!r}?" if close else f"use one of {names}"
                 raise ComposerError(f"{w}: place[{key!r}] = {dev!r} is not a device of the spec {names}. Fix: {hint}.")
         return dict(place)
-
-    def _runnable_plan(self, plan, wl, preflight, choose, note):
-        """The best plan whose placements all pass ``preflight`` (each device probed once per primitive)."""
-        from pearl_core.composer.plan import make_plan
-
-        probe = plan.runtime_plan(**self._actor_fields())
-        strings = {d.name: d.device_string for d in self.spec.devices}
-
-        def ok(prim: str, dev: str) -> bool:
-            if choose is not None and not choose(prim, dev):
-                return False
-            s, backends = strings[dev], plan.backends
-            one = dataclasses.replace(probe, setting=1, backends=backends, device_config={}, **{
-                "rm": {"rm_device": s, "rm_backend": backends.get(s.split(":")[0], s.split(":")[0])},
-                "learner": {"learner_device": s}, "storage": {"storage_device": s}}[prim])
-            if preflight.present(s, backends):
-                return False
-            check = {"rm": preflight.replay_manager, "learner": preflight.learner, "storage": preflight.storage}[prim]
-            return check(one) is None
-
-        why = "placements that can run here" + (f" and {note}" if note else "")
-        best = make_plan(self.spec, wl, self.metric, registry=self.registry, matrix=plan.matrix, choose=ok,
-                         constraint=why)
-        runtime_plan = best.runtime_plan(**self._actor_fields())
-        return best, runtime_plan, preflight.problems(runtime_plan)
 
     def RuntimeGen(self, composition: Composition,  # noqa: N802 - the paper's name
                    path: "str | os.PathLike[str]" = "runtime.py") -> Path:
@@ -579,7 +559,7 @@ def print_plan(plan: "Composition | PlacementPlan") -> None:
     """Print the plan as ``pearl plan`` does: matrix, RM x learner grid, candidates, DS costs, the choice."""
     from rich.console import Console
 
-    from pearl_core.composer.cli import render_plan
+    from pearl_core.composer.render import render_plan
 
     render_plan(plan, Console(width=max(132, Console().width)))
 

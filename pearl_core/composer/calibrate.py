@@ -18,6 +18,18 @@ the child with SIGTERM, which the runtime answers by ending its run cleanly
 (workers joined, shared memory unlinked) before the child exits; when the caller
 itself dies (SIGTERM or SIGKILL to it alone), Linux sends the child that SIGTERM
 (the parent-death signal). Either way the child starts no further run.
+
+**Only the variants that can win are run, and only as long as it can change the choice.**
+A run of a variant cannot be faster than its learner's step alone: the isolated
+learner cell at that thread count is a floor under it (its *lower bound*). Round 1
+runs the variants in the order of their floors; a variant whose floor is above the
+best run so far by more than :data:`PRUNE_MARGIN` is not run (it would lose beyond
+any tie: its floor, marked ``floor_key``, is recorded instead of a run). Later rounds
+run only the *contenders*: variants within :data:`CONTEND_MARGIN` of the best median
+(a larger gap than any single round's noise measured here, 26-31%); with fewer than
+two contenders no further round can change the choice, and none starts once the
+runs have taken ``budget_s``. Each run ends after ``max_updates`` updates or its
+window, whichever is first. ``rounds_key`` records the rounds each variant ran.
 """
 
 from __future__ import annotations
@@ -29,25 +41,46 @@ import signal
 import statistics
 import subprocess
 import sys
-from typing import Iterable
+import time
+from typing import Callable, Iterable, Mapping
 
 from pearl_core.composer.tuning import rounds_spread, spread_key, variant_key
 from pearl_core.composer.workload import Workload
 from pearl_core.errors import PearlError
 
-__all__ = ["calibrate_host_variants", "learner_threads_yield", "variant_key"]
+__all__ = ["CONTEND_MARGIN", "PRUNE_MARGIN", "calibrate_host_variants", "floor_key", "learner_threads_yield",
+           "rounds_key", "run_variants", "variant_key"]
 
 #: Seconds a stopped child gets to end its run the clean way before it is killed.
 STOP_WAIT_S = 60.0
+#: A variant whose lower bound is above the best run by more than this is not run (tuning.NOISE_CAP: beyond a tie).
+PRUNE_MARGIN = 0.10
+#: Later rounds run the variants whose median is within this of the best one's (above one round's noise).
+CONTEND_MARGIN = 0.35
+
+
+def floor_key(setting: int, threads: int) -> str:
+    """Config key of a variant not run, its lower bound in seconds: ``run_floor_setting_<s>_threads_<t>``."""
+    return f"run_floor_setting_{int(setting)}_threads_{int(threads)}"
+
+
+def rounds_key(setting: int, threads: int) -> str:
+    """Config key of the rounds a variant ran: ``run_rounds_setting_<s>_threads_<t>``."""
+    return f"run_rounds_setting_{int(setting)}_threads_{int(threads)}"
 
 
 def calibrate_host_variants(wl: Workload, variants: Iterable[tuple[int, int]], *, window_s: float = 3.0,
-                            rounds: int = 2, timeout_s: float | None = None) -> dict[str, float]:
-    """``{variant_key(s, t): median seconds per update, spread_key(s, t): (max - min) / median}`` of each
-    ``(setting, learner threads)`` variant.
+                            rounds: int = 2, timeout_s: float | None = None,
+                            lower_bounds: "Mapping[tuple[int, int], float] | None" = None,
+                            max_updates: int | None = None, budget_s: float | None = None) -> dict[str, float]:
+    """``{variant_key(s, t): median seconds per update, spread_key(s, t): (max - min) / median,
+    rounds_key(s, t): rounds run}`` of each ``(setting, learner threads)`` variant run, and
+    ``floor_key(s, t): lower bound`` of each variant left out because it cannot win.
 
-    The variants run in turn, ``rounds`` times (1, 2, 1, 2, ...), each for
-    ``window_s`` seconds of steady state (:func:`~pearl_core.composer.profiling.profile_runtime`).
+    The variants run in turn, up to ``rounds`` times (1, 2, 1, 2, ...), each for
+    ``window_s`` seconds or ``max_updates`` updates (:func:`~pearl_core.composer.profiling.profile_runtime`),
+    pruned as the module docstring says with ``lower_bounds`` (seconds per variant; none: every
+    variant runs round 1) and ``budget_s`` (none: every round for the contenders).
     A variant whose runs made too few updates to measure is left out.
 
     Raises:
@@ -56,8 +89,10 @@ def calibrate_host_variants(wl: Workload, variants: Iterable[tuple[int, int]], *
     todo = [(int(s), int(t)) for s, t in variants]
     if not todo:
         return {}
+    bounds = [[int(s), int(t), float(v)] for (s, t), v in (lower_bounds or {}).items()]
     request = json.dumps({"workload": wl.to_dict(), "variants": todo, "window_s": float(window_s),
-                          "rounds": int(rounds), "parent": os.getpid()})
+                          "rounds": int(rounds), "parent": os.getpid(), "lower_bounds": bounds,
+                          "max_updates": max_updates, "budget_s": budget_s})
     if timeout_s is None:  # start-up, the fill before learning, the window, shutdown: generous
         timeout_s = 60 + rounds * len(todo) * (window_s + 30)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -122,6 +157,46 @@ def _follow_parent(parent: int) -> None:
         raise SystemExit(1)
 
 
+def run_variants(variants: "list[tuple[int, int]]", run: "Callable[[int, int], float]", *, rounds: int,
+                 lower_bounds: "Mapping[tuple[int, int], float] | None" = None, budget_s: float | None = None,
+                 clock: "Callable[[], float]" = time.monotonic) -> dict[str, float]:
+    """The calibration's rounds (see the module docstring) with ``run(setting, threads)`` -> seconds per update
+    (``nan``: too few updates); returns what :func:`calibrate_host_variants` returns."""
+    floors = dict(lower_bounds or {})
+    variants = sorted(variants, key=lambda v: floors.get(v, 0.0))  # stable: the likely-fast ones first
+    times: dict[tuple[int, int], list[float]] = {v: [] for v in variants}
+    out: dict[str, float] = {}
+
+    def measure(v: tuple[int, int]) -> None:
+        seconds = run(*v)
+        if math.isfinite(seconds):
+            times[v].append(seconds)
+
+    def best() -> float:
+        return min((statistics.median(v) for v in times.values() if v), default=math.inf)
+
+    start = clock()
+    for v in variants:  # round 1: every variant that can still beat the best run so far
+        floor = floors.get(v)
+        if floor is not None and floor > best() * (1 + PRUNE_MARGIN):
+            out[floor_key(*v)] = floor
+            continue
+        measure(v)
+    for _ in range(rounds - 1):
+        top = best()
+        contenders = [v for v in variants if times[v] and statistics.median(times[v]) <= top * (1 + CONTEND_MARGIN)]
+        if len(contenders) < 2 or (budget_s is not None and clock() - start > float(budget_s)):
+            break  # one contender: no round can change the choice; or the time is spent
+        for v in contenders:
+            measure(v)
+    for v in variants:
+        if times[v]:
+            out[variant_key(*v)] = statistics.median(times[v])
+            out[spread_key(*v)] = rounds_spread(times[v])  # the rounds' noise (0 with one round)
+            out[rounds_key(*v)] = len(times[v])
+    return out
+
+
 def _main() -> int:
     from pearl_core.composer.profiling import profile_runtime
 
@@ -129,20 +204,15 @@ def _main() -> int:
     parent = int(request.get("parent", os.getppid()))
     _follow_parent(parent)
     wl = Workload.from_dict(request["workload"])
-    variants = [tuple(v) for v in request["variants"]]
-    times: dict[str, list[float]] = {variant_key(s, t): [] for s, t in variants}
-    for _ in range(int(request["rounds"])):
-        for s, t in variants:
-            # A run SIGTERM stopped (the caller's, or the parent-death signal) raises: no further run starts.
-            seconds = profile_runtime(wl, setting=s, learner_threads=t, window_s=float(request["window_s"]))
-            if math.isfinite(seconds):
-                times[variant_key(s, t)].append(seconds)
-    out: dict[str, float] = {}
-    for (s, t) in variants:
-        v = times[variant_key(s, t)]
-        if v:
-            out[variant_key(s, t)] = statistics.median(v)
-            out[spread_key(s, t)] = rounds_spread(v)  # the rounds' noise (0 with one round)
+    floors = {(int(s), int(t)): float(v) for s, t, v in request.get("lower_bounds") or ()}
+
+    def run(s: int, t: int) -> float:
+        # A run SIGTERM stopped (the caller's, or the parent-death signal) raises: no further run starts.
+        return profile_runtime(wl, setting=s, learner_threads=t, window_s=float(request["window_s"]),
+                               max_updates=request.get("max_updates"))
+
+    out = run_variants([tuple(v) for v in request["variants"]], run, rounds=int(request["rounds"]),
+                       lower_bounds=floors, budget_s=request.get("budget_s"))
     print(json.dumps(out), flush=True)
     return 0
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import json
 import math
 import tempfile
 from pathlib import Path
@@ -21,192 +20,32 @@ from typing import TYPE_CHECKING, NoReturn, Optional, Sequence
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from pearl_core.composer.algorithm import METRICS, Candidate
-from pearl_core.composer.matrix import CELL_NAMES
+from pearl_core.composer.algorithm import METRICS
 from pearl_core.composer.composition import Composition
-from pearl_core.composer.detect import detect_hardware
-from pearl_core.composer.plan import PlacementPlan, make_plan, setting_label
+from pearl_core.composer.options import parse_trainer_kwargs
+from pearl_core.composer.render import _placement, grid_values, render_plan
+from pearl_core.composer.plan import PlacementPlan, make_plan
 from pearl_core.composer.spec import HardwareSpec
-from pearl_core.composer.workload import Workload, workload_for_env
+from pearl_core.composer.workload import Workload
 from pearl_core.errors import InvalidValueError, PearlError
 from pearl_core.fileio import atomic_write, atomic_write_all
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from pearl_core.composer.costs import Profiler
+
 __all__ = ["MAX_PNG_PANELS", "PLAN_ONLY_OPTIONS", "batch_plans", "fail", "grid_figure", "grid_values",
            "grids_png_bytes", "parse_png_batches", "parse_trainer_kwargs", "plan_command", "render_plan",
            "save_grid_png", "write_plan_outputs"]
 
-#: ``pearl plan`` parameters that ``pearl compose`` and ``pearl validate`` do not take
-#: (:func:`pearl_core.composer.compose_cli.with_plan_options` leaves them out).
-PLAN_ONLY_OPTIONS = ("png_batches",)
+#: ``pearl plan`` parameters that :func:`pearl_core.composer.compose_cli.with_plan_options` leaves out of
+#: ``pearl compose`` and ``pearl validate``: ``--png-batches`` is plan's alone; ``--profile/--no-profile`` and
+#: ``--replay-ratio`` both commands declare themselves, with the same defaults (so the same flags plan the same).
+PLAN_ONLY_OPTIONS = ("png_batches", "profile", "replay_ratio")
 #: The most panels ``--png-batches`` draws side by side (more would be too wide to read).
 MAX_PNG_PANELS = 8
-
-_CELL_HEADERS = {"rm_sample": "sample", "rm_update": "update", "rm_insert": "insert", "learner": "learner",
-                 "co_rm_sample": "co sample", "co_rm_update": "co update", "co_rm_insert": "co insert",
-                 "co_learner": "co learner"}
-
-
-def _us(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e6:,.2f}"
-
-
-def _num(value: float | None, digits: int = 0) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
-
-
-def grid_values(plan: PlacementPlan, value: str = "throughput") -> tuple[list[str], list[list[float | None]]]:
-    """The RM x learner grid (rows: RM device, columns: learner device) of ``value``.
-
-    ``value`` is a :class:`Candidate` attribute: ``"throughput"``, ``"score"``,
-    ``"iteration_s"``, ``"power_w"``. Infeasible pairs are ``None``.
-    """
-    names = [d["name"] for d in plan.spec["device"]]
-    grid = [[getattr(plan.decision.candidate(i, j), value) for j in names] for i in names]
-    return names, grid
-
-
-def _placement(plan: "PlacementPlan | Composition") -> PlacementPlan:
-    return plan.plan if isinstance(plan, Composition) else plan
-
-
-def render_plan(plan: "PlacementPlan | Composition", console: Console) -> None:
-    """Print the workload, the matrix, the RM x learner grid, every candidate, the DS costs and the choice.
-
-    For a composition, the runtime plan printed is the composition's (with the composer's overrides).
-    """
-    runtime_plan = plan.runtime_plan if isinstance(plan, Composition) else None
-    plan = _placement(plan)
-    wl = plan.workload
-    w = Workload.from_dict(wl)
-    dec = plan.decision
-    console.print(f"[bold]Hardware[/bold] {escape(str(plan.spec.get('name') or ''))}: "
-                  + ", ".join(f"{d['name']} ({d['kind']})" for d in plan.spec["device"])
-                  + f"; host {plan.spec['host']}")
-    console.print(f"[bold]Workload[/bold] {escape(w.env_id or '?')}: BS {w.batch_size}, BS_i {w.insert_batch}, "
-                  f"{w.n_actors} actor(s) x {w.envs_per_actor} env(s), experience {w.experience_bytes} B"
-                  + (f" ({w.stored_bytes} B stored)" if w.stored_bytes and w.stored_bytes != w.experience_bytes else "")
-                  + f", {w.replay} replay "
-                  f"(capacity {w.capacity}, fanout {w.fanout}, {w.tree_levels} levels), "
-                  f"{len(w.layers)} layers, {w.train_flops / 1e6:,.2f} MFLOP per step")
-    console.print(f"[bold]Metric[/bold] {dec.metric}; cells "
-                  + ("include communication (given matrix)" if dec.comm_inclusive else
-                     "are compute only; Eq. 7 adds latency + bytes/bandwidth per message"))
-
-    table = Table(title="Primitive Device Assignment Matrix (us per iteration; co = RM and learner co-located)")
-    table.add_column("device")
-    for name in CELL_NAMES:
-        table.add_column(_CELL_HEADERS[name], justify="right")
-    table.add_column("source")
-    for row in plan.matrix.rows:
-        cells = [_us(None if c is None else c.latency_s) for _, c in row.cells()]
-        sources = sorted({c.source for _, c in row.cells() if c is not None})
-        table.add_row(escape(row.device), *cells, ",".join(sources) or "-")
-    console.print(table)
-    for row in plan.matrix.rows:
-        for note in row.notes:
-            console.print(f"  [dim]{escape(row.device)}: {escape(note)}[/dim]")
-        if row.config:
-            console.print(f"  [dim]{escape(row.device)} config: "
-                          + escape(", ".join(f"{k}={v}" for k, v in row.config.items())) + "[/dim]")
-
-    for value, what, digits in (("throughput", "Predicted throughput (samples/s)", 0),
-                                ("score", "Predicted power efficiency (samples/J)", 1)):
-        if value == "score" and dec.metric != "power_efficiency":
-            continue
-        console.print(f"[bold]{what}[/bold]: RM device (rows) x learner device (columns); * = choice")
-        console.print(_grid_table(plan, value, digits))
-
-    c = Table(title="Candidates, best first (Eq. 7 terms in us as cell+communication)")
-    for col in ("RM", "learner", "set", "T_itr us", "sample", "upd+ins", "learner", "samples/s", "W", "samples/J",
-                "traffic B"):
-        c.add_column(col, justify="right" if col not in ("RM", "learner") else "left")
-    for cand in dec.ranking() + [x for x in dec.candidates if not x.feasible]:
-        c.add_row(*_candidate_cells(cand))
-    console.print(c)
-    for cand in dec.candidates:
-        if not cand.feasible:
-            console.print(f"  [dim]({escape(cand.rm_device)}, {escape(cand.learner_device)}) infeasible: "
-                          f"{escape(cand.reason)}[/dim]")
-
-    console.print(f"[bold]Data Storage placement[/bold] for RM={escape(dec.rm_device)}, "
-                  f"learner={escape(dec.learner_device)} (per-iteration traffic cost, us)")
-    d = Table()
-    for col in ("device", "cost us", "indices", "experiences", "insertions", "traffic B"):
-        d.add_column(col, justify="left" if col == "device" else "right")
-    for o in dec.ds_options:
-        if not o.feasible:
-            d.add_row(escape(o.device), "-", "-", "-", "-", escape(o.reason))
-            continue
-        d.add_row(escape(o.device), _us(o.cost_s), *[_us(f.cost_s) for f in o.flows], f"{o.traffic_bytes:,}")
-    console.print(d)
-
-    ch = dec.chosen
-    tie = f" (tie with {dec.tied_with} broken by {dec.tie_break})" if dec.tie_break else ""
-    console.print(f"[bold green]Choice[/bold green]: RM on {escape(dec.rm_device)}, learner on "
-                  f"{escape(dec.learner_device)}, Data Storage on {escape(dec.ds_device)}, "
-                  f"{setting_label(dec.setting)}{escape(tie)}")
-    console.print(f"  predicted {ch.iteration_s * 1e6:,.1f} us per iteration, {ch.throughput:,.0f} samples/s, "
-                  f"{ch.power_w:,.1f} W, {ch.throughput / ch.power_w:,.1f} samples/J")
-    if plan.variants:
-        _render_variants(plan, console)
-    for name, knob in (plan.tuning.get("knobs") or {}).items():  # chosen by the composer (pearl_core.composer.knobs)
-        console.print(f"  {escape(name)}: {escape(str(knob.get('reason', knob.get('value'))))}")
-    try:
-        console.print(f"  runtime plan: {escape(repr(runtime_plan or plan.runtime_plan()))}")
-    except PearlError as exc:
-        console.print(f"  [yellow]no runtime plan: {escape(str(exc))}[/yellow]")
-    console.print(f"  plan hash: {plan.content_hash()}")
-
-
-def _render_variants(plan: PlacementPlan, console: Console) -> None:
-    """The host tuning: each runtime variant's prediction; the chosen one overrides Algorithm 1's setting."""
-    table = Table(title="Host tuning (RM and learner on the host CPU): runtime variants")
-    for col in ("setting", "learner threads", "RM threads", "predicted us", "samples/s", "W", "bound"):
-        table.add_column(col, justify="right")
-    for v in plan.variants:
-        mark = "* " if v == plan.variant else "  "
-        table.add_row(f"{mark}{int(v.setting)}", str(v.learner_threads), str(v.rm_threads), f"{v.predicted_s * 1e6:,.1f}",
-                      f"{v.throughput:,.0f}", f"{v.power_w:,.1f}", v.bound)
-    console.print(table)
-    v = plan.variant
-    if v is not None:
-        console.print(f"  tuned: {setting_label(v.setting)}, {v.learner_threads} learner thread(s), "
-                      f"predicted {v.predicted_s * 1e6:,.1f} us per iteration "
-                      "(see docs/composer.md)")
-
-
-def _grid_table(plan: PlacementPlan, value: str, digits: int) -> Table:
-    names, grid = grid_values(plan, value)
-    dec = plan.decision
-    g = Table()
-    g.add_column("RM \\ learner")
-    for n in names:
-        g.add_column(escape(n), justify="right")
-    for i, rm in enumerate(names):
-        cells = []
-        for j, ln in enumerate(names):
-            v = grid[i][j]
-            mark = "*" if (rm, ln) == (dec.rm_device, dec.learner_device) else ""
-            cells.append("-" if v is None else f"{mark}{v:,.{digits}f}")
-        g.add_row(escape(rm), *cells)
-    return g
-
-
-def _candidate_cells(c: Candidate) -> list[str]:
-    if not c.feasible:
-        return [escape(c.rm_device), escape(c.learner_device), str(int(c.setting)), "-", "-", "-", "-", "-", "-", "-",
-                f"{c.traffic_bytes:,}"]
-    return [escape(c.rm_device), escape(c.learner_device), str(int(c.setting)), _us(c.iteration_s),
-            f"{_us(c.sample_s)}+{_us(c.sample_comm_s)}", f"{_us(c.update_insert_s)}+{_us(c.update_insert_comm_s)}",
-            f"{_us(c.learner_s)}+{_us(c.learner_comm_s)}", _num(c.throughput), _num(c.power_w, 1),
-            _num(None if not c.power_w else c.throughput / c.power_w, 1),  # type: ignore[operator]
-            f"{c.traffic_bytes:,}"]
-
 
 def _pyplot():
     try:
@@ -380,11 +219,14 @@ def parse_png_batches(text: Optional[str]) -> tuple[int, ...] | None:
     return tuple(out)
 
 
-def batch_plans(spec: HardwareSpec, workload: Workload, metric: str, batches: Sequence[int]) -> list[PlacementPlan]:
+def batch_plans(spec: HardwareSpec, workload: Workload, metric: str, batches: Sequence[int], *,
+                profiler: "Profiler | None" = None) -> list[PlacementPlan]:
     """:func:`~pearl_core.composer.plan.make_plan` of ``workload`` with each batch size in ``batches``.
 
     Everything but the batch size stays as given, so each plan is the one
-    ``pearl plan -b N`` makes for ``N`` with the same other options.
+    ``pearl plan -b N`` makes for ``N`` with the same other options (``profiler``:
+    the present devices measured, as ``pearl plan`` does; envs per actor stay
+    ``workload``'s).
 
     Raises:
         PearlError: a batch size the workload or the planner refuses (the message names it).
@@ -392,7 +234,7 @@ def batch_plans(spec: HardwareSpec, workload: Workload, metric: str, batches: Se
     plans = []
     for bs in batches:
         try:
-            plans.append(make_plan(spec, dataclasses.replace(workload, batch_size=bs), metric))
+            plans.append(make_plan(spec, dataclasses.replace(workload, batch_size=bs), metric, profiler=profiler))
         except PearlError as exc:
             raise PearlError(f"--png-batches: batch size {bs}: {exc}") from exc
     return plans
@@ -417,10 +259,15 @@ def plan_command(
     n_actors: int = typer.Option(1, "--actors", help="Actor processes (on the host)."),
     envs_per_actor: Optional[int] = typer.Option(None, "--envs-per-actor", help="Environments each actor steps "
                                                  "together (one batched policy forward); the runtime plan records "
-                                                 "it. Default: pearl compose and validate measure an actor and "
-                                                 "choose it (docs/composer.md), pearl plan uses 1."),
+                                                 "it. Default: measured and chosen when this machine is profiled "
+                                                 "(docs/composer.md), else 1."),
     insert_batch: Optional[int] = typer.Option(None, "--insert-batch", help="Experiences inserted per learner "
-                                               "iteration BS_i (default: the number of actors)."),
+                                               "iteration BS_i (default: round(1 / replay ratio), as pearl "
+                                               "compose plans)."),
+    replay_ratio: float = typer.Option(0.5, "--replay-ratio", help="Learner updates per env step."),
+    profile: bool = typer.Option(True, "--profile/--no-profile", help="Measure the present devices' cells "
+                                 "(cached on disk), as pearl compose does; --no-profile uses the analytic models "
+                                 "only."),
     png: Optional[Path] = typer.Option(None, "--png", help="Also draw the RM x learner grid as a PNG heatmap."),
     png_batches: Optional[str] = typer.Option(None, "--png-batches", help="With --png: draw one grid per batch "
                                               "size, side by side (the paper's Figure 10), e.g. 32,128,512: 1 to "
@@ -442,29 +289,28 @@ def plan_command(
     ray_actors: Optional[int] = typer.Option(None, "--ray-actors", help="With --ray / --cluster: actors to place "
                                              "(default: the fewest that keep the learner fed)."),
 ) -> None:
-    """Plan where the replay manager, learner and Data Storage run: matrix, RM x learner grid, choice."""
+    """Plan where the replay manager, learner and Data Storage run: matrix, RM x learner grid, choice.
+
+    The plan is made exactly as ``pearl compose`` makes it (the same :class:`Composer`
+    calls, profiling and defaults), so the same flags give the same plan and plan hash.
+    """
     console = Console(width=max(132, Console().width))
+    options = dict(locals())
     try:
         batches = parse_png_batches(png_batches)  # before anything slow
         if batches is not None and png is None:
             raise InvalidValueError(f"--png-batches {png_batches} says which grids --png draws, but no --png was "
                                     "given. Fix: add --png grid.png, or leave --png-batches out.")
-        spec = HardwareSpec.load(hardware) if hardware is not None else detect_hardware()
-        kwargs = parse_trainer_kwargs(trainer_kwargs)
-        trainer_cls = None
-        if trainer:  # imported and checked as a trainer class before anything of it is built or called
-            from pearl_core.runtime.wiring import load_trainer_class
-
-            trainer_cls = load_trainer_class(trainer)
-        wl = workload_for_env(env_id, batch_size, trainer=trainer_cls, trainer_kwargs=kwargs, hidden_sizes=hidden,
-                              replay=replay, capacity=capacity, fanout=fanout, n_actors=n_actors,
-                              insert_batch=insert_batch, envs_per_actor=envs_per_actor or 1)
-        plan = make_plan(spec, wl, metric)
-        png_plans = None if batches is None else batch_plans(spec, wl, metric, batches)
+        composition = _compose(options)
+        plan = composition.plan
+        png_plans = None
+        if batches is not None:
+            png_plans = batch_plans(plan.hardware(), plan.workload_value(), metric, batches,
+                                    profiler=_profiler(options, plan))
         cluster_lines = cluster_placement_lines(plan, ray, cluster, ray_actors, measure_links)
     except PearlError as exc:
         fail(console, exc)
-    render_plan(plan, console)
+    render_plan(composition, console)
     for line in cluster_lines:
         console.print(escape(line), soft_wrap=True)
     if png_plans is not None:
@@ -475,6 +321,28 @@ def plan_command(
             console.print(f"  BS={p.workload['batch_size']}: RM on {escape(p.rm_device)}, learner on "
                           f"{escape(p.learner_device)}, {getattr(p.chosen, value):,.4g} {unit}")
     write_plan_outputs(plan, console, png, json_out, png_plans=png_plans)
+
+
+def _compose(options: dict) -> Composition:
+    """``pearl plan``'s composition: :func:`~pearl_core.composer.options.composer_from_options` and
+    :meth:`Composer.run`, as ``pearl compose`` calls them (its run settings at their defaults: they do not
+    change the placement plan)."""
+    from pearl_core.composer.options import composer_from_options
+
+    o = {"learning_starts": 1_000, **options, "hardware": options["hardware"]}
+    if o["hardware"] is not None and not Path(o["hardware"]).is_file():
+        HardwareSpec.load(o["hardware"])  # the spec loader's own error for a missing file
+    composer = composer_from_options(o)
+    return composer.run(profile=o["profile"])
+
+
+def _profiler(options: dict, plan: PlacementPlan) -> "Profiler | None":
+    """The profiler of ``pearl plan``'s composition (``None`` with ``--no-profile``), for the ``--png-batches`` panels."""
+    if not options["profile"]:
+        return None
+    from pearl_core.composer.profiling import profiler_for
+
+    return profiler_for(plan.hardware())
 
 
 def cluster_placement_lines(plan: PlacementPlan, address: Optional[str], spec: Optional[Path],
@@ -501,19 +369,6 @@ def fail(console: Console, exc: BaseException | str) -> NoReturn:
     """Print ``error: <message>`` and exit with status 2 (the CLI's bad-input status)."""
     console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
     raise typer.Exit(2)
-
-
-def parse_trainer_kwargs(text: Optional[str]) -> Optional[dict]:
-    """The ``--trainer-kwargs`` JSON object (``None`` when not given), or a :class:`PearlError`."""
-    if not text:
-        return None
-    try:
-        kwargs = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PearlError(f"--trainer-kwargs is not valid JSON ({exc}).") from None
-    if not isinstance(kwargs, dict):
-        raise PearlError(f"--trainer-kwargs = {text!r}; expected a JSON object such as '{{\"lr\": 0.001}}'.")
-    return kwargs
 
 
 def write_plan_outputs(plan: "PlacementPlan | Composition", console: Console, png: Optional[Path],

@@ -28,10 +28,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from pearl_core.composer.api import Composer
-from pearl_core.composer.cli import (PLAN_ONLY_OPTIONS, fail, parse_trainer_kwargs, plan_command, render_plan,
-                                     save_grid_png)
+from pearl_core.composer.cli import PLAN_ONLY_OPTIONS, fail, plan_command, render_plan, save_grid_png
 from pearl_core.composer.composition import Composition
-from pearl_core.composer.workload import hidden_layers
+from pearl_core.composer.options import composer_from_options  # shared with pearl plan
 from pearl_core.errors import ComposerError, PearlError
 from pearl_core.fileio import atomic_write_all, check_writable
 
@@ -131,32 +130,6 @@ def render_outputs(composer: Composer, plan: Composition, output: Path, png: Opt
     if json_out is not None:
         files.append((json_out, placement.to_json().encode("utf-8")))
     return files
-
-
-def composer_from_options(o: dict[str, Any]) -> Composer:
-    """A :class:`Composer` set up from ``pearl plan``'s options plus ``replay_ratio``, ``learning_starts`` and
-    ``n_step`` (default 1 where a command has no ``--n-step``).
-
-    Shared by ``pearl compose`` and ``pearl validate``; raises :class:`PearlError` on bad options.
-    """
-    composer = Composer(o["hardware"], o["metric"], emulated=bool(o.get("emulated", False)))
-    composer.set_actors(o["env_id"], o["n_actors"], envs_per_actor=o["envs_per_actor"], insert_batch=o["insert_batch"],
-                        vector_backend=o.get("vector_backend"))
-    kwargs = parse_trainer_kwargs(o["trainer_kwargs"]) or {}
-    from pearl_core.algorithms.defaults import default_trainer, hidden_kwargs  # torch loads only when used
-
-    if o["trainer"]:
-        from pearl_core.runtime.wiring import load_trainer_class
-
-        trainer = load_trainer_class(o["trainer"])
-    else:
-        trainer = default_trainer(composer._spaces[1])  # noqa: SLF001 - set by set_actors above
-    if o["hidden"] is not None:
-        kwargs.update(hidden_kwargs(trainer, list(hidden_layers(o["hidden"]))))
-    composer.set_train_function(trainer, o["batch_size"], replay_ratio=o["replay_ratio"],
-                                learning_starts=o["learning_starts"], **kwargs)
-    composer.set_replay(o["replay"], o["capacity"], o["fanout"], n_step=o.get("n_step", 1))
-    return composer
 
 
 def with_plan_options(extra: tuple[tuple[str, Any, Any], ...], *, drop: tuple[str, ...] = ()

@@ -59,6 +59,9 @@ class Composition:
         emulated: emulated devices count as present (``Composer(emulated=True)``).
         checked: ``refusals`` were computed (by :meth:`Composer.run`); a
             composition built by hand is checked by ``RuntimeGen``.
+        notices: what :meth:`Composer.run` changed for this machine and the user should
+            know, printed with the plan (e.g. thread counts of a spec of another machine
+            sized to the cores here, :func:`~pearl_core.composer.here.fit_threads_here`).
 
     Raises:
         ComposerError: a part has the wrong type, the parts describe different
@@ -72,9 +75,11 @@ class Composition:
     refusals: tuple[str, ...] = ()
     emulated: bool = False
     checked: bool = False
+    notices: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "refusals", tuple(str(r) for r in self.refusals))
+        object.__setattr__(self, "notices", tuple(str(n) for n in self.notices))
         if isinstance(self.plan, PlacementPlan) and self.runtime_plan is None:
             object.__setattr__(self, "runtime_plan", self.plan.runtime_plan())
         for name, cls in (("plan", PlacementPlan), ("config", RunConfig), ("runtime_plan", RuntimePlan)):

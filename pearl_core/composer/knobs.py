@@ -20,7 +20,8 @@ change its speed without changing what one update learns from:
     (:func:`~pearl_core.composer.profiling.profile_actor_step`, the real policy and
     environments) at each of :data:`ENVS_CANDIDATES` and the learner's step on one
     thread. Where the actors' time per update at one env each (``BS_i`` experiences)
-    is under :data:`ACTOR_SHARE` of the learner's step it keeps 1; else it takes the
+    is under :data:`ACTOR_SHARE` of the learner's step it keeps 1 (and measures no other
+    count: none could change that); else it takes the
     fewest environments within :data:`ENVS_TIE` of the fastest time per experience
     (fewer environments: less memory, and each experience reaches the replay sooner).
     Without profiling (a what-if plan) it stays 1.
@@ -104,18 +105,26 @@ def choose_envs_per_actor(wl: Workload, *, candidates: tuple[int, ...] = ENVS_CA
     """
     from pearl_core.composer.profiling import profile_actor_step, profile_learner
 
-    measure = measure or profile_actor_step
-    learner = learner or (lambda w: profile_learner(w, threads=1, iterations=100, warmup=10))
-    times = {int(e): float(measure(dataclasses.replace(wl, envs_per_actor=int(e)), iterations=iterations))
-             for e in sorted(set(candidates) | {1})}
+    if measure is None:  # the real measurement, time-bounded like the CPU row's cells
+        def measure(w: Workload, iterations: int) -> float:
+            return profile_actor_step(w, iterations=iterations, budget_s=1.0)
+    # the one-thread step the CPU row measures too (profiling.measurement_session: measured once)
+    learner = learner or (lambda w: profile_learner(w, threads=1, iterations=100, warmup=10, budget_s=1.0))
+
+    def time_at(e: int) -> float:
+        return float(measure(dataclasses.replace(wl, envs_per_actor=int(e)), iterations=iterations))
+
     step = float(learner(dataclasses.replace(wl, envs_per_actor=1)))
+    times = {1: time_at(1)}
     actors = int(wl.insert_batch or wl.n_actors) * times[1]  # actor CPU time per update at one env each
-    shown = ", ".join(f"{e}: {t * 1e6:,.1f} us" for e, t in sorted(times.items()))
-    if actors < ACTOR_SHARE * step:
+    if actors < ACTOR_SHARE * step:  # the learner bounds the run: no other count could change the choice
         reason = (f"1 env per actor: the actors take {actors * 1e6:,.1f} us per update at one env each, under "
                   f"{ACTOR_SHARE:.0%} of the learner's {step * 1e6:,.1f} us step, so the learner bounds the run "
-                  f"(an actor's time per experience: {shown})")
+                  f"(an actor's time per experience at 1 env: {times[1] * 1e6:,.1f} us; other counts not measured: "
+                  "none could change this)")
         return KnobChoice("envs_per_actor", 1, "composer", times, reason, step)
+    times.update({int(e): time_at(e) for e in sorted(set(candidates) - {1})})
+    shown = ", ".join(f"{e}: {t * 1e6:,.1f} us" for e, t in sorted(times.items()))
     best = min(times.values())
     value = min(e for e, t in times.items() if t <= best * (1.0 + ENVS_TIE))
     reason = (f"{value} env(s) per actor: the actors take {actors * 1e6:,.1f} us per update at one env each, "

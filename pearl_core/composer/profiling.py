@@ -42,16 +42,13 @@ their own tree factory and device.
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
@@ -63,6 +60,7 @@ from pearl_core.composer.costs import Profiler, blame, exceeds_fanout, limit_fan
 from pearl_core.composer.matrix import DeviceRow
 from pearl_core.composer.plan import pearl_version
 from pearl_core.composer.spec import DeviceSpec, HardwareSpec
+from pearl_core.composer.timing import MIN_TIMED, median_time, run_config_for
 from pearl_core.composer.workload import Workload
 from pearl_core.envs import env_spaces, make_env
 from pearl_core.errors import SpecError
@@ -72,17 +70,18 @@ if TYPE_CHECKING:
     from pearl_core.backend import Backend, DeviceInfo
     from pearl_core.plugins import PluginRegistry
     from pearl_core.replay.base import ReplayManager
-    from pearl_core.runtime.config import RunConfig
 
 __all__ = [
-    "CACHE_FORMAT", "backend_settings", "cache_dir", "measure_run", "measured_iteration_s", "median_time",
-    "metrics_every_for", "present_device", "profile_actor_step", "profile_learner", "profile_message_hop",
-    "profile_replay_ops", "profile_runtime", "profile_worker_loop", "profiler_for", "run_config_for",
+    "CACHE_FORMAT", "FILL_BYTES", "MIN_TIMED", "backend_settings", "cache_dir", "fill_rows", "measure_run",
+    "measured_iteration_s", "measurement_session", "median_time", "metrics_every_for", "present_device",
+    "profile_actor_step", "profile_learner", "profile_message_hop", "profile_replay_ops", "profile_runtime",
+    "profile_worker_loop", "profiler_for", "run_config_for",
 ]
 
 #: Version of the cache entries' layout and of what they measure; bump to invalidate old entries
-#: (2: the CPU rows carry calibration runs of the host variants).
-CACHE_FORMAT = 2
+#: (2: the CPU rows carry calibration runs of the host variants; 3: time-bounded cells, frame-consistent
+#: synthetic fills, calibration runs only for the variants that can win).
+CACHE_FORMAT = 3
 
 
 def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
@@ -117,8 +116,12 @@ def _backend_version(backend: "Backend") -> str:
         return version
     top = type(backend).__module__.split(".")[0]
     try:
-        from importlib.metadata import packages_distributions, version as dist_version
+        from importlib.metadata import PackageNotFoundError, packages_distributions, version as dist_version
 
+        try:  # the usual layout (module pearl_cpu in distribution pearl-cpu): found without a scan
+            return dist_version(top.replace("_", "-"))
+        except PackageNotFoundError:
+            pass
         dists = packages_distributions().get(top, [])
         if dists:
             return dist_version(dists[0])
@@ -240,7 +243,8 @@ def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None
         if progress is not None:
             progress(f"profiling {device.name} ({bname} backend, {iterations} iterations per cell) ...")
         try:
-            row = profiled_row(backend, device, measured, iterations=iterations, warmup=warmup)
+            with measurement_session():  # one filled replay and one learner step per thread count for all cells
+                row = profiled_row(backend, device, measured, iterations=iterations, warmup=warmup)
             if row is not None and (not isinstance(row, DeviceRow) or row.device != device.name):
                 raise SpecError(f"backend {bname!r}.profile_cells returned {row!r:.200} for {device.name!r}; "
                                 f"expected a DeviceRow with device={device.name!r}. Fix: return "
@@ -260,50 +264,67 @@ def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None
 # -- measurement helpers, shared by backends ---------------------------------------------------------
 
 
-def median_time(fn: Callable[[], Any], iterations: int, warmup: int = 10, *,
-                setup: Callable[[], Any] | None = None) -> float:
-    """Median wall seconds of ``fn()`` over ``iterations`` calls after ``warmup`` untimed ones.
+_SESSION: "dict[str, Any] | None" = None
 
-    ``setup()`` (untimed) runs before each call when given.
+
+@contextlib.contextmanager
+def measurement_session() -> Iterator[None]:
+    """Within the block, measurements of one workload share what does not change between them.
+
+    The filled replay (:func:`filled_replay`) is built once per workload and
+    replay settings and reused by the replay, learner and worker-loop cells, and
+    a learner step measured once (:func:`profile_learner`, same threads and
+    trainer settings) is not measured again (the envs-per-actor choice and the
+    CPU row both need the one-thread step). Envs per actor does not change
+    either, so it is not part of the key. Everything is dropped when the block
+    ends (a filled Atari replay holds hundreds of MiB). Nested blocks share the
+    outer one's.
     """
-    for _ in range(warmup):
-        if setup is not None:
-            setup()
-        fn()
-    times = []
-    clock = time.perf_counter
-    for _ in range(iterations):
-        if setup is not None:
-            setup()
-        t0 = clock()
-        fn()
-        times.append(clock() - t0)
-    return statistics.median(times)
+    global _SESSION
+    if _SESSION is not None:
+        yield
+        return
+    _SESSION = {}
+    try:
+        yield
+    finally:
+        _SESSION = None
 
 
-def run_config_for(wl: Workload, *, seed: int = 0) -> "RunConfig":
-    """The runtime's :class:`RunConfig` for a workload (what profiling builds trainers and replays from)."""
-    from pearl_core.runtime.config import ReplayConfig, RunConfig
-
-    if not wl.env_id or not wl.trainer:
-        raise SpecError("profiling needs the workload's env_id and trainer (import path); this workload has "
-                        f"env_id={wl.env_id!r}, trainer={wl.trainer!r}. Fix: build it with workload_for_env().")
-    return RunConfig(env_id=wl.env_id, trainer=wl.trainer, trainer_kwargs=dict(wl.trainer_kwargs),
-                     env_kwargs=dict(wl.env_kwargs), env_wrappers=wl.env_wrappers, replay=ReplayConfig(wl.replay, capacity=wl.capacity, fanout=wl.fanout),
-                     batch_size=wl.batch_size, seed=seed)
+def _session_key(wl: Workload, *extra: Any) -> str:
+    data = {k: v for k, v in wl.to_dict().items() if k != "envs_per_actor"}
+    return json.dumps([data, *extra], sort_keys=True, default=str)
 
 
 def _synthetic_rows(obs_space: Any, act_space: Any, n: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """``n`` rows ``(obs, action, reward, next_obs, done)`` of random values in the spaces.
+
+    Observations that are stacks of frames (the Atari preset's) come as an
+    episode does: each row's stack is the previous one shifted by one new frame,
+    and ``next_obs`` is the next row's ``obs``, so a frame store keeps about one
+    frame per row, as in a run (independent random stacks would cost it every
+    frame of both stacks per row: many times the memory and the time).
+    """
+    from pearl_core.replay.frames import frame_storage_fits
     from pearl_core.replay.storage import StorageSpec
 
     sspec = StorageSpec.from_spaces(obs_space, act_space)
-    obs = np.stack([obs_space.sample() for _ in range(min(n, 256))]).astype(sspec.obs_dtype)
-    obs = np.resize(obs, (n, *sspec.obs_shape))
+    if frame_storage_fits(sspec):
+        k = sspec.obs_shape[0]
+        frames = np.stack([obs_space.sample()[0] for _ in range(min(n + k, 256))]).astype(sspec.obs_dtype)
+        frames = np.resize(frames, (n + k, *sspec.obs_shape[1:]))
+        stacks = np.lib.stride_tricks.sliding_window_view(frames, k, axis=0)  # (n + 1, H, W, k)
+        stacks = np.ascontiguousarray(np.moveaxis(stacks, -1, 1))  # (n + 1, k, H, W)
+        obs, nxt = stacks[:n], stacks[1:n + 1]
+    else:
+        obs = np.stack([obs_space.sample() for _ in range(min(n, 256))]).astype(sspec.obs_dtype)
+        obs = np.resize(obs, (n, *sspec.obs_shape))
+        nxt = np.roll(obs, -1, axis=0)
     acts = np.stack([np.asarray(act_space.sample()) for _ in range(min(n, 256))]).astype(sspec.action_dtype)
     acts = np.resize(acts, (n, *sspec.action_shape))
     rew = rng.standard_normal(n).astype(np.float32)
     done = rng.random(n) < 0.01
-    return obs, acts, rew, np.roll(obs, -1, axis=0), done
+    return obs, acts, rew, nxt, done
 
 
 def filled_replay(wl: Workload, plan_kwargs: dict[str, Any] | None = None, *, fill: int | None = None,
@@ -312,8 +333,36 @@ def filled_replay(wl: Workload, plan_kwargs: dict[str, Any] | None = None, *, fi
 
     ``plan_kwargs`` go to the :class:`~pearl_core.runtime.config.RuntimePlan`
     (``rm_backend``, ``rm_threads``). ``fill`` rows (default: the whole capacity,
-    at most 200k) get random priorities.
+    at most 200k, and at most :data:`FILL_BYTES` of stored rows) get random priorities.
+    Inside a :func:`measurement_session` the replay is built once per workload,
+    ``plan_kwargs``, ``fill`` and seed; ``plan_kwargs=None`` (the learner's cells: any
+    filled replay is a batch source) takes any replay of the workload already built.
     """
+    if _SESSION is not None:
+        anyone = _session_key(wl, "any", fill, seed)
+        key = _session_key(wl, plan_kwargs, fill, seed)
+        found = _SESSION.get(anyone if plan_kwargs is None else key)
+        if found is None:
+            found = _SESSION[key] = _fill_replay(wl, plan_kwargs, fill, seed)
+            _SESSION.setdefault(anyone, found)
+        return found
+    return _fill_replay(wl, plan_kwargs, fill, seed)
+
+
+#: Stored bytes a default fill stops at (four times a 32 MiB last-level cache, so the gather of a batch
+#: misses it as in a full replay): an Atari replay of 100k transitions holds ~700 MiB of frames, and
+#: filling all of it costs many seconds without changing a cell.
+FILL_BYTES = 128 * 2**20
+
+
+def fill_rows(wl: Workload) -> int:
+    """The rows a default fill writes: the capacity, at most 200k and at most :data:`FILL_BYTES` of stored rows."""
+    row = wl.stored_bytes or wl.experience_bytes or 1
+    return max(1, min(wl.capacity, 200_000, max(FILL_BYTES // row, 4 * wl.batch_size)))
+
+
+def _fill_replay(wl: Workload, plan_kwargs: dict[str, Any] | None, fill: int | None, seed: int
+                 ) -> "tuple[ReplayManager, tuple[Any, Any]]":
     from pearl_core.replay.storage import StorageSpec
     from pearl_core.runtime.config import RuntimePlan
     from pearl_core.runtime.wiring import build_replay
@@ -322,7 +371,7 @@ def filled_replay(wl: Workload, plan_kwargs: dict[str, Any] | None = None, *, fi
     config = run_config_for(wl, seed=seed)
     replay = build_replay(config, RuntimePlan(**(plan_kwargs or {})), StorageSpec.from_spaces(obs_space, act_space))
     rng = np.random.default_rng(seed)
-    n = min(wl.capacity, 200_000) if fill is None else min(fill, wl.capacity)
+    n = fill_rows(wl) if fill is None else min(fill, wl.capacity)
     chunk = 4096
     rows = _synthetic_rows(obs_space, act_space, min(n, chunk), rng)
     done = 0
@@ -335,13 +384,14 @@ def filled_replay(wl: Workload, plan_kwargs: dict[str, Any] | None = None, *, fi
 
 
 def profile_replay_ops(wl: Workload, plan_kwargs: dict[str, Any] | None = None, *, iterations: int = 1000,
-                       warmup: int = 50, seed: int = 0) -> dict[str, float]:
+                       warmup: int = 50, seed: int = 0, budget_s: float | None = None) -> dict[str, float]:
     """Median seconds of the replay manager's three operations, as the runtime calls them.
 
     ``sample``: ``replay.sample(BS)`` (tree descent, IS weights and the gather of
     ``BS`` experiences from the Data Storage); ``update``:
     ``replay.update_priorities`` on ``BS`` sampled indices; ``insert``:
     ``replay.add`` of ``BS_i`` new experiences (at the running max priority).
+    ``budget_s``: each operation's time budget (:func:`median_time`).
     """
     replay, (obs_space, act_space) = filled_replay(wl, plan_kwargs, seed=seed)
     rng = np.random.default_rng(seed + 1)
@@ -350,9 +400,10 @@ def profile_replay_ops(wl: Workload, plan_kwargs: dict[str, Any] | None = None, 
     td = rng.standard_normal(bs)
     new_rows = _synthetic_rows(obs_space, act_space, bsi, rng)
     return {
-        "sample": median_time(lambda: replay.sample(bs), iterations, warmup),
-        "update": median_time(lambda: replay.update_priorities(sampled.indices, td), iterations, warmup),
-        "insert": median_time(lambda: replay.add(*new_rows), iterations, warmup),
+        "sample": median_time(lambda: replay.sample(bs), iterations, warmup, budget_s=budget_s),
+        "update": median_time(lambda: replay.update_priorities(sampled.indices, td), iterations, warmup,
+                              budget_s=budget_s),
+        "insert": median_time(lambda: replay.add(*new_rows), iterations, warmup, budget_s=budget_s),
     }
 
 
@@ -383,14 +434,29 @@ def _trainer_and_replay(wl: Workload, seed: int, trainer_kwargs: dict[str, Any] 
 
 
 def profile_learner(wl: Workload, *, threads: int | None = None, iterations: int = 300, warmup: int = 20,
-                    seed: int = 0, trainer_kwargs: dict[str, Any] | None = None) -> float:
+                    seed: int = 0, trainer_kwargs: dict[str, Any] | None = None,
+                    budget_s: float | None = None) -> float:
     """Median seconds of one ``update_policy`` of the workload's real trainer.
 
     Each timed step trains on a batch freshly sampled (untimed) from a filled
     replay, as in a run: a batch that is already in cache would flatter the
     learner. ``threads`` sets torch's intra-op threads for the measurement
-    (restored afterwards); ``trainer_kwargs`` override hyper-parameters (e.g. ``device``).
+    (restored afterwards); ``trainer_kwargs`` override hyper-parameters (e.g. ``device``);
+    ``budget_s`` bounds the measurement's time (:func:`median_time`). Inside a
+    :func:`measurement_session` a step measured once (same workload, threads,
+    trainer settings, seed) is returned again instead of measured again.
     """
+    memo = None if _SESSION is None else _session_key(wl, "learner", threads, trainer_kwargs, seed)
+    if memo is not None and memo in _SESSION:  # type: ignore[operator]
+        return _SESSION[memo]  # type: ignore[index]
+    seconds = _profile_learner(wl, threads, iterations, warmup, seed, trainer_kwargs, budget_s)
+    if memo is not None and _SESSION is not None:
+        _SESSION[memo] = seconds
+    return seconds
+
+
+def _profile_learner(wl: Workload, threads: int | None, iterations: int, warmup: int, seed: int,
+                     trainer_kwargs: dict[str, Any] | None, budget_s: float | None) -> float:
     trainer, replay = _trainer_and_replay(wl, seed, trainer_kwargs)
     state: dict[str, Any] = {}
 
@@ -401,12 +467,11 @@ def profile_learner(wl: Workload, *, threads: int | None = None, iterations: int
         if threads is not None:
             trainer.use_threads(threads)  # as the runtime gives them (Trainer.use_threads)
         return median_time(lambda: trainer.update_policy(state["sb"].batch, state["sb"].weights), iterations,
-                           warmup, setup=setup)
-
-
+                           warmup, setup=setup, budget_s=budget_s)
 
 def profile_worker_loop(wl: Workload, plan_kwargs: dict[str, Any] | None = None, *, threads: int = 1,
-                        iterations: int = 300, warmup: int = 20, seed: int = 0) -> dict[str, float]:
+                        iterations: int = 300, warmup: int = 20, seed: int = 0,
+                        budget_s: float | None = None) -> dict[str, float]:
     """The RM and the learner *together*, as the setting-2 worker runs them, one step after the other.
 
     Each iteration: ``replay.sample(BS)``, ``trainer.update_policy``,
@@ -414,15 +479,18 @@ def profile_worker_loop(wl: Workload, plan_kwargs: dict[str, Any] | None = None,
     median seconds of each part (``sample``, ``learner``, ``update``,
     ``insert``): the paper's co-located cells, measured with the contention of
     sharing one process's caches included (each part is slower here than
-    alone).
+    alone). ``budget_s`` ends the loop early as :func:`median_time` does.
     """
     trainer, replay = _trainer_and_replay(wl, seed, plan_kwargs=plan_kwargs)
     rows = _synthetic_rows(*env_spaces(wl.env_id, **wl.env_options), int(wl.insert_batch or wl.n_actors),
                            np.random.default_rng(seed))
     parts: dict[str, list[float]] = {"sample": [], "learner": [], "update": [], "insert": []}
     clock = time.perf_counter
+    start = clock()
     with _torch_threads(threads):
         for i in range(warmup + iterations):
+            if budget_s is not None and len(parts["sample"]) >= MIN_TIMED and clock() - start > budget_s:
+                break
             t0 = clock()
             sb = replay.sample(wl.batch_size)
             t1 = clock()
@@ -438,7 +506,7 @@ def profile_worker_loop(wl: Workload, plan_kwargs: dict[str, Any] | None = None,
     return {k: statistics.median(v) for k, v in parts.items()}
 
 
-def profile_actor_step(wl: Workload, *, iterations: int = 500, seed: int = 0) -> float:
+def profile_actor_step(wl: Workload, *, iterations: int = 500, seed: int = 0, budget_s: float | None = None) -> float:
     """Median seconds for an actor to produce one experience: its policy's action plus one env step.
 
     An actor steps ``wl.envs_per_actor`` environments together, as the runtime's
@@ -446,7 +514,7 @@ def profile_actor_step(wl: Workload, *, iterations: int = 500, seed: int = 0) ->
     all of them, then each one's ``step``; the time of such a vector step is
     divided by the number of environments. The trainer acts as late in a run
     (``env_steps`` past any exploration schedule), so the policy network is
-    evaluated at (nearly) every step.
+    evaluated at (nearly) every step. ``budget_s`` bounds the timing (:func:`median_time`).
     """
     from pearl_core.runtime.wiring import build_trainer
 
@@ -467,124 +535,13 @@ def profile_actor_step(wl: Workload, *, iterations: int = 500, seed: int = 0) ->
                 obs[i] = env.reset()[0] if (term or trunc) else nxt
 
         with _torch_threads(1):
-            return median_time(step, max(1, iterations // k), warmup=max(2, 20 // k)) / k
+            return median_time(step, max(1, iterations // k), warmup=max(2, 20 // k), budget_s=budget_s) / k
     finally:
         for env in envs:
             env.close()
 
 
-def _echo(inbox: Any, outbox: Any) -> None:
-    while True:
-        item = inbox.get()
-        outbox.put(item)
-        if item is None:
-            return
-
-
-def profile_message_hop(iterations: int = 300) -> float:
-    """Median seconds of one message between two processes over the runtime's :class:`PipeQueue`.
-
-    Measured as half a ping-pong round trip with a forked echo process (no
-    interpreter start-up, no torch import), i.e. what one RRQ/LAQ/LDQ message
-    costs the runtime besides the work it triggers.
-    """
-    import multiprocessing as mp
-
-    from pearl_core.runtime.queues import PipeQueue
-
-    ctx = mp.get_context("fork")
-    to_child, to_parent = PipeQueue(2, ctx), PipeQueue(2, ctx)
-    proc = ctx.Process(target=_echo, args=(to_child, to_parent), daemon=True)
-    proc.start()
-    try:
-        def ping() -> None:
-            to_child.put(1)
-            to_parent.get()
-
-        rtt = median_time(ping, iterations, warmup=20)
-    finally:
-        try:
-            to_child.put(None, timeout=1.0)
-        except Exception:  # noqa: BLE001 - the child is killed below anyway
-            pass
-        proc.join(timeout=2.0)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-    return rtt / 2
-
-
-def measured_iteration_s(metrics_csv: Path) -> tuple[float, int]:
-    """``(seconds per update, updates)`` over the steady part of a run's ``metrics.csv``.
-
-    Uses the rows after the first one with updates > 0 (learning has started and
-    the first row's partial interval is skipped) up to the last row.
-    """
-    with open(metrics_csv, newline="", encoding="utf-8") as fh:
-        rows = [(float(r["wall_s"]), int(float(r["updates"]))) for r in csv.DictReader(fh)]
-    started = [r for r in rows if r[1] > 0]
-    if len(started) < 3:
-        return math.nan, 0
-    (w0, u0), (w1, u1) = started[1], started[-1]
-    du = u1 - u0
-    return ((w1 - w0) / du if du > 0 else math.nan), du
-
-
-def metrics_every_for(insert_batch: int) -> int:
-    """Env steps between ``metrics.csv`` rows of a measuring run: a row every 20 updates (at ``BS_i`` env steps
-    per update), so a slow workload still gives enough rows in a few seconds and a fast one does not spend
-    its time writing them."""
-    return max(1, 20 * int(insert_batch))
-
-
-def profile_runtime(wl: Workload, *, setting: int, learner_threads: int = 1, window_s: float = 3.0,
-                    learning_starts: int | None = None, seed: int = 0) -> float:
-    """Seconds per learner update of a short run of the runtime itself, RM and learner on the host CPU.
-
-    The host's cells as the runtime uses them: a real
-    :class:`~pearl_core.runtime.parallel.ParallelRuntime` with the workload's
-    trainer, replay, ``n_actors`` actors stepping ``envs_per_actor`` environments
-    each, protocol ``setting`` and ``learner_threads`` torch threads, at the
-    workload's replay ratio (one update per ``BS_i`` env steps), for ``window_s``
-    seconds after ``learning_starts`` env steps (default 1000, as `pearl validate`, or a batch if larger). What it
-    includes that the isolated cells do not: the messages and wake-ups between
-    processes, the host's relaying, the actors' rows and the weight publication,
-    and the processes sharing the machine's cores. The time is the steady slope of
-    the run's ``metrics.csv`` (:func:`measured_iteration_s`); nothing of the run is
-    kept (it writes into a temporary folder that is removed).
-
-    Returns ``nan`` when the run made too few updates to measure.
-    """
-    from pearl_core.runtime.config import RuntimePlan
-
-    starts = learning_starts if learning_starts is not None else max(1_000, wl.batch_size)
-    plan = RuntimePlan(setting=setting, learner_threads=learner_threads, rm_threads=learner_threads if setting == 2
-                       else 1, n_actors=wl.n_actors, envs_per_actor=wl.envs_per_actor)
-    return measure_run(wl, plan, window_s=window_s, learning_starts=starts, seed=seed)[0]
-
-
-def measure_run(wl: Workload, plan: "Any", *, window_s: float, learning_starts: int, seed: int = 0,
-                prefix: str = "pearl-calibrate-", weight_sync_every: int | None = None) -> tuple[float, int]:
-    """``(seconds per update, updates)`` of one run of ``plan`` (a RuntimePlan) with the workload.
-
-    The workload's run config at its replay ratio (one update per ``BS_i`` env steps; ``weight_sync_every``
-    if given), for ``window_s`` seconds after ``learning_starts`` env steps, no evaluation, logs in a temporary
-    folder that is removed; the time is :func:`measured_iteration_s` of its ``metrics.csv``. Used by
-    :func:`profile_runtime`, ``pearl validate``, ``benchmarks/runtime_knobs.py``; a failing run raises (one
-    Ctrl-C / SIGTERM stopped: KeyboardInterrupt, so that no further run starts).
-    """
-    from pearl_core.runtime.config import StopCriteria
-    from pearl_core.runtime.parallel import ParallelRuntime
-
-    bsi = int(wl.insert_batch or wl.n_actors)
-    config = dataclasses.replace(run_config_for(wl, seed=seed), replay_ratio=1.0 / bsi,
-                                 learning_starts=learning_starts,
-                                 stop=StopCriteria(max_wall_time_s=float(window_s), eval_every=10**9))
-    config = config if weight_sync_every is None else dataclasses.replace(config, weight_sync_every=weight_sync_every)
-    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
-        config = dataclasses.replace(config, log_dir=str(Path(tmp) / "run"))
-        result = ParallelRuntime(config, plan, progress=False, tensorboard=False, plot=False,
-                                 metrics_every=metrics_every_for(bsi)).run()
-        if getattr(result, "stop_reason", None) == "interrupted":
-            raise KeyboardInterrupt(result.stop_detail)
-        return measured_iteration_s(Path(config.log_dir) / "metrics.csv")
+# The runtime's own runs (calibration, `pearl validate`) live in runs.py; imported here so that their
+# historical home keeps working (backends, benchmarks and tests import them from this module).
+from pearl_core.composer.runs import (  # noqa: E402 - after the helpers runs.py calls back into
+    measure_run, measured_iteration_s, metrics_every_for, profile_message_hop, profile_runtime)

@@ -34,7 +34,12 @@ calibration run of a variant (``run_s_setting_<s>_threads_<t>``: the CPU
 backend runs each variant as the runtime does for a few seconds,
 :func:`~pearl_core.composer.profiling.profile_runtime`), its measured seconds
 per update are the prediction (``bound = "run"``) and the model's figure is
-kept as :attr:`Variant.model_s`. ``pearl validate --sweep`` reports both.
+kept as :attr:`Variant.model_s`. ``pearl validate --sweep`` reports both. A
+variant the calibration left out because it cannot win
+(:mod:`pearl_core.composer.calibrate`: its learner step alone,
+``run_floor_setting_<s>_threads_<t>``, is slower than the best run by more than
+a tie) is predicted at that floor or the model's figure, the larger
+(``bound = "floor"``): a lower bound, not a measurement, and never the choice.
 
 The first terms of each ``max`` are the processes' own critical paths (setting
 1 pipelines: sampling ``t + 1`` overlaps training ``t``); the last is the whole
@@ -77,7 +82,8 @@ class Variant:
         power_w: predicted host power.
         traffic_bytes: bytes moved between processes per iteration.
         bound: which term of the model binds (``"learner"``, ``"host"``, ``"worker"``,
-            ``"actors"``, ``"cpu"``), or ``"run"`` when ``predicted_s`` is a calibration run's.
+            ``"actors"``, ``"cpu"``), ``"run"`` when ``predicted_s`` is a calibration run's, or
+            ``"floor"`` when it is the lower bound of a variant not run (it cannot win).
         model_s: what the isolated cells' model above predicts (``predicted_s`` unless a
             calibration run replaced it).
         spread: the calibration rounds' ``(max - min) / median`` (their noise); 0 when the
@@ -189,10 +195,13 @@ def host_variants(device: DeviceSpec, row: DeviceRow, wl: Workload) -> tuple[Var
             bound = max(terms, key=terms.__getitem__)
             model = T = terms[bound]
             run, spread = cfg.get(variant_key(setting, t)), 0.0
+            floor = cfg.get(f"run_floor_setting_{int(setting)}_threads_{t}")
             if isinstance(run, (int, float)) and math.isfinite(run) and run > 0:
                 T, bound = float(run), "run"  # the variant as the runtime ran it (see the module docstring)
                 sp = cfg.get(spread_key(setting, t))
                 spread = float(sp) if isinstance(sp, (int, float)) and math.isfinite(sp) and sp >= 0 else 0.0
+            elif isinstance(floor, (int, float)) and math.isfinite(floor) and floor > 0:
+                T, bound = max(float(floor), model), "floor"  # not run: a lower bound above the best run
             power = device.idle_power_w + (device.active_power_w - device.idle_power_w) * min(1.0, busy / threads)
             rm_threads = rm_t if setting == Setting.THROUGH_HOST else t
             out.append(Variant(setting, t, rm_threads, T, bs / T, power, traffic, bound, model, spread))
@@ -218,6 +227,7 @@ def pick_variant(variants: tuple[Variant, ...], metric: str) -> int:
     """
     top = max(variants, key=lambda v: v.score(metric))
     best = top.score(metric)
-    tied = [i for i, v in enumerate(variants)
-            if v.score(metric) >= best * (1 - max(TIE, min(NOISE_CAP, max(top.spread, v.spread))))]
+    tied = [i for i, v in enumerate(variants)  # a variant not run (bound "floor") ties with nothing: it lost
+            if v.score(metric) >= best * (1 - max(TIE, min(NOISE_CAP, max(top.spread, v.spread))))
+            and (v.bound != "floor" or v is top)]
     return min(tied, key=lambda i: (variants[i].traffic_bytes, -variants[i].score(metric)))

@@ -34,10 +34,19 @@ def _memory_bytes() -> int | None:
 
 #: ``profile_cells`` with at least this many iterations per cell also runs the host variants for real.
 CALIBRATE_MIN_ITERATIONS = 200
-#: Seconds each host variant's calibration run measures (after its learning starts), and the rounds.
+#: Seconds each host variant's calibration run lasts at most, and the rounds at most.
 #: ``$PEARL_CALIBRATE_WINDOW_S`` and ``$PEARL_CALIBRATE_ROUNDS`` override them (:func:`calibration_setup`).
 CALIBRATE_WINDOW_S = 3.0
 CALIBRATE_ROUNDS = 3
+#: A calibration run ends sooner once it made this many updates: a CartPole DQN run measured the same seconds
+#: per update over 1,300 updates (1 s) as over 4,200 (3 s) on the 2-core VM (benchmarks/results/compose_times_2026-12-04.md).
+CALIBRATE_MAX_UPDATES = 1000
+#: No further calibration round starts once the runs have taken this long (round 1 always completes).
+CALIBRATE_BUDGET_S = 12.0
+#: Seconds one profiled cell (a replay operation, the learner at one thread count, the worker loop, an actor
+#: step) times at most, past its first calls (:func:`pearl_core.composer.profiling.median_time`): a 35 ms
+#: Atari learner step is then ~30 calls, not 333, and a CartPole cell still makes its full count.
+CELL_BUDGET_S = 1.0
 
 
 def calibration_setup() -> tuple[float, int]:
@@ -116,9 +125,12 @@ class CpuBackend(Backend):
         return CpuSumTree(capacity, fanout, threads=threads)
 
     def settings(self) -> dict[str, Any]:
-        """The calibration runs' window and rounds (:func:`calibration_setup`): part of the profile cache key."""
+        """The calibration runs' window and rounds (:func:`calibration_setup`), their update and time bounds and
+        the cells' time budget: part of the profile cache key."""
         window_s, rounds = calibration_setup()
-        return {"calibrate_window_s": window_s, "calibrate_rounds": rounds}
+        return {"calibrate_window_s": window_s, "calibrate_rounds": rounds,
+                "calibrate_max_updates": CALIBRATE_MAX_UPDATES, "calibrate_budget_s": CALIBRATE_BUDGET_S,
+                "cell_budget_s": CELL_BUDGET_S}
 
     def learner_kernel(self, name: str) -> Callable[..., Any] | None:
         """``"dqn_mlp"``: the native DQN step (:func:`pearl_cpu.learner.dqn_mlp_kernel`); ``"dqn_cnn"``: the
@@ -189,22 +201,23 @@ class CpuBackend(Backend):
         # actors' cores: those variants are calibrated too, and the measurement decides.
         yields = learner_threads_yield(workload)
         most = threads if yields else avail
-        actor_s = profile_actor_step(workload, iterations=min(iterations, 500))
+        budget = CELL_BUDGET_S
+        actor_s = profile_actor_step(workload, iterations=min(iterations, 500), budget_s=budget)
         produce_s = bs * actor_s / workload.n_actors
         learn_iters = max(10, iterations // 3)
-        learner_s = {t: profile_learner(workload, threads=t, iterations=learn_iters, warmup=min(warmup, 20))
-                     for t in range(1, threads + 1)}
+        learner_s = {t: profile_learner(workload, threads=t, iterations=learn_iters, warmup=min(warmup, 20),
+                                        budget_s=budget) for t in range(1, threads + 1)}
         fast_enough = [t for t in range(1, avail + 1) if learner_s[t] <= produce_s]
         t_l = min(fast_enough) if fast_enough else min(range(1, avail + 1), key=learner_s.__getitem__)
         t_r = max(1, min(threads - workload.n_actors - t_l, bs))
         rm = profile_replay_ops(workload, {"rm_backend": self.name, "rm_threads": t_r}, iterations=iterations,
-                                warmup=warmup)
+                                warmup=warmup, budget_s=budget)
 
         def power(busy: int) -> float:
             return device.idle_power_w + (device.active_power_w - device.idle_power_w) * min(1.0, busy / threads)
 
         co = profile_worker_loop(workload, {"rm_backend": self.name, "rm_threads": t_l}, threads=t_l,
-                                 iterations=learn_iters, warmup=min(warmup, 20))
+                                 iterations=learn_iters, warmup=min(warmup, 20), budget_s=budget)
         p_all = power(workload.n_actors + t_l + t_r)
         p_co = power(workload.n_actors + t_l)
         s, u, n = (CostCell(rm[k], p_all, "profiled") for k in ("sample", "update", "insert"))
@@ -217,24 +230,42 @@ class CpuBackend(Backend):
             # The host variants as the runtime runs them (see profile_runtime), in alternating rounds,
             # medians: what the isolated cells leave out (messages, wake-ups, relaying, cores shared
             # with the actors) is in these. A failure leaves the variants to the isolated cells' model.
+            # A variant's run is never faster than its learner step alone: that floor lets the calibration
+            # skip the variants that cannot win (pearl_core.composer.calibrate).
             window_s, rounds = calibration_setup()
+            variants = [(setting, t) for t in range(1, most + 1) for setting in (1, 2)]
             try:
-                runs = calibrate_host_variants(workload, [(setting, t) for t in range(1, most + 1)
-                                                          for setting in (1, 2)],
-                                               window_s=window_s, rounds=rounds)
+                runs = calibrate_host_variants(workload, variants, window_s=window_s, rounds=rounds,
+                                               lower_bounds={v: learner_s[v[1]] for v in variants},
+                                               max_updates=CALIBRATE_MAX_UPDATES, budget_s=CALIBRATE_BUDGET_S)
             except PearlError as exc:
                 calibration_note = (f"no calibration runs ({exc}); the host variants are predicted from the "
                                     "isolated cells",)
             else:
-                calibration_note = (f"host variants calibrated: {rounds} alternating round(s) of {window_s:g} s "
-                                    "each, medians",)
+                calibration_note = (_calibration_note(runs, variants, window_s, rounds),)
         config = {"rm_threads": t_r, "learner_threads": t_l, "co_rm_threads": t_r, "co_learner_threads": t_l,
                   "co_time_sliced": True, "learner_threads_yield": yields, "actor_step_s": actor_s, "msg_hop_s": profile_message_hop(), "actors_produce_batch_s": produce_s,
                   **{f"learner_s_threads_{t}": v for t, v in learner_s.items()}, **runs}
-        notes = (f"profiled on {_cpu_model()}: {iterations} iterations per RM cell, {learn_iters} per learner "
-                 f"thread count (medians)",
+        notes = (f"profiled on {_cpu_model()}: up to {iterations} iterations per RM cell, {learn_iters} per learner "
+                 f"thread count, each cell timed for at most ~{budget:g} s (medians)",
                  f"learner threads {t_l}: actors produce {bs} experiences in {produce_s * 1e3:.2f} ms; "
                  + ", ".join(f"{t} thread(s) train them in {v * 1e3:.2f} ms" for t, v in learner_s.items()),
                  *calibration_note)
         return DeviceRow(device.name, device.kind, s, u, n, learner, co_s, co_u, co_n, co_learner, config=config,
                          notes=notes)
+
+
+def _calibration_note(runs: dict[str, float], variants: list[tuple[int, int]], window_s: float, rounds: int) -> str:
+    """One line: how each host variant was calibrated (rounds run, or left out at its floor)."""
+    parts = []
+    for s, t in variants:
+        n, floor = runs.get(f"run_rounds_setting_{s}_threads_{t}"), runs.get(f"run_floor_setting_{s}_threads_{t}")
+        if n:
+            parts.append(f"setting {s} x {t} thread(s): {int(n)} round(s)")
+        elif floor:
+            parts.append(f"setting {s} x {t} thread(s): not run, its learner step alone ({floor * 1e3:.2f} ms) is "
+                         "slower than the best run (predicted at that floor, bound 'floor')")
+        else:
+            parts.append(f"setting {s} x {t} thread(s): no measurement (too few updates)")
+    return (f"host variants calibrated: runs of at most {window_s:g} s or {CALIBRATE_MAX_UPDATES} updates, up to "
+            f"{rounds} alternating round(s) for the variants within reach of the best, medians; " + "; ".join(parts))

@@ -1,0 +1,97 @@
+"""Fitting a composed plan to this machine: the best runnable plan, and thread counts sized to the cores here.
+
+:meth:`Composer.run(runnable=True) <pearl_core.composer.api.Composer.run>` asks two
+things of a plan composed for described hardware:
+
+* :func:`runnable_plan`: Algorithm 1 again, over the same matrix, restricted to the
+  placements that pass the runtime's own preflight here (every device present,
+  every primitive built by its backend);
+* :func:`fit_threads_here`: the runtime plan's learner and replay-manager threads
+  sized to the cores here when the spec's host CPU is not this machine. A spec
+  describing a 16-core Xeon plans 16 learner threads; run as written on a 2-core
+  machine, those threads share two cores with the actors and each other (torch's
+  OpenMP threads wait for one another at every parallel region). The CPU backend's
+  rule for a profiled host is applied instead: the learner gets at most the cores
+  the actors leave, the RM (setting 1) the cores left after both, at least one
+  each; in setting 2 the RM runs in the learner's worker and gets at most its
+  threads. The placement plan (and its hash) stays the one composed for the spec;
+  the composition's runtime plan (what RuntimeGen writes) is resized, and a notice
+  printed with the plan names both thread counts and this machine's cores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, Callable
+
+from pearl_core.runtime.config import Setting
+
+if TYPE_CHECKING:
+    from pearl_core.composer.plan import PlacementPlan
+    from pearl_core.composer.workload import Workload
+    from pearl_core.runtime.config import RuntimePlan
+    from pearl_core.runtime.preflight import Preflight
+
+__all__ = ["fit_threads_here", "runnable_plan"]
+
+
+def runnable_plan(composer: Any, plan: "PlacementPlan", wl: "Workload", preflight: "Preflight",
+                  choose: "Callable[[str, str], bool] | None", note: str
+                  ) -> "tuple[PlacementPlan, RuntimePlan, list[str]]":
+    """The best plan whose placements all pass ``preflight`` (each device probed once per primitive);
+    ``composer`` is the :class:`~pearl_core.composer.api.Composer` composing."""
+    from pearl_core.composer.plan import make_plan
+
+    probe = plan.runtime_plan(**composer._actor_fields())  # noqa: SLF001 - the composer's own helper
+    strings = {d.name: d.device_string for d in composer.spec.devices}
+
+    def ok(prim: str, dev: str) -> bool:
+        if choose is not None and not choose(prim, dev):
+            return False
+        s, backends = strings[dev], plan.backends
+        one = dataclasses.replace(probe, setting=1, backends=backends, device_config={}, **{
+            "rm": {"rm_device": s, "rm_backend": backends.get(s.split(":")[0], s.split(":")[0])},
+            "learner": {"learner_device": s}, "storage": {"storage_device": s}}[prim])
+        if preflight.present(s, backends):
+            return False
+        check = {"rm": preflight.replay_manager, "learner": preflight.learner, "storage": preflight.storage}[prim]
+        return check(one) is None
+
+    why = "placements that can run here" + (f" and {note}" if note else "")
+    best = make_plan(composer.spec, wl, composer.metric, registry=composer.registry, matrix=plan.matrix, choose=ok,
+                     constraint=why)
+    runtime_plan = best.runtime_plan(**composer._actor_fields())  # noqa: SLF001
+    return best, runtime_plan, preflight.problems(runtime_plan)
+
+
+def fit_threads_here(spec: Any, runtime_plan: "RuntimePlan", *, registry: Any = None,
+                     cores: int | None = None) -> "tuple[RuntimePlan, str | None]":
+    """``(runtime plan, notice)``: the plan's CPU threads sized to this machine's cores when the spec's host
+    is not this machine and asks for more than the rule above allows; ``notice`` is ``None`` when nothing
+    changed (a host detected here was profiled with its own cores; a plan that fits is kept).
+
+    ``cores`` defaults to the cores this process may use (:func:`pearl_core.validation.cpu_count`).
+    """
+    from pearl_core.composer.profiling import present_device
+    from pearl_core.validation import cpu_count
+
+    host = next(d for d in spec.devices if d.name == spec.host)
+    if host.kind != "cpu" or present_device(host, registry) is not None:
+        return runtime_plan, None
+    here = int(cores or cpu_count() or 1)
+    rp = runtime_plan
+    learner_on_cpu = rp.learner_device == "cpu"
+    learner = min(rp.learner_threads, max(1, here - rp.n_actors)) if learner_on_cpu else rp.learner_threads
+    if rp.setting == Setting.COLOCATED and learner_on_cpu:
+        rm = min(rp.rm_threads, learner)
+    else:
+        rm = min(rp.rm_threads, max(1, here - rp.n_actors - (learner if learner_on_cpu else 0)))
+    if (learner, rm) == (rp.learner_threads, rp.rm_threads):
+        return rp, None
+    described = host.threads or host.cores
+    notice = (f"the hardware spec's host {host.name!r} ({described} hardware threads) is not this machine, which "
+              f"has {here} core(s): the plan's {rp.learner_threads} learner and {rp.rm_threads} replay-manager "
+              f"thread(s) would oversubscribe it, so the program uses {learner} learner and {rm} replay-manager "
+              f"thread(s) here ({rp.n_actors} actor(s) keep their cores). The placement plan stays the one "
+              "composed for the spec. Fix: compose without -H (or with a spec of this machine) to plan for it.")
+    return dataclasses.replace(rp, learner_threads=learner, rm_threads=rm), notice
