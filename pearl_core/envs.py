@@ -4,8 +4,8 @@ Actors, the learner, the evaluator, the composer's workload model and the
 profiler all build their environments here, so an unknown id, a missing
 dependency or a broken constructor reads the same wherever it is found.
 
-**Families** register themselves: an id under ``ALE/`` imports ``ale_py`` (the
-Atari ROMs ship in its wheel) and one under ``MinAtar/`` imports ``minatar.gym``
+**Families** register themselves: an id under ``ALE/`` (or an older Atari id such
+as ``PongNoFrameskip-v4``) imports ``ale_py`` (the Atari ROMs ship in its wheel) and one under ``MinAtar/`` imports ``minatar.gym``
 before the id is looked up, so ``make_env("ALE/Pong-v5")`` works in any process
 without the user importing anything first. A user's own env is named as
 gymnasium names it, ``"module:Env-v0"``: ``module`` is imported (it registers
@@ -61,10 +61,18 @@ _FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
 }
 
 
+#: Suffixes of the older Atari ids ale-py registers (``PongNoFrameskip-v4``, rl-zoo's and SB3's Atari ids).
+_ATARI_V4 = ("NoFrameskip-v4",)
+
+
 def _family(env_id: str) -> tuple[str, str, tuple[str, ...]] | None:
+    if not isinstance(env_id, str):
+        return None
     for prefix, fam in _FAMILIES.items():
-        if isinstance(env_id, str) and env_id.startswith(prefix):
+        if env_id.startswith(prefix):
             return fam
+    if "/" not in env_id and env_id.endswith(_ATARI_V4):
+        return _FAMILIES["ALE/"]
     return None
 
 

@@ -70,3 +70,16 @@ def test_env_script_needs_a_script_only_for_ids_registered_in_this_session(monke
         assert runtimegen.env_script("PearlSessionOnly-v0") == str(script)
     finally:
         gymnasium.registry.pop("PearlSessionOnly-v0", None)
+
+
+def test_the_older_atari_ids_rl_zoo_uses_build_with_the_atari_preset():
+    pytest.importorskip("ale_py", reason="Atari envs need ale-py (pearl-core[pixels])")
+    from pearl_core.envs import default_wrappers, make_env
+    from pearl_core.presets import find_preset
+
+    env = make_env("PongNoFrameskip-v4", 0)
+    try:
+        assert env.observation_space.shape == (4, 84, 84) and default_wrappers("PongNoFrameskip-v4") == ("atari",)
+    finally:
+        env.close()
+    assert find_preset("dqn", "PongNoFrameskip-v4").env_wrappers == ("atari",)
