@@ -83,3 +83,45 @@ def test_the_older_atari_ids_rl_zoo_uses_build_with_the_atari_preset():
     finally:
         env.close()
     assert find_preset("dqn", "PongNoFrameskip-v4").env_wrappers == ("atari",)
+
+
+CALIBRATED_SCRIPT = '''\
+import gymnasium
+from pearl_core.algorithms import DQN
+
+gymnasium.register("PearlCalibratedCartPole-v0", entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv",
+                   max_episode_steps=100)
+
+
+class TinyDQN(DQN):
+    pass
+'''
+
+
+def test_calibration_runs_load_the_composing_script_for_its_trainer_and_env(tmp_path, monkeypatch):
+    import dataclasses
+
+    import gymnasium
+
+    from pearl_core.algorithms import DQN
+    from pearl_core.composer.calibrate import calibrate_host_variants, user_script_workload
+    from pearl_core.composer.workload import workload_for_env
+
+    script = tmp_path / "train.py"
+    script.write_text(CALIBRATED_SCRIPT)
+    main = types.ModuleType("__main__")
+    main.__file__ = str(script)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    wl = workload_for_env("CartPole-v1", 16, trainer=DQN, trainer_kwargs={"hidden_sizes": [16]}, replay="uniform",
+                          capacity=2_000)
+    assert user_script_workload(wl) == (wl, None)  # nothing of the caller's is needed
+    gymnasium.register("PearlCalibratedCartPole-v0",
+                       entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv", max_episode_steps=100)
+    try:
+        mine = dataclasses.replace(wl, trainer="__main__:TinyDQN", env_id="PearlCalibratedCartPole-v0")
+        renamed, path = user_script_workload(mine)
+        assert path == str(script) and renamed.trainer == f"{runtimegen.USER_SCRIPT_MODULE}:TinyDQN"
+        got = calibrate_host_variants(mine, [(2, 1)], window_s=3.0, rounds=1, max_updates=300)  # raised before
+        assert got and all(v > 0 for k, v in got.items() if k.startswith("run_s_"))  # the run happened
+    finally:
+        gymnasium.registry.pop("PearlCalibratedCartPole-v0", None)

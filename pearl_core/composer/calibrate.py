@@ -34,6 +34,7 @@ window, whichever is first. ``rounds_key`` records the rounds each variant ran.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -49,8 +50,11 @@ from pearl_core.composer.workload import Workload
 from pearl_core.errors import PearlError
 
 __all__ = ["CONTEND_MARGIN", "PRUNE_MARGIN", "calibrate_host_variants", "floor_key", "learner_threads_yield",
-           "rounds_key", "run_variants", "variant_key"]
+           "rounds_key", "run_variants", "user_script_workload", "variant_key"]
 
+#: Environment variable naming the composing script the child (and its runs' workers) load: the trainer is
+#: defined in it or the env is registered by it, as the generated program loads it (composer.runtimegen).
+SCRIPT_ENV = "PEARL_CALIBRATE_USER_SCRIPT"
 #: Seconds a stopped child gets to end its run the clean way before it is killed.
 STOP_WAIT_S = 60.0
 #: A variant whose lower bound is above the best run by more than this is not run (tuning.NOISE_CAP: beyond a tie).
@@ -89,6 +93,7 @@ def calibrate_host_variants(wl: Workload, variants: Iterable[tuple[int, int]], *
     todo = [(int(s), int(t)) for s, t in variants]
     if not todo:
         return {}
+    wl, script = user_script_workload(wl)
     bounds = [[int(s), int(t), float(v)] for (s, t), v in (lower_bounds or {}).items()]
     request = json.dumps({"workload": wl.to_dict(), "variants": todo, "window_s": float(window_s),
                           "rounds": int(rounds), "parent": os.getpid(), "lower_bounds": bounds,
@@ -96,6 +101,9 @@ def calibrate_host_variants(wl: Workload, variants: Iterable[tuple[int, int]], *
     if timeout_s is None:  # start-up, the fill before learning, the window, shutdown: generous
         timeout_s = 60 + rounds * len(todo) * (window_s + 30)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop(SCRIPT_ENV, None)
+    if script is not None:  # the child, and every worker of its runs, load it as the generated program does
+        env[SCRIPT_ENV] = script
     proc = subprocess.Popen([sys.executable, "-m", "pearl_core.composer.calibrate"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -113,6 +121,38 @@ def calibrate_host_variants(wl: Workload, variants: Iterable[tuple[int, int]], *
     got = json.loads(lines[-1])
     return {k: float(v) for k, v in got.items() if isinstance(v, (int, float)) and math.isfinite(v)
             and (v > 0 or (k.startswith("run_spread_") and v >= 0))}
+
+
+def user_script_workload(wl: Workload) -> tuple[Workload, str | None]:
+    """``(workload, script)``: the composing script the child must load, when the trainer is defined in it
+    (``__main__:Name``, renamed to the module name the script is loaded as) or the env is registered by it
+    (:func:`~pearl_core.composer.runtimegen.env_script`); ``(wl, None)`` when nothing of the caller's is needed.
+    """
+    from pearl_core.composer.runtimegen import USER_SCRIPT_MODULE, env_script
+
+    module, _, name = wl.trainer.partition(":")
+    script = None
+    if module in ("__main__", USER_SCRIPT_MODULE):
+        main = sys.modules.get(USER_SCRIPT_MODULE) or sys.modules.get("__main__")
+        path = getattr(main, "__file__", None)
+        if path and os.path.isfile(path):
+            script = os.path.abspath(path)
+            wl = dataclasses.replace(wl, trainer=f"{USER_SCRIPT_MODULE}:{name}")
+    if script is None:
+        try:
+            script = env_script(wl.env_id)
+        except PearlError:
+            script = None  # no script to load: the runs fail and say why, the variants are then predicted
+    return wl, script
+
+
+def _load_user_script() -> None:
+    """In the child and its runs' workers (they re-import this module): the caller's script, if it was given."""
+    path = os.environ.get(SCRIPT_ENV)
+    if path:
+        from pearl_core.composer.runtimegen import USER_SCRIPT_MODULE, load_script_module
+
+        load_script_module(path, USER_SCRIPT_MODULE)
 
 
 def _stop_child(proc: subprocess.Popen) -> None:
@@ -217,5 +257,7 @@ def _main() -> int:
     return 0
 
 
+if __name__ in ("__main__", "__mp_main__"):  # the child, and the workers its runs spawn
+    _load_user_script()
 if __name__ == "__main__":
     raise SystemExit(_main())
