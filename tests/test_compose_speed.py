@@ -221,3 +221,24 @@ def test_a_time_bounded_cell_stops_at_its_minimum_of_timed_calls():
     warm = len(calls) - MIN_TIMED
     assert 1 <= warm <= 2 and seconds >= 0.01  # warm-up up to a fifth of the budget, then the minimum
     assert not math.isnan(median_time(lambda: None, iterations=30, warmup=0))  # without a budget: all of them
+
+
+def test_a_measurement_session_measures_a_learner_and_fills_a_replay_once(monkeypatch):
+    from pearl_core.composer import profiling
+
+    wl = workload_for_env("CartPole-v1", 32, hidden_sizes=(16, 16), capacity=2048, insert_batch=2)
+    calls = []
+    monkeypatch.setattr(profiling, "_profile_learner", lambda *a: calls.append(a) or 1e-4)
+    with profiling.measurement_session():
+        one = profiling.filled_replay(wl)
+        assert profiling.filled_replay(wl, {"rm_backend": "cpu", "rm_threads": 1}) is one  # the same replay
+        assert profiling.filled_replay(dataclasses.replace(wl, envs_per_actor=8)) is one  # envs: same replay
+        assert profiling.filled_replay(wl, {"rm_backend": "cpu", "rm_threads": 2}) is not one
+        for _ in range(2):
+            profiling.profile_learner(wl, threads=1, iterations=100)
+            profiling.profile_learner(dataclasses.replace(wl, envs_per_actor=4), threads=1, iterations=333)
+        profiling.profile_learner(wl, threads=2)
+    assert len(calls) == 2  # one per thread count
+    profiling.profile_learner(wl, threads=1)
+    assert len(calls) == 3  # outside a session every call measures
+    assert profiling.filled_replay(wl) is not one

@@ -275,8 +275,9 @@ def measurement_session() -> Iterator[None]:
     replay settings and reused by the replay, learner and worker-loop cells, and
     a learner step measured once (:func:`profile_learner`, same threads and
     trainer settings) is not measured again (the envs-per-actor choice and the
-    CPU row both need the one-thread step). Envs per actor does not change
-    either, so it is not part of the key. Everything is dropped when the block
+    CPU row both need the one-thread step), nor an actor's step at the same
+    envs per actor (:func:`profile_actor_step`). Envs per actor does not change
+    the replay or the learner, so it is not part of their keys. Everything is dropped when the block
     ends (a filled Atari replay holds hundreds of MiB). Nested blocks share the
     outer one's.
     """
@@ -339,9 +340,13 @@ def filled_replay(wl: Workload, plan_kwargs: dict[str, Any] | None = None, *, fi
     filled replay is a batch source) takes any replay of the workload already built.
     """
     if _SESSION is not None:
+        from pearl_core.runtime.config import RuntimePlan
+
         anyone = _session_key(wl, "any", fill, seed)
-        key = _session_key(wl, plan_kwargs, fill, seed)
-        found = _SESSION.get(anyone if plan_kwargs is None else key)
+        rp = RuntimePlan(**(plan_kwargs or {}))  # equal replays, equal keys (None is the default plan's)
+        key = _session_key(wl, [rp.rm_backend, rp.rm_device, rp.rm_threads, rp.storage_device], fill, seed)
+        found = _SESSION.get(anyone) if plan_kwargs is None else None
+        found = found or _SESSION.get(key)
         if found is None:
             found = _SESSION[key] = _fill_replay(wl, plan_kwargs, fill, seed)
             _SESSION.setdefault(anyone, found)
@@ -514,8 +519,19 @@ def profile_actor_step(wl: Workload, *, iterations: int = 500, seed: int = 0, bu
     all of them, then each one's ``step``; the time of such a vector step is
     divided by the number of environments. The trainer acts as late in a run
     (``env_steps`` past any exploration schedule), so the policy network is
-    evaluated at (nearly) every step. ``budget_s`` bounds the timing (:func:`median_time`).
+    evaluated at (nearly) every step. ``budget_s`` bounds the timing (:func:`median_time`); inside a
+    :func:`measurement_session` an actor measured once (same workload and seed) is not measured again.
     """
+    memo = None if _SESSION is None else json.dumps(["actor", wl.to_dict(), seed], sort_keys=True, default=str)
+    if memo is not None and memo in _SESSION:  # type: ignore[operator]
+        return _SESSION[memo]  # type: ignore[index]
+    seconds = _profile_actor_step(wl, iterations, seed, budget_s)
+    if memo is not None and _SESSION is not None:
+        _SESSION[memo] = seconds
+    return seconds
+
+
+def _profile_actor_step(wl: Workload, iterations: int, seed: int, budget_s: float | None) -> float:
     from pearl_core.runtime.wiring import build_trainer
 
     k = int(wl.envs_per_actor)
