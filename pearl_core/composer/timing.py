@@ -19,7 +19,7 @@ __all__ = ["MIN_TIMED", "median_time", "run_config_for"]
 
 
 #: Timed calls a time-bounded measurement makes at least, whatever its budget (a median of fewer says little).
-MIN_TIMED = 15
+MIN_TIMED = 10
 
 
 def median_time(fn: Callable[[], Any], iterations: int, warmup: int = 10, *,

@@ -205,8 +205,9 @@ class CpuBackend(Backend):
         actor_s = profile_actor_step(workload, iterations=min(iterations, 500), budget_s=budget)
         produce_s = bs * actor_s / workload.n_actors
         learn_iters = max(10, iterations // 3)
+        # The thread counts a variant can use (1 .. most): a count no variant runs cannot change the choice.
         learner_s = {t: profile_learner(workload, threads=t, iterations=learn_iters, warmup=min(warmup, 20),
-                                        budget_s=budget) for t in range(1, threads + 1)}
+                                        budget_s=budget) for t in range(1, most + 1)}
         fast_enough = [t for t in range(1, avail + 1) if learner_s[t] <= produce_s]
         t_l = min(fast_enough) if fast_enough else min(range(1, avail + 1), key=learner_s.__getitem__)
         t_r = max(1, min(threads - workload.n_actors - t_l, bs))
