@@ -26,6 +26,8 @@ index ``< 0`` or ``>= capacity``              :class:`InvalidIndexError`
 negative, NaN or infinite priority            :class:`InvalidValueError` (names
                                               the first bad position)
 ``len(indices) != len(priorities)``           :class:`InvalidValueError`
+an update after which ``total()`` would not   :class:`InvalidValueError` (the
+be finite (the sum overflows ``float64``)     total, the batch's sum and the fix)
 mass negative, NaN or past total + drift      :class:`InvalidValueError`
 sampling when every priority is zero          :class:`EmptyTreeError`
 ============================================  ================================
@@ -33,11 +35,19 @@ sampling when every priority is zero          :class:`EmptyTreeError`
 The helpers ``check_*`` below implement exactly these rules in Python; a
 pure-Python backend calls them, a compiled backend reimplements them natively
 (the conformance kit in :mod:`pearl_core.testing` checks that it does).
+
+The finite-total rule needs no code in a backend written in Python: every
+``update`` a subclass of :class:`SumTree` defines is wrapped (at class
+creation) by :func:`keep_total_finite`, which refuses such a batch and puts the
+old leaves back. A backend that binds a native ``update`` per instance (the CPU
+tree) enforces the rule natively.
 """
 
 from __future__ import annotations
 
 import abc
+import functools
+import math
 import operator
 
 import numpy as np
@@ -61,6 +71,7 @@ __all__ = [
     "check_indices",
     "check_priorities",
     "check_masses",
+    "keep_total_finite",
     "tree_bytes",
 ]
 
@@ -85,6 +96,12 @@ class SumTree(abc.ABC):
 
     capacity: int
     fanout: int
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        update = cls.__dict__.get("update")
+        if callable(update) and not getattr(update, "__isabstractmethod__", False):
+            cls.update = keep_total_finite(update)
 
     @abc.abstractmethod
     def update(self, indices, priorities) -> None:
@@ -113,6 +130,64 @@ class SumTree(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(capacity={self.capacity}, fanout={self.fanout})"
+
+
+#: A batch whose sum plus the current total stays below this cannot overflow (n-ary sums round by
+#: far less than a factor of 4), so only batches near the limit pay for a read of the old leaves.
+_SAFE_TOTAL = np.finfo(np.float64).max / 4
+
+
+def _total(tree: "SumTree") -> float:
+    try:
+        return float(tree.total())
+    except OverflowError:  # an exactly rounded total (math.fsum) raises instead of returning inf
+        return math.inf
+
+
+def keep_total_finite(update):
+    """Wrap a tree's ``update`` so that a batch after which ``total()`` is not finite raises
+    :class:`InvalidValueError` and leaves every leaf (and the total) as it was.
+
+    A batch whose sum plus the current total is far below the largest float is applied directly
+    (one read of the total); otherwise the old priorities at ``indices`` are read first and written
+    back if the new total overflowed. Input the wrapped ``update`` would refuse goes to it unchanged,
+    so it raises its own error. Applied to every ``update`` a :class:`SumTree` subclass defines.
+    """
+    if getattr(update, "_keeps_total_finite", False):
+        return update
+
+    @functools.wraps(update)
+    def guarded(self, indices, priorities):
+        p = np.asarray(priorities)
+        if p.ndim != 1 or p.dtype.kind not in "iuf" or p.size == 0:
+            return update(self, indices, priorities)
+        with np.errstate(over="ignore", invalid="ignore"):
+            batch = float(p.sum(dtype=np.float64))
+        if not batch >= 0.0 or not np.isfinite(p).all() or (p < 0).any():
+            return update(self, indices, priorities)  # bad priorities: the tree's own check raises
+        before = _total(self)
+        if before + batch <= _SAFE_TOTAL:
+            return update(self, indices, priorities)
+        old = np.array(self.get(indices), dtype=np.float64)
+        update(self, indices, priorities)
+        after = _total(self)
+        if math.isfinite(after):
+            return None
+        update(self, indices, old)
+        raise InvalidValueError(total_overflow_message(before, batch, after))
+
+    guarded._keeps_total_finite = True
+    return guarded
+
+
+def total_overflow_message(before: float, batch: float, after: float) -> str:
+    """The message of a refused update whose new total would not be finite."""
+    return (
+        f"priorities would make the sum tree's total overflow: the total is {before!r} and the batch adds up to "
+        f"{batch!r}, so the new total is not finite ({after!r}); expected a total <= the largest float "
+        f"({float(np.finfo(np.float64).max)!r}). Nothing was updated. Fix: scale the priorities down "
+        "(clip TD errors)."
+    )
 
 
 def tree_bytes(capacity: int, fanout: int, node_bytes: int = 8) -> int:

@@ -301,6 +301,32 @@ class SumTreeConformance:
         np.testing.assert_array_equal(after[0], before[0])
         assert after[1] == before[1]
 
+    @pytest.mark.parametrize("capacity", [37, 5000])
+    def test_update_that_overflows_the_total_changes_nothing(self, capacity):
+        """Priorities that are each finite but whose sum (with the tree's) overflows float64 raise
+        InvalidValueError and change no leaf and not the total; a batch whose repeated index ends on a
+        small value (last wins) stays within the limit and is applied."""
+        tree, ref = self._pair(capacity, self._fanout(16))
+        idx = np.arange(capacity, dtype=np.int64)
+        tree.update(idx, idx % 5 + 0.5)
+        ref.update(idx, idx % 5 + 0.5)
+        big = np.finfo(np.float64).max * 0.6
+        tree.update([3], [big])  # alone it fits: the total is finite
+        ref.update([3], [big])
+        assert_same_state(tree, ref)
+        for call in (lambda t: t.update([0, 1], [big, big]),  # the batch alone overflows
+                     lambda t: t.update([7], [big]),  # the batch plus the tree's total overflows
+                     lambda t: t.update(idx, np.full(capacity, big / capacity * 8))):  # many, all large
+            before = _snapshot(tree)
+            with pytest.raises(InvalidValueError, match="overflow") as info:
+                call(tree)
+            after = _snapshot(tree)
+            np.testing.assert_array_equal(after[0], before[0], err_msg=f"leaves changed by a refused update: {info.value}")
+            assert after[1] == before[1] and np.isfinite(after[1]), f"total changed: {before[1]!r} -> {after[1]!r}"
+        tree.update([5, 5], [big, 1.0])  # the repeated index keeps its last, small, priority
+        ref.update([5, 5], [big, 1.0])
+        assert_same_state(tree, ref)
+
     def test_sampling_all_zero_tree_raises_empty(self):
         tree, _ = self._pair(10, self._fanout(2))
         tree.update([1, 2], [1.0, 1.0])

@@ -47,7 +47,10 @@ class ReferenceSumTree(SumTree):
         return self._p[check_indices(indices, self.capacity)].copy()
 
     def total(self) -> float:
-        return math.fsum(self._p.tolist())
+        try:
+            return math.fsum(self._p.tolist())
+        except OverflowError:  # the exact sum is past the largest float (an update the contract refuses)
+            return math.inf
 
     def sample(self, masses) -> np.ndarray:
         x = check_masses(masses, self.total())

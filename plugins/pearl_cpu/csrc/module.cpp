@@ -13,6 +13,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cfloat>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -260,7 +261,35 @@ void py_update(SumTree& t, py::handle indices, py::handle priorities) {
                                    " is invalid; expected a finite value >= 0. Fix: clip or replace "
                                    "NaN/inf/negative priorities before updating.");
   if (I.n == 0) return;
-  locked(t, I.n, [&] { t.update(I.p, P.p, I.n); });
+  // The total must stay finite (pearl_core.sumtree: check_total). The new total is at most the
+  // current one plus the batch's sum, so a batch far from the limit costs one pass over its
+  // priorities; near it, the old leaves are kept, and put back if the new root overflowed (every
+  // node is recomputed from its children, so the tree is bit for bit as it was).
+  double batch = 0.0;
+  for (size_t k = 0; k < P.n; ++k) batch += P.p[k];
+  double before = 0.0, after = 0.0;
+  bool refused = false;
+  locked(t, I.n, [&] {
+    before = t.total();
+    if (before + batch <= 0.25 * DBL_MAX) {
+      t.update(I.p, P.p, I.n);
+      return;
+    }
+    std::vector<double> old(I.n);
+    t.get(I.p, old.data(), I.n);
+    t.update(I.p, P.p, I.n);
+    after = t.total();
+    if (!(after <= DBL_MAX)) {
+      t.update(I.p, old.data(), I.n);
+      refused = true;
+    }
+  });
+  if (refused)
+    raise(g_InvalidValueError, "priorities would make the sum tree's total overflow: the total is " +
+                                   float_repr(before) + " and the batch adds up to " + float_repr(batch) +
+                                   ", so the new total is not finite (" + float_repr(after) +
+                                   "); expected a total <= the largest float (1.7976931348623157e+308). "
+                                   "Nothing was updated. Fix: scale the priorities down (clip TD errors).");
 }
 
 py::array py_get(SumTree& t, py::handle indices) {
