@@ -12,10 +12,16 @@ twice the capacity: even a tree full of such priorities sums to a finite total,
 and new transitions can still enter at the running maximum).
 :meth:`~PrioritizedReplay.update_priorities` rejects a batch holding a larger
 one before touching the tree.
+
+A TD error belongs to the transition it was computed on, not to its slot: the
+manager counts the writes to every slot, each sample remembers the counts of its
+slots, and the write-back skips a slot written again in between (the ring
+wrapped onto it), so the new transition keeps the priority it entered with.
 """
 
 from __future__ import annotations
 
+import collections
 import math
 import operator
 from typing import Any, Mapping
@@ -28,6 +34,10 @@ from pearl_core.replay.storage import DataStorage, check_filled_indices
 from pearl_core.sumtree import SumTree
 
 __all__ = ["PrioritizedReplay"]
+
+#: Sampled batches whose write-back is awaited, remembered with their slots' write counts; a batch
+#: further back (sampled and never written back) is forgotten, and a later write-back of it is not checked.
+PENDING_BATCHES = 64
 
 
 def _real(name: str, value, low: float, high: float = math.inf, *, open_low: bool = False) -> float:
@@ -125,6 +135,8 @@ class PrioritizedReplay(ReplayManager):
         self._steps = 0
         self._max_priority = 1.0
         self._limit = float(np.finfo(np.float64).max) / (2.0 * storage.capacity)
+        self._writes = np.zeros(storage.capacity, dtype=np.int64)  # writes to each slot, through add()
+        self._pending: collections.deque = collections.deque(maxlen=PENDING_BATCHES)  # (indices, writes)
         self._adopt_tree()
 
     def _adopt_tree(self) -> None:
@@ -213,11 +225,13 @@ class PrioritizedReplay(ReplayManager):
         """
         slots = self._storage.add(obs, action, reward, next_obs, done, steps)
         if slots.size:
+            self._writes[slots] += 1  # slots of one add are distinct
             if self._dev is not None:  # the running max is on the device: no read-back
                 import torch
 
-                self._tree.update_device(torch.from_numpy(slots).to(self.device),
-                                         self._dev.max.expand(slots.shape[0]))
+                dev_slots = torch.from_numpy(slots).to(self.device)
+                self._dev.writes[dev_slots] += 1
+                self._tree.update_device(dev_slots, self._dev.max.expand(slots.shape[0]))
             else:
                 self._tree.update(slots, np.full(slots.shape[0], self._max_priority))
         return slots
@@ -278,9 +292,19 @@ class PrioritizedReplay(ReplayManager):
         # a filled slot has: they are valid, and the gather needs no second check
         batch = self._storage.gather_into(indices, out)
         self._steps += 1
+        self._pending.append((indices.copy(), self._writes[indices]))
         w = _weights_out(out, n)
         w[:] = weights
         return SampledBatch(indices=indices, batch=batch, weights=w)
+
+    def _unchanged_slots(self, idx: np.ndarray) -> np.ndarray | None:
+        """For the write-back of a remembered sampled batch with these indices (the oldest such): a mask
+        of the slots not written since that sample; ``None`` for indices no remembered sample drew."""
+        for k, (seen, writes) in enumerate(self._pending):
+            if seen.shape == idx.shape and np.array_equal(seen, idx):
+                del self._pending[k]
+                return self._writes[idx] == writes
+        return None
 
     def state_dict(self) -> dict:
         """:meth:`ReplayManager.state_dict` plus ``priorities`` (of the filled slots) and ``sample_steps``
@@ -304,6 +328,8 @@ class PrioritizedReplay(ReplayManager):
             # from here on the running max lives on the device (host-face calls keep it there too)
             dev.max = torch.tensor(self._max_priority, dtype=torch.float64, device=self.device)
             dev.ramp = None
+            dev.writes = torch.from_numpy(self._writes).to(self.device)  # per-slot write counts there
+            dev.pending = collections.deque(maxlen=PENDING_BATCHES)  # (indices tensor, its slots' writes)
         return dev
 
     def _device_uniforms(self, n: int) -> Any:
@@ -338,19 +364,27 @@ class PrioritizedReplay(ReplayManager):
         weights.copy_(w)
         batch = self._storage.gather_device(indices, out)
         self._steps += 1
+        dev.pending.append((indices, dev.writes[indices]))
         return SampledBatch(indices=indices, batch=batch, weights=weights)
 
     def update_priorities_device(self, indices: Any, td_errors: Any) -> None:
         """:meth:`update_priorities` on :attr:`device` for the replay's own sampled ``indices`` (see
         :meth:`ReplayManager.update_priorities_device`): ``(|delta| + eps) ** alpha`` written to the tree
         and folded into the running max, with no read-back; a batch holding a non-finite priority or one
-        above :attr:`priority_limit` keeps its slots' priorities and is flagged instead."""
+        above :attr:`priority_limit` keeps its slots' priorities and is flagged instead. For the indices
+        tensor a :meth:`sample_device` returned (the same object), a slot written since that sample keeps
+        its priority too (the ring overwrote it: the TD error is not its transition's)."""
         import torch
 
         dev = self._device_state()
         prio = (td_errors.detach().to(torch.float64).abs() + self._eps).pow(self._alpha)
         ok = (torch.isfinite(prio) & (prio <= self._limit)).all()
         dev.bad_td |= ~ok
+        for k, (seen, writes) in enumerate(dev.pending):
+            if seen is indices:
+                del dev.pending[k]
+                ok = ok & (dev.writes[indices] == writes)
+                break
         prio = torch.where(ok, prio, self._tree.get_device(indices))
         torch.maximum(dev.max, prio.max(), out=dev.max)
         self._tree.update_device(indices, prio)
@@ -360,7 +394,10 @@ class PrioritizedReplay(ReplayManager):
 
         All input is validated before the tree is touched. A repeated index
         keeps the priority of its last occurrence (the tree's rule); the running
-        max considers every value given.
+        max considers every value written. When ``indices`` are those of one of
+        the last :data:`PENDING_BATCHES` samples not yet written back, a slot
+        written by :meth:`add` since that sample is skipped: the ring wrapped
+        onto it, and its new transition keeps the priority it entered with.
 
         Args:
             indices: 1-D integer array-like of filled slots (``< size``).
@@ -404,6 +441,12 @@ class PrioritizedReplay(ReplayManager):
                 "replay still samples. Fix: clip TD errors (or the loss) in the trainer; a TD error this large "
                 "usually means the learner diverged."
             )
+        fresh = self._unchanged_slots(idx)  # after every check: a refused write-back can be retried
+        if fresh is not None and not fresh.all():  # stale slots: their TD errors are not their transitions'
+            idx, prio = idx[fresh], prio[fresh]
+            if idx.size == 0:
+                return
+            top = float(prio.max())
         self._tree.update(idx, prio)
         self._max_priority = max(self._max_priority, top)
         if self._dev is not None:
