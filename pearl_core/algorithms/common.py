@@ -22,6 +22,7 @@ __all__ = [
     "as_input",
     "batch_tensor",
     "bootstrap_discount",
+    "check_action_bounds",
     "check_hidden",
     "check_positive",
     "check_unit",
@@ -136,6 +137,48 @@ def load_module_weights(module: nn.Module, weights: Mapping[str, np.ndarray], pr
             ref.copy_(torch.as_tensor(arr))
 
 
+def check_action_bounds(action_space, owner: str, *, env: str | None = None, actor: str = "tanh actor") -> None:
+    """Refuse a ``Box`` action space whose bounds a trainer cannot scale ``[-1, 1]`` onto in ``float32``.
+
+    In every dimension the bounds must be finite, fit ``float32``, and their width ``high - low``
+    must be ``> 0`` (a zero width makes every normalised action 0/0) and fit ``float32`` (else the
+    scale is inf and the critic sees every action as 0).
+
+    Raises:
+        SpecError: names the env (when given), the first bad dimension, its bounds and the fix.
+        A space that is not a ``Box`` passes (its trainer refuses it by kind).
+    """
+    import gymnasium.spaces as spaces
+
+    if not isinstance(action_space, spaces.Box):
+        return
+    shape = tuple(action_space.shape)
+    low = np.broadcast_to(np.asarray(action_space.low, dtype=np.float64), shape).reshape(-1)
+    high = np.broadcast_to(np.asarray(action_space.high, dtype=np.float64), shape).reshape(-1)
+    top = float(np.finfo(np.float32).max)
+    finite = np.isfinite(low) & np.isfinite(high)
+    with np.errstate(over="ignore", invalid="ignore"):
+        width = high - low
+    problems = (
+        (~finite, "is not finite (the actor needs finite action bounds to scale onto)"),
+        (finite & ((np.abs(low) > top) | (np.abs(high) > top) | ~(width <= top)),
+         f"has a width high - low = {{w:.4g}} that overflows float32 (largest {top:.4g}): the scale would be inf"),
+        (finite & ~(width > 0), "has zero width (high - low = {w!r}): every action would normalise to 0/0"),
+    )
+    for bad, what in problems:
+        if bad.any():
+            k = int(np.argmax(bad))
+            dim = k if len(shape) <= 1 else tuple(int(i) for i in np.unravel_index(k, shape))
+            where = f"the action space of env {env!r}" if env else "the action space"
+            raise SpecError(
+                f"{owner}: {where} {action_space}, dimension {dim} with bounds [{float(low[k])!r}, {float(high[k])!r}], "
+                f"{what.format(w=float(width[k]))}; expected finite bounds with 0 < high - low <= {top:.4g} in "
+                f"every dimension, because the {actor}'s outputs in [-1, 1] are scaled onto them. Fix: wrap the "
+                "environment with gymnasium.wrappers.RescaleAction(env, -1.0, 1.0) after giving it finite "
+                "bounds (or ClipAction), or remove the constant action dimension."
+            )
+
+
 @dataclass(frozen=True, eq=False)
 class BoxActions:
     """A ``Box`` action space as the actor-critics (DDPG, TD3, SAC) use it.
@@ -161,8 +204,8 @@ class BoxActions:
         """Check both spaces (a ``Box`` observation, a ``Box`` action with finite bounds).
 
         Raises:
-            SpecError: a ``Discrete`` (or other non-``Box``) action or observation space, or an
-                action bound that is not finite (``actor`` names what the bounds would scale).
+            SpecError: a ``Discrete`` (or other non-``Box``) action or observation space, or action
+                bounds :func:`check_action_bounds` refuses (``actor`` names what they would scale).
         """
         import gymnasium.spaces as spaces
 
@@ -170,13 +213,9 @@ class BoxActions:
             raise SpecError(f"{owner} needs a Box action space; found {action_space}. Fix: use DQN for Discrete ones.")
         if not isinstance(observation_space, spaces.Box):
             raise SpecError(f"{owner} needs a Box observation space; found {observation_space}.")
+        check_action_bounds(action_space, owner, actor=actor)
         low = np.asarray(action_space.low, dtype=np.float32)
         high = np.asarray(action_space.high, dtype=np.float32)
-        if not (np.isfinite(low).all() and np.isfinite(high).all()):
-            raise SpecError(
-                f"{owner} needs finite action bounds to scale its {actor}; found low={low}, high={high}. "
-                "Fix: wrap the environment with gymnasium.wrappers.RescaleAction / ClipAction."
-            )
         mid, half = (high + low) / 2, (high - low) / 2
         return cls(tuple(int(d) for d in observation_space.shape), tuple(int(d) for d in action_space.shape),
                    low, high, mid, half, torch.from_numpy(mid.reshape(-1)).to(device),

@@ -66,6 +66,8 @@ class DDPG(NativeEngineThreads, CountedTrainer):
     """
 
     action_kind = "continuous"
+    #: Its tanh actor is scaled onto the Box bounds: build_trainer checks them (check_action_bounds) first.
+    scales_action_bounds = True
     acting_net = "actor"
     supports_n_step = True  # the target bootstraps with gamma ** batch.steps (bootstrap_discount)
     #: Learner kernels this trainer can run (:meth:`pearl_core.backend.Backend.learner_kernel`).

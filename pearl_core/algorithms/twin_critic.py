@@ -26,6 +26,8 @@ class TwinCriticTrainer(CountedTrainer):
     """Base of :class:`~pearl_core.algorithms.td3.TD3` and :class:`~pearl_core.algorithms.sac.SAC`."""
 
     action_kind = "continuous"
+    #: Its tanh actor is scaled onto the Box bounds: build_trainer checks them (check_action_bounds) first.
+    scales_action_bounds = True
     acting_net = "actor"
     supports_n_step = True  # the target bootstraps with gamma ** batch.steps (bootstrap_discount)
 

@@ -174,7 +174,9 @@ def build_trainer(
             already (the composer, for a class defined in the user's script).
 
     Raises:
-        SpecError: the trainer path does not resolve.
+        SpecError: the trainer path does not resolve, or a trainer that scales its actions onto the Box
+            bounds (``scales_action_bounds``) meets bounds it cannot scale (infinite, zero or float32-
+            overflowing width: :func:`~pearl_core.algorithms.common.check_action_bounds`), naming the env.
         PlacementError: ``plan`` places the learner where no backend can run it.
         TrainerError: the trainer breaks the contract.
     """
@@ -192,6 +194,10 @@ def build_trainer(
         route = learner_route(cls, plan.learner_device, plan.learner_config(), backends=plan.backends)
         device, kernels = route.torch_device, route.kernels
         factory = route.factory or cls
+    if getattr(factory, "scales_action_bounds", False) or getattr(cls, "scales_action_bounds", False):
+        from pearl_core.algorithms.common import check_action_bounds
+
+        check_action_bounds(action_space, getattr(cls, "__name__", str(cls)), env=config.env_id)
     kwargs = {**runtime_hparams(cls, config, seed, device, kernels), **config.trainer_kwargs}
     if isinstance(factory, functools.partial):  # a device trainer with its device settings bound
         factory, kwargs = factory.func, {**kwargs, **factory.keywords}
