@@ -15,20 +15,116 @@ never removed before its replacement is complete.
   place puts back the files already replaced.
 * :func:`check_writable` — the destination checks alone (to refuse bad paths
   before doing expensive work).
+* :func:`open_append` — a log file opened for appending rows (never through a
+  symlink), whose OS errors are :class:`FileWriteError` errors.
+* :func:`remove_stale_temps` — remove the temporary files of writes that were
+  killed (``SIGKILL``, power loss) before they could clean up; a run calls it
+  when it takes its ``log_dir``'s lock.
+
+Safe creation. A temporary file is created with ``O_EXCL | O_NOFOLLOW`` in the
+destination's directory, named ``.<name>.<pid>-<random>.tmp``, private (0600)
+and ``flock``-ed while it is written, then given its final mode: ``mode`` (0666
+by default) less the process umask, as ``open()`` would give it, so ``umask 077``
+means files only their owner can read. A destination that is a symbolic link is
+*replaced as a link*: ``os.replace`` renames over the link itself, so the new
+file takes the link's place and the file the link pointed to is never opened or
+changed (a logged warning names both). Nothing PEARL writes follows a link into
+another file. A link to a directory is refused like a directory.
+
+OS errors (a full disk, a used-up quota, a read-only file system) while writing
+are raised as :class:`FileWriteError` (a :class:`~pearl_core.errors.SpecError`
+and an :class:`OSError` with the original ``errno``), naming the file, the
+errno and the fix.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
+import logging
 import os
+import re
 import secrets
-import tempfile
+import threading
 from pathlib import Path
 from typing import BinaryIO, Callable, Sequence, Union
 
-from pearl_core.errors import InvalidValueError
+from pearl_core.errors import InvalidValueError, SpecError
 
-__all__ = ["Data", "atomic_write", "atomic_write_all", "check_writable"]
+try:  # POSIX
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["Data", "FileWriteError", "LogFile", "atomic_write", "atomic_write_all", "check_writable", "current_umask",
+           "open_append", "remove_stale_temps", "write_error"]
+
+log = logging.getLogger("pearl_core.fileio")
+
+#: Flags for creating a file PEARL owns: never through a symlink, never inherited by child processes.
+SAFE_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+#: Temporary files of atomic writes: ``.<name>.<pid>-<8 hex>.tmp``, and ``.<name>.<8 chars>.tmp`` as
+#: ``tempfile.mkstemp`` named them before (no pid).
+_TEMP_RE = re.compile(r"^\..+\.(?:(?P<pid>\d+)-)?[a-z0-9_]{8}\.tmp$")
+_UMASK_LOCK = threading.Lock()
+
+
+class FileWriteError(SpecError, OSError):
+    """The operating system failed a write of PEARL's (disk full, quota, read-only file system, permissions).
+
+    The message names the file, the errno (``ENOSPC``, ...), what was kept and the
+    fix. Also an :class:`OSError` whose ``errno`` is the original one, so code
+    that catches write errors still does.
+
+    Attributes:
+        path: the file being written.
+    """
+
+    path: str = ""
+
+
+_WHY = {errno.ENOSPC: "no space left on the disk", errno.EDQUOT: "the disk quota is used up",
+        errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
+        errno.EPERM: "operation not permitted", errno.EIO: "an I/O error of the disk", errno.EFBIG: "file too large"}
+
+
+def write_error(path: str | os.PathLike[str], exc: OSError, what: str = "file", *,
+                kept: str = "Nothing was changed: the file there is as it was.") -> FileWriteError:
+    """The :class:`FileWriteError` for ``exc``, raised while writing ``what`` at ``path``.
+
+    Args:
+        kept: what is still sound after the failure (one sentence).
+    """
+    code = exc.errno if isinstance(exc.errno, int) else None
+    name = errno.errorcode.get(code, f"errno {code}") if code is not None else "an OS error"
+    where = str(Path(path).parent)
+    if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        fix = (f"free space on the disk holding {where!r} (or raise the quota), or give the run another log_dir "
+               "(RunConfig(log_dir=...), --log-dir) on a disk with room")
+    elif code in (errno.EROFS, errno.EACCES, errno.EPERM):
+        fix = f"make {where!r} writable for this user, or choose another log_dir (RunConfig(log_dir=...), --log-dir)"
+    else:
+        fix = f"check the disk holding {where!r} (its system log), or choose another log_dir or path"
+    err = FileWriteError(f"could not write {what} {str(path)!r}: {name} ({_WHY.get(code, 'OS error')}; "
+                         f"{type(exc).__name__}: {exc}). {kept} Fix: {fix}.")
+    err.errno, err.path = code, str(path)
+    return err
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where the platform allows (Linux ``/proc``)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:  # elsewhere: set a strict one for a moment (never a looser one), then put it back
+        old = os.umask(0o077)
+        os.umask(old)
+    return old
 
 #: What can be written: bytes, text (UTF-8), or a callable that writes into a binary file object.
 Data = Union[bytes, bytearray, memoryview, str, Callable[[BinaryIO], None]]
@@ -88,15 +184,33 @@ def _remove_dirs(created: list[Path]) -> None:
             d.rmdir()  # only if still empty
 
 
-def _write_temp(out: Path, data: Data, mode: int) -> str:
+def _create_temp(out: Path) -> tuple[int, str]:
+    """Create a new private temporary file next to ``out`` (``O_EXCL | O_NOFOLLOW``, 0600); ``(fd, path)``."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | SAFE_FLAGS
+    for _ in range(100):
+        name = str(out.parent / f".{out.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(name, flags, 0o600)
+        except FileExistsError:
+            continue
+        if fcntl is not None:  # held while it is written: remove_stale_temps leaves it alone
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd, name
+    raise FileExistsError(errno.EEXIST, "no free temporary file name", str(out.parent))
+
+
+def _write_temp(out: Path, data: Data, mode: int | None) -> str:
     """Write ``data`` to a new temporary file next to ``out`` (flushed, fsync'ed); returns its path.
 
-    On any failure the temporary file is removed before the error propagates.
+    Its mode is ``mode`` (default 0666) less the process umask. On any failure the
+    temporary file is removed before the error propagates.
     """
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+        fd, tmp = _create_temp(out)
         try:
+            os.chmod(fd, (0o666 if mode is None else mode) & ~current_umask() & 0o7777)
             fh = os.fdopen(fd, "wb")
         except BaseException:
             os.close(fd)
@@ -108,13 +222,20 @@ def _write_temp(out: Path, data: Data, mode: int) -> str:
                 fh.write(data.encode("utf-8") if isinstance(data, str) else bytes(data))
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
     except BaseException:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         raise
     return tmp
+
+
+def _note_link(out: Path) -> None:
+    """Log that a symlink at ``out`` is about to be replaced by a file (its target is left alone)."""
+    if os.path.islink(out):
+        with contextlib.suppress(OSError):
+            log.warning("%s is a symbolic link (to %r): it is replaced by the new file; the file it pointed to is "
+                        "not changed (PEARL never writes through a link).", out, os.readlink(out))
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -131,7 +252,7 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str | os.PathLike[str], data: Data, *, mode: int = 0o644,
+def atomic_write(path: str | os.PathLike[str], data: Data, *, mode: int | None = None,
                  make_parents: bool = False) -> Path:
     """Write ``data`` to ``path`` atomically.
 
@@ -140,7 +261,8 @@ def atomic_write(path: str | os.PathLike[str], data: Data, *, mode: int = 0o644,
         data: bytes, text (written as UTF-8 with ``\\n`` line ends), or a
             callable that writes into the binary file object it is given
             (e.g. ``lambda fh: torch.save(obj, fh)``).
-        mode: permission bits of the new file.
+        mode: permission bits of the new file, less the process umask
+            (default 0666 less the umask, as ``open()`` gives).
         make_parents: create missing parent directories first (otherwise a
             missing directory is an error); the ones created are removed again
             if the write fails.
@@ -151,27 +273,32 @@ def atomic_write(path: str | os.PathLike[str], data: Data, *, mode: int = 0o644,
     Raises:
         InvalidValueError: the parent directory does not exist (and
             ``make_parents`` is off), or ``path`` is a directory.
-        OSError: the write itself failed (disk full, permissions); nothing
-            was changed and no temporary file is left.
+        FileWriteError: the write itself failed in the OS (disk full,
+            permissions; also an ``OSError``); nothing was changed and no
+            temporary file is left.
     """
     out = check_writable(path, make_parents=make_parents)
     created = _make_parents(out.parent) if make_parents else []
     try:
         tmp = _write_temp(out, data, mode)
         try:
+            _note_link(out)
             os.replace(tmp, out)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-    except BaseException:
+    except BaseException as exc:
         _remove_dirs(created)
+        if isinstance(exc, OSError) and not isinstance(exc, FileWriteError):
+            raise write_error(out, exc) from exc
         raise
     _fsync_dir(out.parent)
     return out
 
 
-def atomic_write_all(items: Sequence[tuple[str | os.PathLike[str], Data]], *, mode: int = 0o644) -> list[Path]:
+def atomic_write_all(items: Sequence[tuple[str | os.PathLike[str], Data]], *,
+                     mode: int | None = None) -> list[Path]:
     """Write several files, all or nothing.
 
     1. Every destination is checked (:func:`check_writable`; no path named twice)
@@ -190,14 +317,14 @@ def atomic_write_all(items: Sequence[tuple[str | os.PathLike[str], Data]], *, mo
 
     Args:
         items: ``(path, data)`` pairs; ``data`` as in :func:`atomic_write`.
-        mode: permission bits of the new files.
+        mode: permission bits of the new files, less the umask (as in :func:`atomic_write`).
 
     Returns:
         The paths written, in order.
 
     Raises:
         InvalidValueError: a destination cannot be written, or one is named twice.
-        OSError: a write failed; nothing was changed.
+        FileWriteError: a write failed in the OS (also an ``OSError``); nothing was changed.
     """
     paths = [check_writable(p) for p, _ in items]
     seen: dict[str, Path] = {}
@@ -210,16 +337,21 @@ def atomic_write_all(items: Sequence[tuple[str | os.PathLike[str], Data]], *, mo
     temps: list[str | None] = []
     backups: list[str | None] = []
     done = 0
+    current = paths[0] if paths else None
     try:
         for p, (_, data) in zip(paths, items):
+            current = p
             temps.append(_write_temp(p, data, mode))
         for p in paths:
+            current = p
             backups.append(_backup(p))
         for i, p in enumerate(paths):
+            current = p
+            _note_link(p)
             os.replace(temps[i], p)
             temps[i] = None
             done = i + 1
-    except BaseException:
+    except BaseException as exc:
         for i in reversed(range(done)):  # put back what was replaced
             with contextlib.suppress(OSError):
                 if i < len(backups) and backups[i] is not None:
@@ -227,6 +359,8 @@ def atomic_write_all(items: Sequence[tuple[str | os.PathLike[str], Data]], *, mo
                     backups[i] = None
                 else:
                     os.unlink(paths[i])
+        if isinstance(exc, OSError) and not isinstance(exc, FileWriteError):
+            raise write_error(current, exc, kept="Nothing was changed: every file there is as it was.") from exc
         raise
     finally:
         for leftover in (*temps, *backups):
@@ -240,8 +374,8 @@ def atomic_write_all(items: Sequence[tuple[str | os.PathLike[str], Data]], *, mo
 
 def _backup(path: Path) -> str | None:
     """A hard link to an existing ``path`` under a fresh hidden name (``None``: nothing there, or no links)."""
-    if not path.is_file():
-        return None
+    if not (os.path.islink(path) or path.is_file()):
+        return None  # (a link is backed up as a link: os.link does not follow it)
     for _ in range(100):
         name = str(path.parent / f".{path.name}.{secrets.token_hex(6)}.bak")
         try:
@@ -252,3 +386,102 @@ def _backup(path: Path) -> str | None:
         except OSError:
             return None  # no hard links here: the moves stay atomic one by one
     return None
+
+
+class _LogFileIO(io.FileIO):
+    """A raw file whose OS errors while writing are :class:`FileWriteError` errors naming it."""
+
+    def write(self, b):  # type: ignore[override]
+        try:
+            return super().write(b)
+        except FileWriteError:
+            raise
+        except OSError as exc:
+            raise write_error(self.name, exc, "log", kept="The rows written before are kept; this row may be cut "
+                              "short (a resumed run reports it).") from exc
+
+
+class LogFile(io.TextIOWrapper):
+    """A text log opened by :func:`open_append`; :meth:`sync` flushes it to the disk."""
+
+    def sync(self) -> None:
+        self.flush()
+        try:
+            os.fsync(self.fileno())
+        except OSError as exc:
+            raise write_error(self.name, exc, "log", kept="The rows written before are kept.") from exc
+
+
+def open_append(path: str | os.PathLike[str]) -> LogFile:
+    """Open a UTF-8 text log for appending rows: created (0666 less the umask) if missing, never through a
+    symlink; an OS error while writing it (a full disk) raises :class:`FileWriteError`."""
+    try:
+        raw = _LogFileIO(os.fspath(path), "a", opener=lambda p, flags: os.open(p, flags | SAFE_FLAGS, 0o666))
+    except OSError as exc:
+        raise write_error(path, exc, "log", kept="Nothing was written to it.") from exc
+    return LogFile(io.BufferedWriter(raw), encoding="utf-8", newline="")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True
+    except (OSError, OverflowError):
+        return False
+    return True
+
+
+def remove_stale_temps(directory: str | os.PathLike[str], *, before: float) -> list[Path]:
+    """Remove the temporary files of atomic writes in ``directory`` that were abandoned (their writer was killed).
+
+    A file is removed when its name is an atomic write's temporary name
+    (``.<name>.<pid>-<random>.tmp``, or ``.<name>.<random>.tmp`` from older
+    versions), it is a regular file (never a link), it was last modified before
+    ``before`` (a Unix time: the start of the run that calls this), and no live
+    process holds it: a writer holds its ``flock`` while it writes (where the file
+    system has no ``flock``, a writer whose pid is alive holds it). Errors are
+    skipped; nothing else is touched.
+
+    Returns:
+        The paths removed (the caller logs them).
+    """
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _TEMP_RE.match(entry.name)
+        try:
+            if m is None or not entry.is_file(follow_symlinks=False) or \
+                    entry.stat(follow_symlinks=False).st_mtime >= before:
+                continue
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NONBLOCK | SAFE_FLAGS)
+        except OSError:
+            continue
+        try:
+            if not _abandoned(fd, m.group("pid")):
+                continue
+            mine, now = os.fstat(fd), os.lstat(entry.path)
+            if (mine.st_dev, mine.st_ino) == (now.st_dev, now.st_ino):  # still the file checked
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+        except OSError:
+            continue
+        finally:
+            os.close(fd)  # drops the flock taken by _abandoned
+    return removed
+
+
+def _abandoned(fd: int, pid: str | None) -> bool:
+    """No live writer holds this temporary file (on success, ``fd`` holds its ``flock`` until closed)."""
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+        except OSError:
+            pass  # no flock on this file system: the pid decides
+    return pid is None or not _pid_alive(int(pid))
