@@ -24,6 +24,17 @@ retries), so a run that is releasing never lets two others in. On a file system
 without ``flock`` (some network or FUSE mounts) the lock falls back to the
 owner's pid: a lock whose pid is alive on this host refuses; any other is taken
 over with a warning.
+
+The lock file is opened with ``O_NOFOLLOW | O_NONBLOCK`` and must be a regular
+file: a symbolic link at ``run.lock`` is refused, never written through (its
+target is left as it is), and so are a FIFO (which would block the open
+forever), a directory, a device or a socket; the :class:`SpecError` names the
+path, what is there and the fix. It is created 0666 less the process umask. An
+OS error while writing it (a full disk) is a :class:`~pearl_core.fileio.FileWriteError`
+(a ``SpecError``) naming the path, the errno and the fix. Once a run holds the
+lock, the temporary files that atomic writes killed before they finished left
+in ``log_dir`` (:func:`~pearl_core.fileio.remove_stale_temps`) are removed, each
+with a logged line.
 """
 
 from __future__ import annotations
@@ -35,11 +46,13 @@ import json
 import logging
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import Any
 
 from pearl_core.errors import SpecError
+from pearl_core.fileio import SAFE_FLAGS, remove_stale_temps, write_error
 
 __all__ = ["LOCK_NAME", "RunLock", "check_free", "read_owner"]
 
@@ -64,6 +77,51 @@ def _owner_record() -> dict[str, Any]:
             "started_unix": now}
 
 
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISDIR, "a directory"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISLNK, "a symbolic link"))
+
+
+def _not_a_file(path: Path, mode: int) -> SpecError | None:
+    """The refusal for a ``run.lock`` that is not a regular file (``mode`` from ``lstat``), else ``None``."""
+    found = next((name for test, name in _KINDS if test(mode)), None if stat.S_ISREG(mode) else "not a regular file")
+    if found is None:
+        return None
+    if stat.S_ISLNK(mode):
+        with contextlib.suppress(OSError):
+            found += f" to {os.readlink(path)!r} (PEARL never writes through a link: its target was not touched)"
+    return SpecError(
+        f"the run lock {str(path)!r} is {found}, not a regular file; expected no file or PEARL's own lock file "
+        "there. Nothing was opened or written. Fix: remove or rename it (it is not PEARL's), or give this run "
+        "another log_dir (RunConfig(log_dir=...)).")
+
+
+def _open(path: Path, flags: int) -> int:
+    """Open ``path`` without following a link or blocking (a FIFO); refuse anything but a regular file.
+
+    Raises:
+        SpecError: ``path`` is a link, FIFO, directory, device or socket.
+        OSError: the open failed otherwise (e.g. ``FileNotFoundError``).
+    """
+    with contextlib.suppress(FileNotFoundError):
+        err = _not_a_file(path, os.lstat(path).st_mode)
+        if err is not None:
+            raise err
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | SAFE_FLAGS, 0o666)
+    except OSError as exc:  # replaced since lstat: ELOOP (a link), EISDIR, ENXIO (a FIFO), ...
+        with contextlib.suppress(OSError):
+            err = _not_a_file(path, os.lstat(path).st_mode)
+            if err is not None:
+                raise err from exc
+        raise
+    err = _not_a_file(path, os.fstat(fd).st_mode)
+    if err is not None:
+        os.close(fd)
+        raise err
+    return fd
+
+
 def _parse(text: str) -> dict[str, Any] | None:
     try:
         d = json.loads(text)
@@ -75,9 +133,15 @@ def _parse(text: str) -> dict[str, Any] | None:
 def read_owner(log_dir: str | os.PathLike) -> dict[str, Any] | None:
     """The owner written in ``log_dir``'s lock file (pid, host, started), or ``None`` (no file, unreadable)."""
     try:
-        return _parse((Path(log_dir) / LOCK_NAME).read_text(encoding="utf-8"))
+        fd = _open(Path(log_dir) / LOCK_NAME, os.O_RDONLY)
+    except (OSError, SpecError):
+        return None
+    try:
+        return _parse(os.pread(fd, 1 << 16, 0).decode("utf-8", "replace"))
     except OSError:
         return None
+    finally:
+        os.close(fd)
 
 
 def _describe(owner: dict[str, Any] | None) -> str:
@@ -111,11 +175,14 @@ def _alive_here(owner: dict[str, Any] | None) -> bool:
 
 
 def check_free(log_dir: str | os.PathLike) -> None:
-    """Raise :class:`SpecError` if another run holds ``log_dir``; creates and changes nothing."""
+    """Raise :class:`SpecError` if another run holds ``log_dir``, or ``run.lock`` there is not a regular file
+    (a link, FIFO, directory, device); creates and changes nothing."""
     log_dir = Path(log_dir)
     path = log_dir / LOCK_NAME
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = _open(path, os.O_RDONLY)
+    except SpecError:
+        raise  # a link, FIFO, directory or device where the lock belongs
     except (OSError, ValueError):
         return  # no lock file (or none readable, or no valid path): acquire() decides
     try:
@@ -160,7 +227,9 @@ class RunLock:
         """Create ``log_dir`` if needed and lock it for this run.
 
         Raises:
-            SpecError: another run holds it (its pid, host and start time; the fix).
+            SpecError: another run holds it (its pid, host and start time; the fix), or ``run.lock`` there is
+                not a regular file (a link, FIFO, directory, device).
+            FileWriteError: an OS error while creating or writing the lock (a full disk; a ``SpecError``).
         """
         log_dir = Path(log_dir)
         try:
@@ -171,7 +240,14 @@ class RunLock:
         path = log_dir / LOCK_NAME
         owner = _owner_record()
         for attempt in range(_TRIES * 10):
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            try:
+                fd = _open(path, os.O_RDWR | os.O_CREAT)
+            except FileNotFoundError:
+                continue  # removed between lstat and open by a releasing owner
+            except SpecError:
+                raise
+            except OSError as exc:
+                raise write_error(path, exc, "the run lock", kept="No run was started.") from exc
             try:
                 locked = cls._flock(fd)
             except BlockingIOError:
@@ -197,16 +273,33 @@ class RunLock:
                     log.warning("log_dir %s: taking over the stale lock of a run that ended without releasing it "
                                 "(%s; that process %s).", log_dir, _describe(previous), gone)
                 data = (json.dumps(owner, sort_keys=True) + "\n").encode("utf-8")
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, data, 0)
-                os.fsync(fd)
+                try:
+                    os.ftruncate(fd, 0)
+                    if os.pwrite(fd, data, 0) != len(data):
+                        raise OSError(errno.ENOSPC, "short write")
+                    os.fsync(fd)
+                except OSError as exc:
+                    cls(path, fd, owner, None).release()  # removes the half-written file, closes fd
+                    fd = None
+                    raise write_error(path, exc, "the run lock", kept="No run was started and the lock file "
+                                      "was removed.") from exc
             except BaseException:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+                if fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
                 raise
+            cls._remove_stale_temps(log_dir, owner["started_unix"])
             return cls(path, fd, owner, previous)
         raise SpecError(f"log_dir {str(log_dir)!r}: could not take the run lock {str(path)!r}: it kept being "
                         "replaced by other runs. Fix: give this run another log_dir.")
+
+    @staticmethod
+    def _remove_stale_temps(log_dir: Path, started: float) -> None:
+        """Remove what atomic writes killed before they finished left in ``log_dir`` (each logged)."""
+        for tmp in remove_stale_temps(log_dir, before=started):
+            log.warning("log_dir %s: removed %s, the temporary file of a write that did not finish (its writer was "
+                        "killed before it could clean up; the file it was writing is as it was before).",
+                        log_dir, tmp.name)
 
     @staticmethod
     def _flock(fd: int) -> bool:
