@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence, TextIO
 import numpy as np
 
 from pearl_core.errors import SpecError
-from pearl_core.fileio import atomic_write
+from pearl_core.fileio import LogFile, atomic_write, open_append
 from pearl_core.runtime.config import StopCriteria
 
 __all__ = [
@@ -406,7 +406,7 @@ class RunLogger:
                  keep: Mapping[str, int] | None = None, source_dir: str | os.PathLike | None = None):
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self._files: dict[str, io.TextIOBase] = {}
+        self._files: dict[str, LogFile] = {}
         self._writers: dict[str, Any] = {}
         self.tb = None
         source = Path(source_dir) if source_dir is not None else self.log_dir
@@ -422,7 +422,7 @@ class RunLogger:
                 w.writerow(cols)
                 w.writerows(kept[name])
                 atomic_write(path, buf.getvalue())
-                fh = open(path, "a", newline="", encoding="utf-8")
+                fh = open_append(path)  # its OS errors (a full disk) are FileWriteErrors naming it and the fix
                 self._files[name], self._writers[name] = fh, csv.writer(fh)
         except BaseException:
             self.close()
@@ -438,9 +438,7 @@ class RunLogger:
     def flush(self, sync: bool = False) -> None:
         """Write buffered rows to the files (``sync``: and to the disk, as before a checkpoint)."""
         for fh in self._files.values():
-            fh.flush()
-            if sync:
-                os.fsync(fh.fileno())
+            fh.sync() if sync else fh.flush()
         if self.tb is not None:
             self.tb.flush()
 
@@ -478,12 +476,19 @@ class RunLogger:
                 self.tb.add_scalar(f"learner/{k}", v, state.env_steps)
 
     def close(self) -> None:
-        for fh in self._files.values():
-            fh.close()
+        """Close every log (all of them, even when one fails to flush: its error is raised after)."""
+        files, failed = list(self._files.values()), None
         self._files.clear()
+        for fh in files:
+            try:
+                fh.close()
+            except OSError as exc:
+                failed = failed or exc
         if self.tb is not None:
             self.tb.close()
             self.tb = None
+        if failed is not None:
+            raise failed
 
 
 def _rows_up_to(path: Path, env_steps: int, columns: Sequence[str], limit: int | None = None) -> list[list[str]]:
