@@ -44,12 +44,9 @@ import dataclasses
 import importlib
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from pearl_core.errors import CallbackError, SpecError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from pearl_core.runtime.session import RunSession
 
 __all__ = ["HOOKS", "BestModelSaver", "Callback", "EvalEvent", "RunView", "load_callbacks"]
 
@@ -98,7 +95,8 @@ class EvalEvent:
 class RunView:
     """What a callback sees of a run (read only), and :meth:`stop`."""
 
-    def __init__(self, session: "RunSession"):
+    def __init__(self, session: Any):
+        """``session``: the run's :class:`~pearl_core.runtime.session.RunSession` (not imported here: it imports us)."""
         self._s = session
 
     @property
