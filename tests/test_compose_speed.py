@@ -189,10 +189,14 @@ def test_calibration_skips_variants_that_cannot_win_and_repeats_only_contenders(
     assert {v: every[rounds_key(*v)] for v in close} == {(1, 1): 3, (2, 1): 3, (1, 2): 3, (2, 2): 1}  # 35%: 59% out
 
 
-def test_calibration_rounds_stop_when_the_budget_is_spent():
+def test_calibration_rounds_stop_before_one_would_overrun_the_budget():
     ticks = iter(range(100))
     out = run_variants([(1, 1), (2, 1)], lambda s, t: 1e-3, rounds=5, budget_s=0.5, clock=lambda: next(ticks))
     assert out[rounds_key(1, 1)] == out[rounds_key(2, 1)] == 1  # round 1 always, none after the budget
+    # round 1 took 2 s (1 s a run): a second round ends at 4 s <= 4.5 s; a third would end at 7.5 s
+    clock = iter([0.0, 2.0, 5.0])
+    out = run_variants([(1, 1), (2, 1)], lambda s, t: 1e-3, rounds=5, budget_s=4.5, clock=lambda: next(clock))
+    assert out[rounds_key(1, 1)] == out[rounds_key(2, 1)] == 2
 
 
 def test_a_variant_not_run_is_predicted_at_its_floor_and_never_chosen():

@@ -27,9 +27,9 @@ best run so far by more than :data:`PRUNE_MARGIN` is not run (it would lose beyo
 any tie: its floor, marked ``floor_key``, is recorded instead of a run). Later rounds
 run only the *contenders*: variants within :data:`CONTEND_MARGIN` of the best median
 (a larger gap than any single round's noise measured here, 26-31%); with fewer than
-two contenders no further round can change the choice, and none starts once the
-runs have taken ``budget_s``. Each run ends after ``max_updates`` updates or its
-window, whichever is first. ``rounds_key`` records the rounds each variant ran.
+two contenders no further round can change the choice, and none starts that would
+end past ``budget_s`` at the runs' mean time so far. Each run ends after
+``max_updates`` updates or its window, whichever is first. ``rounds_key`` records the rounds each variant ran.
 """
 
 from __future__ import annotations
@@ -215,20 +215,24 @@ def run_variants(variants: "list[tuple[int, int]]", run: "Callable[[int, int], f
     def best() -> float:
         return min((statistics.median(v) for v in times.values() if v), default=math.inf)
 
-    start = clock()
+    start, runs = clock(), 0
     for v in variants:  # round 1: every variant that can still beat the best run so far
         floor = floors.get(v)
         if floor is not None and floor > best() * (1 + PRUNE_MARGIN):
             out[floor_key(*v)] = floor
             continue
         measure(v)
+        runs += 1
     for _ in range(rounds - 1):
         top = best()
         contenders = [v for v in variants if times[v] and statistics.median(times[v]) <= top * (1 + CONTEND_MARGIN)]
-        if len(contenders) < 2 or (budget_s is not None and clock() - start > float(budget_s)):
-            break  # one contender: no round can change the choice; or the time is spent
+        spent = clock() - start  # a round starts only if it can end within the budget, at the runs' mean time
+        if len(contenders) < 2 or (budget_s is not None and spent + len(contenders) * spent / max(runs, 1)
+                                   > float(budget_s)):
+            break  # one contender: no round can change the choice; or the round would overrun the budget
         for v in contenders:
             measure(v)
+            runs += 1
     for v in variants:
         if times[v]:
             out[variant_key(*v)] = statistics.median(times[v])
