@@ -5,7 +5,8 @@ profiler all build their environments here, so an unknown id, a missing
 dependency or a broken constructor reads the same wherever it is found.
 
 **Families** register themselves: an id under ``ALE/`` (or an older Atari id such
-as ``PongNoFrameskip-v4``) imports ``ale_py`` (the Atari ROMs ship in its wheel) and one under ``MinAtar/`` imports ``minatar.gym``
+as ``PongNoFrameskip-v4``) imports ``ale_py`` (the Atari ROMs ship in its wheel)
+and one under ``MinAtar/`` imports ``minatar.gym``
 before the id is looked up, so ``make_env("ALE/Pong-v5")`` works in any process
 without the user importing anything first. A user's own env is named as
 gymnasium names it, ``"module:Env-v0"``: ``module`` is imported (it registers
@@ -52,7 +53,7 @@ from typing import Any, Callable, Mapping, Sequence
 from pearl_core.errors import SpecError
 
 __all__ = ["PRESETS", "WRAPPER_ENVS", "WRAPPER_KEYS", "check_env_options", "default_wrappers", "env_spaces",
-           "make_env", "registered_id"]
+           "json_mapping", "make_env", "registered_id"]
 
 #: id prefix -> (the module whose import registers the family, the package that installs it, its default presets).
 _FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
@@ -207,20 +208,26 @@ PRESETS: Mapping[str, tuple[Callable[[Any, bool], Any], Mapping[str, Any]]] = {
 }
 
 
+def json_mapping(value: Any, where: str, what: str, fix: str, error: type[Exception] = SpecError) -> dict[str, Any]:
+    """``value`` as a dict, checked: a mapping with str keys and finite JSON values only (it crosses process
+    boundaries and is written into generated programs); else ``error`` naming ``where``, ``what`` and ``fix``."""
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise error(f"{where} = {value!r:.80} is invalid; expected a mapping with str keys ({what}). Fix: {fix}.")
+    try:
+        json.dumps(dict(value), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise error(f"{where} = {value!r:.80} is invalid; expected finite JSON values only (str, int, float, bool, "
+                    f"None, lists and dicts of them) ({exc}). Fix: pass plain values (a list instead of an array, "
+                    "no NaN or inf).") from None
+    return dict(value)
+
+
 def check_env_options(kwargs: Any, wrappers: Any, label: str = "RunConfig",
                       error: type[Exception] = SpecError) -> tuple[dict[str, Any], tuple[str, ...] | None]:
     """``(kwargs, wrappers)`` normalised: a JSON-valued dict with str keys; ``None`` or a tuple of preset
     names / ``"package.module:callable"`` paths. Raises ``error`` naming the field, expected vs found, the fix."""
-    if kwargs is None:
-        kwargs = {}
-    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
-        raise error(f"{label}.env_kwargs = {kwargs!r:.80} is invalid; expected a mapping with str keys "
-                    "(keyword arguments of gymnasium.make). Fix: e.g. env_kwargs={'max_episode_steps': 500}.")
-    try:
-        json.dumps(dict(kwargs), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise error(f"{label}.env_kwargs = {kwargs!r:.80} is invalid; expected JSON values only ({exc}). "
-                    "Fix: pass plain values (str, numbers, bool, None, lists, dicts).") from None
+    kwargs = json_mapping({} if kwargs is None else kwargs, f"{label}.env_kwargs", "keyword arguments of "
+                          "gymnasium.make", "e.g. env_kwargs={'max_episode_steps': 500}", error)
     if wrappers is None:
         return dict(kwargs), None
     if isinstance(wrappers, str) or not isinstance(wrappers, Sequence):
@@ -257,22 +264,15 @@ def _wrapper_entry(w: Any, label: str, error: type[Exception]) -> "str | dict[st
     if not (isinstance(path, str) and (path in PRESETS or _is_path(path))):
         raise error(f"{label}.env_wrappers: 'wrapper' = {path!r:.80} is invalid; expected a preset name or an "
                     f"import path 'package.module:callable'. Fix: {example}.")
-    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
-        raise error(f"{label}.env_wrappers: the 'kwargs' of {path!r} = {kwargs!r:.80} is invalid; expected a "
-                    f"mapping with str keys (the wrapper's keyword arguments). Fix: {example}.")
+    kwargs = json_mapping(kwargs, f"{label}.env_wrappers: the 'kwargs' of {path!r}", "the wrapper's keyword "
+                          "arguments", example, error)
     if kwargs and path in PRESETS:
         raise error(f"{label}.env_wrappers: the preset {path!r} takes no kwargs; found {dict(kwargs)!r:.80}. "
                     "Fix: drop them, or name a wrapper by its import path.")
-    try:
-        json.dumps(dict(kwargs), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise error(f"{label}.env_wrappers: the 'kwargs' of {path!r} are invalid; expected JSON values only "
-                    f"({exc}), since run configs cross processes and are written into programs. Fix: pass plain "
-                    "values (str, numbers, bool, None, lists, dicts).") from None
     if envs not in WRAPPER_ENVS:
         raise error(f"{label}.env_wrappers: the 'envs' of {path!r} = {envs!r}; expected one of {list(WRAPPER_ENVS)} "
                     "(the training envs, the evaluation envs, or both). Fix: e.g. 'envs': 'evaluation'.")
-    return {"wrapper": path, "kwargs": dict(kwargs), "envs": envs}
+    return {"wrapper": path, "kwargs": kwargs, "envs": envs}
 
 
 def wrapper_parts(w: "str | Mapping[str, Any]") -> tuple[str, dict[str, Any], str]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from pearl_core import validation as v
-from pearl_core.envs import check_env_options
+from pearl_core.envs import check_env_options, json_mapping
 from pearl_core.errors import SpecError
 
 __all__ = ["LIMITS", "VECTOR_BACKENDS", "ReplayConfig", "RunConfig", "RuntimePlan", "Setting", "StopCriteria",
@@ -378,16 +378,8 @@ class RunConfig(_Serialisable):
                                 f"{v.a_type(value)}). Fix: e.g. {name}={cls.__name__}(...).")
         _check_fields(self)
         kwargs = self.trainer_kwargs
-        if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
-            raise SpecError(f"RunConfig.trainer_kwargs = {kwargs!r:.80} is invalid; expected a mapping with str keys "
-                            f"(found {v.a_type(kwargs)}). Fix: e.g. trainer_kwargs={{'lr': 1e-3}}.")
-        try:
-            json.dumps(dict(kwargs), allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise SpecError(f"RunConfig.trainer_kwargs = {kwargs!r:.80} is invalid; expected finite JSON values only "
-                            f"(str, int, float, bool, None, lists and dicts of them) ({exc}). Fix: pass plain values "
-                            "(a list instead of an array, no NaN or inf).") from exc
-        object.__setattr__(self, "trainer_kwargs", dict(kwargs))
+        object.__setattr__(self, "trainer_kwargs", json_mapping(
+            kwargs, "RunConfig.trainer_kwargs", f"found {v.a_type(kwargs)}", "e.g. trainer_kwargs={'lr': 1e-3}"))
         env_kwargs, env_wrappers = check_env_options(self.env_kwargs, self.env_wrappers)
         object.__setattr__(self, "env_kwargs", env_kwargs)
         object.__setattr__(self, "env_wrappers", env_wrappers)
