@@ -125,3 +125,18 @@ def test_calibration_runs_load_the_composing_script_for_its_trainer_and_env(tmp_
         assert got and all(v > 0 for k, v in got.items() if k.startswith("run_s_"))  # the run happened
     finally:
         gymnasium.registry.pop("PearlCalibratedCartPole-v0", None)
+
+
+def test_a_builtin_id_is_asked_of_a_child_once_then_read_from_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PEARL_CACHE_DIR", str(tmp_path))
+    runtimegen._registered_on_import.cache_clear()
+    assert runtimegen.env_script("CartPole-v1") is None
+    assert "CartPole-v1" in (tmp_path / "registered-envs.json").read_text()
+    runtimegen._registered_on_import.cache_clear()
+
+    def no_child(*a, **k):
+        raise AssertionError("a warm compose asks no child")
+
+    monkeypatch.setattr(runtimegen.subprocess, "run", no_child)
+    assert runtimegen.env_script("CartPole-v1") is None
+    runtimegen._registered_on_import.cache_clear()

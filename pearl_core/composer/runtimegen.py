@@ -52,6 +52,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+import json
 import math
 import os
 import subprocess
@@ -168,13 +169,38 @@ def trainer_reference(cls: type) -> tuple[str, str | None]:
 
 @functools.lru_cache(maxsize=64)
 def _registered_on_import(env_id: str) -> bool:
-    """Whether a fresh Python process knows ``env_id`` once gymnasium is imported (a second or so, once per id)."""
+    """Whether a fresh Python process knows ``env_id`` once gymnasium is imported.
+
+    Asked of a child interpreter (half a second or so). A yes holds for this interpreter and gymnasium
+    version, so it is kept in the profile cache's directory (``registered-envs.json``) and a warm compose
+    asks no child; a no is never kept (the user may move the registration into a module).
+    """
+    import gymnasium
+
+    from pearl_core.composer.profiling import cache_dir
+
+    key = f"{sys.executable}|{gymnasium.__version__}|{env_id}"
+    path = cache_dir().parent / "registered-envs.json"
+    try:
+        known = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        known = {}
+    if not isinstance(known, dict):
+        known = {}
+    if known.get(key) is True:
+        return True
     code = "import sys, gymnasium; sys.exit(0 if sys.argv[1] in gymnasium.registry else 3)"
     try:
         done = subprocess.run([sys.executable, "-c", code, env_id], capture_output=True, timeout=120)
     except (OSError, subprocess.SubprocessError):
         return True  # cannot tell: assume it is (the program then says 'not registered' with the fix)
-    return done.returncode == 0
+    if done.returncode != 0:
+        return False
+    try:
+        atomic_write(path, json.dumps({**known, key: True}, indent=0, sort_keys=True), make_parents=True)
+    except (OSError, PearlError):
+        pass  # a cache that cannot be written costs the next compose the child again, nothing else
+    return True
 
 
 def env_script(env_id: str) -> str | None:
