@@ -4,7 +4,8 @@ import pytest
 
 import pearl_core
 from pearl_core.errors import InvalidOptionError
-from pearl_cpu.backend import CALIBRATE_ROUNDS, CALIBRATE_WINDOW_S, calibration_setup
+from pearl_cpu.backend import (CALIBRATE_BUDGET_S, CALIBRATE_MAX_UPDATES, CALIBRATE_ROUNDS, CALIBRATE_WINDOW_S,
+                               CELL_BUDGET_S, calibration_setup)
 
 
 @pytest.fixture
@@ -43,6 +44,8 @@ def test_a_bad_value_says_what_was_found_and_the_fix(clean_env, name, value):
 def test_the_values_are_part_of_the_profile_cache_key(clean_env):
     backend = pearl_core.get_backend("cpu")
     default = backend.settings()
-    assert default == {"calibrate_window_s": CALIBRATE_WINDOW_S, "calibrate_rounds": CALIBRATE_ROUNDS}
+    assert default == {"calibrate_window_s": CALIBRATE_WINDOW_S, "calibrate_rounds": CALIBRATE_ROUNDS,
+                       "calibrate_max_updates": CALIBRATE_MAX_UPDATES, "calibrate_budget_s": CALIBRATE_BUDGET_S,
+                       "cell_budget_s": CELL_BUDGET_S}
     clean_env.setenv("PEARL_CALIBRATE_ROUNDS", "1")
     assert backend.settings() != default
