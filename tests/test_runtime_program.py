@@ -26,8 +26,14 @@ PROGRAM = ROOT / "tests" / "golden" / "runtime_dqn_cartpole.py"
 LEGACY = ROOT / "tests" / "golden" / "legacy" / "runtime_dqn_cartpole_2026-12-04.py"
 
 
+MARK_END = ("from pearl_core.callbacks import Callback\n\n\n"
+            "class MarkEnd(Callback):\n"
+            "    def on_end(self, run, result):\n"
+            "        (run.log_dir / 'ended.txt').write_text(str(result.env_steps))\n")
+
+
 def run(program: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(cwd)])}  # cwd: the test's callbacks
     return subprocess.run([sys.executable, str(program), "--quiet", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)
 
@@ -65,12 +71,16 @@ def test_the_program_resumes_and_never_replaces_an_earlier_run(tmp_path):
     first_episodes = episodes(d)
     assert json.loads((d / "result.json").read_text())["env_steps"] >= 1200
 
-    # a second run into the same directory keeps the first one's files and goes to run-2
-    again = run(PROGRAM, "--max-env-steps", "600", "--log-dir", str(d), cwd=tmp_path)
+    # a second run into the same directory keeps the first one's files and goes to run-2; it takes a
+    # callback by import path (and --save-best: the config evaluates, for eval_return)
+    (tmp_path / "my_callbacks.py").write_text(MARK_END)
+    again = run(PROGRAM, "--max-env-steps", "600", "--log-dir", str(d), "--callback", "my_callbacks:MarkEnd",
+                "--save-best", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert digest(d) == before
     assert f"this run writes to {str(d) + '-2'!r}" in again.stdout
     assert json.loads((tmp_path / "run-2" / "result.json").read_text())["log_dir"] == f"{d}-2"
+    assert int((tmp_path / "run-2" / "ended.txt").read_text()) >= 600
 
     # --resume continues the counters and the logs of the run, in its own directory
     resumed = run(PROGRAM, "--max-env-steps", "2400", "--resume", str(d), cwd=tmp_path)
@@ -195,19 +205,8 @@ def test_bad_wrapper_entries_are_refused_with_the_fix(entry, words):
     assert words in str(err.value) and "Fix" in str(err.value)
 
 
-def test_the_program_takes_callbacks_by_import_path(tmp_path):
-    (tmp_path / "my_callbacks.py").write_text(
-        "from pearl_core.callbacks import Callback\n\n\n"
-        "class MarkEnd(Callback):\n"
-        "    def on_end(self, run, result):\n"
-        "        (run.log_dir / 'ended.txt').write_text(str(result.env_steps))\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
-    res = subprocess.run([sys.executable, str(PROGRAM), "--quiet", "--max-env-steps", "600", "--log-dir",
-                          str(tmp_path / "r"), "--callback", "my_callbacks:MarkEnd", "--save-best"], cwd=tmp_path,
-                         env=env, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr
-    assert int((tmp_path / "r" / "ended.txt").read_text()) >= 600
-    bad = subprocess.run([sys.executable, str(PROGRAM), "--quiet", "--log-dir", str(tmp_path / "b"), "--callback",
-                          "my_callbacks:Nope"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+def test_a_callback_that_cannot_be_made_is_refused_before_the_run(tmp_path):
+    (tmp_path / "my_callbacks.py").write_text(MARK_END)
+    bad = run(PROGRAM, "--log-dir", str(tmp_path / "b"), "--callback", "my_callbacks:Nope", cwd=tmp_path)
     assert bad.returncode == 2 and "my_callbacks:Nope" in bad.stderr and "Fix" in bad.stderr
     assert not (tmp_path / "b").exists()
