@@ -5,34 +5,9 @@ noise 0.1, target smoothing 0.2, policy delay 2; 256-256 networks); one update p
 Stops when the mean return of the last 20 episodes reaches -200, or at --max-env-steps (default 20k).
 Needs only the light install (`make demo`'s: Pendulum-v1 is one of gymnasium's classic-control tasks).
 """
-import argparse
-import subprocess
 import sys
-from pathlib import Path
 
-from pearl_core.composer import Composer, RuntimeGen, print_plan
-from pearl_core.runtime.rundir import fresh_log_dir
+from ddpg_pendulum import main  # the same program with TD3 (this directory is on sys.path when run)
 
 if __name__ == "__main__":  # the generated program spawns actors: keep entry points guarded
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--max-env-steps", type=int, default=20_000, help="budget in env steps (default 20k)")
-    parser.add_argument("--hidden", default="256,256", help="hidden sizes of the actor and the critics")
-    parser.add_argument("--log-dir", default="runs/td3_pendulum")
-    parser.add_argument("--no-profile", action="store_true", help="plan from the analytic models only (quicker)")
-    parser.add_argument("--quiet", action="store_true", help="no progress display while training")
-    args = parser.parse_args()
-    hidden = [int(h) for h in args.hidden.split(",")]
-    composer = Composer(hardware=None, metric="throughput")  # None: the devices the backends detect here
-    composer.set_actors("Pendulum-v1", n_actors=1)
-    composer.set_train_function("TD3", batch_size=256, replay_ratio=1.0, learning_starts=1_000,
-                                actor_hidden=hidden, critic_hidden=hidden)
-    composer.set_replay("uniform", capacity=100_000)
-    composer.set_stop(mean_return=-200.0, window=20, max_env_steps=args.max_env_steps)
-    log_dir = fresh_log_dir(args.log_dir)  # <log-dir>-2, -3, ... when it holds an earlier run
-    composer.set_run(log_dir=log_dir)
-    plan = composer.run(profile=not args.no_profile)
-    print_plan(plan)
-    Path(log_dir).mkdir(parents=True, exist_ok=True)
-    program = RuntimeGen(plan, Path(log_dir) / "runtime.py")
-    print(f"wrote {program}; training with: python {program}", flush=True)
-    sys.exit(subprocess.call([sys.executable, str(program), *(["--quiet"] if args.quiet else [])]))
+    sys.exit(main("TD3", "runs/td3_pendulum", __doc__.splitlines()[0]))

@@ -319,6 +319,16 @@ class _Acting:
         return self.policy._actions(self.policy.trainer.get_action(obs, self.explore), len(obs))
 
 
+def check_env_fits(policy: Policy, env: Any, env_id: str, owner: str) -> None:
+    """Raise :class:`InvalidValueError` (``owner`` names the caller) unless ``env``'s spaces are the policy's."""
+    obs_shape = tuple(env.observation_space.shape or ())
+    if obs_shape != policy.obs_shape or env.action_space != policy.action_space:
+        raise InvalidValueError(
+            f"{owner}: environment {env_id!r} has observation shape {obs_shape} and actions "
+            f"{env.action_space}; expected the policy's, {policy.obs_shape} and {policy.action_space}. Fix: "
+            "evaluate on the environment the policy was trained on, with the same env_kwargs and wrappers.")
+
+
 def evaluate_policy(policy: Policy, env_id: str | None = None, n_episodes: int = 10, seed: int = 0, *,
                     deterministic: bool = True, env_kwargs: Mapping[str, Any] | None = FROM_RUN,
                     env_wrappers: Sequence[str] | None = FROM_RUN, n_envs: int | None = None
@@ -377,12 +387,7 @@ def evaluate_policy(policy: Policy, env_id: str | None = None, n_episodes: int =
     evaluator = Evaluator(env_id, int(n_episodes), int(seed), n, env_fn=make)
     try:
         env = evaluator.envs[0]
-        obs_shape = tuple(env.observation_space.shape or ())
-        if obs_shape != policy.obs_shape or env.action_space != policy.action_space:
-            raise InvalidValueError(
-                f"evaluate_policy: environment {env_id!r} has observation shape {obs_shape} and actions "
-                f"{env.action_space}; expected the policy's, {policy.obs_shape} and {policy.action_space}. Fix: "
-                "evaluate on the environment the policy was trained on, with the same env_kwargs and wrappers.")
+        check_env_fits(policy, env, env_id, "evaluate_policy")
         result = evaluator.evaluate(_Acting(policy, not deterministic))
     finally:
         evaluator.close()

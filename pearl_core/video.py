@@ -65,7 +65,7 @@ def record_episodes(policy: Any, video_dir: str | os.PathLike[str], *, n_episode
         SpecError: the env cannot be made or rendered, or no video writer is installed.
     """
     from pearl_core.envs import make_env
-    from pearl_core.policy import Policy
+    from pearl_core.policy import Policy, check_env_fits
 
     if not isinstance(policy, Policy):
         raise InvalidValueError(f"record_episodes: policy = {type(policy).__name__}; expected a Policy. Fix: "
@@ -92,11 +92,7 @@ def record_episodes(policy: Any, video_dir: str | os.PathLike[str], *, n_episode
         path = out / f"episode-{k}.mp4"
         tmp = out / f".episode-{k}.partial.mp4"
         try:
-            shape = tuple(env.observation_space.shape or ())
-            if shape != policy.obs_shape or env.action_space != policy.action_space:
-                raise InvalidValueError(
-                    f"record_episodes: environment {env_id!r} has observation shape {shape} and actions "
-                    f"{env.action_space}; expected the policy's, {policy.obs_shape} and {policy.action_space}.")
+            check_env_fits(policy, env, env_id, "record_episodes")
             rate = fps or int(env.metadata.get("render_fps") or 30)
             obs, _ = env.reset(seed=seed + k)
             frame = _frame(env, env_id)
