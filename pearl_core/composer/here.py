@@ -5,7 +5,9 @@ things of a plan composed for described hardware:
 
 * :func:`runnable_plan`: Algorithm 1 again, over the same matrix, restricted to the
   placements that pass the runtime's own preflight here (every device present,
-  every primitive built by its backend);
+  every primitive built by its backend) on devices that detection matched
+  (:func:`not_detected`: a device the spec describes but no backend detects here is
+  a what-if device, whatever its device string, so it never passes as the real one);
 * :func:`fit_threads_here`: the runtime plan's learner and replay-manager threads
   sized to the cores here when the spec's host CPU is not this machine. A spec
   describing a 16-core Xeon plans 16 learner threads; run as written on a 2-core
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
     from pearl_core.runtime.config import RuntimePlan
     from pearl_core.runtime.preflight import Preflight
 
-__all__ = ["fit_threads_here", "runnable_plan"]
+__all__ = ["fit_threads_here", "not_detected", "runnable_plan"]
 
 
 def runnable_plan(composer: Any, plan: "PlacementPlan", wl: "Workload", preflight: "Preflight",
@@ -44,9 +46,11 @@ def runnable_plan(composer: Any, plan: "PlacementPlan", wl: "Workload", prefligh
 
     probe = plan.runtime_plan(**composer._actor_fields())  # noqa: SLF001 - the composer's own helper
     strings = {d.name: d.device_string for d in composer.spec.devices}
+    whatif = {d.name for d in composer.spec.devices
+              if d.name != composer.spec.host and not_detected(d, composer.registry) is not None}
 
     def ok(prim: str, dev: str) -> bool:
-        if choose is not None and not choose(prim, dev):
+        if (choose is not None and not choose(prim, dev)) or dev in whatif:
             return False
         s, backends = strings[dev], plan.backends
         one = dataclasses.replace(probe, setting=1, backends=backends, device_config={}, **{
@@ -62,6 +66,33 @@ def runnable_plan(composer: Any, plan: "PlacementPlan", wl: "Workload", prefligh
                      constraint=why)
     runtime_plan = best.runtime_plan(**composer._actor_fields())  # noqa: SLF001
     return best, runtime_plan, preflight.problems(runtime_plan)
+
+
+def not_detected(device: Any, registry: Any = None) -> str | None:
+    """Why the spec's ``device`` is not the device here that its device string names, or ``None`` when it is.
+
+    Its identity comes from detection (its name, or ``options.detected_as``, is the name of a device an
+    available backend of its kind detects: :func:`~pearl_core.composer.profiling.present_device`), never
+    from its place in the spec: its index must be that device's position among its backend's devices.
+    """
+    from pearl_core.composer.profiling import present_device
+
+    found = present_device(device, registry)
+    if found is None:
+        return (f"device {device.name!r} ({device.kind}) is described by the spec but detected by no backend here: "
+                "a what-if device. Fix: name the detected device it is with options.detected_as "
+                "(`pearl devices` lists them), or compose a what-if plan without --runnable")
+    bname, backend, info = found
+    if device.kind == "cpu":
+        return None  # torch has one CPU device: its index names nothing
+    try:
+        position = [i.name for i in backend.devices()].index(info.name)
+    except Exception:  # noqa: BLE001 - a backend that cannot list its devices again has none
+        return f"backend {bname!r} could not list its devices again to place {device.name!r}"
+    if device.index != position:
+        return (f"device {device.name!r} is detected as {info.name!r} (device {position} of backend {bname!r}), "
+                f"but the spec gives it index {device.index}. Fix: remove its index (or set {position})")
+    return None
 
 
 def fit_threads_here(spec: Any, runtime_plan: "RuntimePlan", *, registry: Any = None,

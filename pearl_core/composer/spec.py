@@ -295,6 +295,17 @@ class LinkSpec:
         return out
 
 
+def _detected_index(d: DeviceSpec) -> DeviceSpec:
+    """``d`` with the index its ``options.detected_as`` names (``"cuda:1"`` -> 1) when it gives none (not CPUs)."""
+    alias = d.options.get("detected_as")
+    if d.index is not None or d.kind == "cpu" or not isinstance(alias, str):
+        return d
+    kind, sep, number = alias.partition(":")
+    if sep and kind == d.kind and number.isdecimal():
+        return dataclasses.replace(d, index=int(number))
+    return d
+
+
 @dataclass(frozen=True)
 class HardwareSpec:
     """Devices and links of one machine, validated as a whole.
@@ -330,21 +341,25 @@ class HardwareSpec:
                 raise SpecError(f"{where}device #{i + 1}: name {d.name!r} is already used by device #{seen[d.name] + 1}; "
                                 "expected unique names.")
             seen[d.name] = i
-        # Fill indices per kind in order of appearance, then check (kind, index) is unique.
+        # Fill indices per kind, then check (kind, index) is unique. A device's detected_as ("cuda:1") is its index
+        # first: identity from detection, not spec order (a what-if device listed first takes no real one's index).
+        devices = tuple(_detected_index(d) for d in devices)
         counters: dict[str, int] = {}
-        taken: dict[tuple[str, int], str] = {}
+        taken: dict[tuple[str, int], str] = {(d.kind, d.index): d.name for d in devices
+                                             if d.index is not None and d.options.get("detected_as")}
         filled = []
         for d in devices:
             idx = d.index
-            if idx is None:
-                idx = counters.get(d.kind, 0)
-                while (d.kind, idx) in taken:
-                    idx += 1
-                d = dataclasses.replace(d, index=idx)
-            if (d.kind, idx) in taken and d.kind != "cpu":
-                raise SpecError(f"{where}device {d.name!r}: index = {idx} is already used by {taken[(d.kind, idx)]!r}; "
-                                f"expected a unique index per kind.")
-            taken[(d.kind, idx)] = d.name
+            if idx is None or taken.get((d.kind, idx)) != d.name or not d.options.get("detected_as"):
+                if idx is None:
+                    idx = counters.get(d.kind, 0)
+                    while (d.kind, idx) in taken:
+                        idx += 1
+                    d = dataclasses.replace(d, index=idx)
+                if (d.kind, idx) in taken and d.kind != "cpu":
+                    raise SpecError(f"{where}device {d.name!r}: index = {idx} is already used by "
+                                    f"{taken[(d.kind, idx)]!r}; expected a unique index per kind.")
+                taken[(d.kind, idx)] = d.name
             counters[d.kind] = max(counters.get(d.kind, 0), idx + 1)
             filled.append(d)
         object.__setattr__(self, "devices", tuple(filled))
