@@ -548,6 +548,9 @@ def _convert(owner: str, table: Mapping[str, Any], plain: tuple[str, ...], unit_
             raise _invalid(owner, key, value, expected)
         # Divide by the integer reciprocal for sub-unit factors: 10 / 1e6 is exactly 1e-05; 10 * 1e-6 is not.
         values[fname] = value if factor == 1 else value * factor if factor > 1 else value / round(1 / factor)
+        if not ok(values[fname]):  # e.g. memory_GiB = 1e300 is inf bytes: name the key as written
+            raise _invalid(owner, key, value, f"{expected} whose value in {fname} ({values[fname]!r}) is also "
+                           "valid (it overflows or underflows). Fix: write the real quantity")
         written[fname], raw[fname] = key, value
     # Rules on the plain (unitless) fields, still naming the key as written.
     _check_rules(owner, values, {k: r for k, r in rules.items() if k in plain}, written, raw)
