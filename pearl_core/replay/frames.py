@@ -23,11 +23,21 @@ actors and environments, episode boundaries or ring wrap-around):
   all of its frames are stored.
 
 Frames are reference-counted: a frame returns to the pool's free list when the
-last transition that uses it is overwritten. The pool grows (doubling) when it
-runs out, before anything of an ``add`` is written, so a failed allocation
-changes nothing. With the Atari preset a transition costs one frame plus its
-episode's first stack spread over the episode: ``frames_per_transition`` (the
-pool's frames in use / stored transitions) is about ``1 + 1/episode length``.
+last transition that uses it is overwritten. With the Atari preset a transition
+costs one frame plus its episode's first frame spread over the episode:
+``frames_per_transition`` (the pool's frames in use / stored transitions) is about
+``1 + 1/episode length``.
+
+**Memory.** The pool is allocated at the start for :data:`FRAMES_PER_TRANSITION`
+frames per transition (episodes of 10 steps or more) plus room for the worst case
+of one ``add`` of up to :data:`RESERVE_ROWS` rows (:func:`frame_storage_bytes`: what
+the start-up memory check counts), and it stays that size however long the run:
+the frames of the transitions an ``add`` overwrites count as free for it. It grows
+only for content that shares fewer frames than that (stacks that do not move by
+one frame per step, episodes shorter than 10 steps): by what is missing, at least
+an eighth, before anything of an ``add`` is written, so a failed allocation changes
+nothing (and is a :class:`~pearl_core.replay.memory.StorageMemoryError` naming the
+size and the fix).
 
 What it does not save: the actors still send whole stacks to the replay and
 batches leave it as whole stacks (the traffic is that of a plain storage), and a
@@ -44,9 +54,11 @@ from typing import Mapping
 import numpy as np
 
 from pearl_core.errors import SpecError
+from pearl_core.replay.memory import zeros as _zeros
 from pearl_core.replay.storage import TRANSITION_FIELDS, Batch, DataStorage, StorageSpec
 
-__all__ = ["FRAMES_PER_TRANSITION", "FRAME_MIN_SIDE", "FrameStorage", "frame_storage_fits", "storage_row_bytes"]
+__all__ = ["FRAMES_PER_TRANSITION", "FRAME_MIN_SIDE", "RESERVE_ROWS", "FrameStorage", "frame_storage_bytes",
+           "frame_storage_fits", "storage_row_bytes"]
 
 #: ``"auto"`` picks frame storage for observations of at least this many pixels a side (Atari's 84x84
 #: stacks, not MinAtar's 10x10 grids, whose channels are not frames of a stack).
@@ -66,6 +78,26 @@ def frame_storage_fits(spec: StorageSpec) -> bool:
 #: Frames per transition the memory estimates assume for frame storage (one new frame per step, plus the
 #: episodes' first stacks; ``FrameStorage.frames_per_transition`` measures it).
 FRAMES_PER_TRANSITION = 1.1
+
+
+#: Rows of one ``add`` whose worst case (every frame new) the pool has room for from the start.
+RESERVE_ROWS = 64
+
+
+def _start_pool(capacity: int, frames: int) -> int:
+    """Frames the pool starts with: :data:`FRAMES_PER_TRANSITION` per transition plus one worst-case ``add``."""
+    return math.ceil(FRAMES_PER_TRANSITION * capacity) + 2 * frames * RESERVE_ROWS + 16
+
+
+def frame_storage_bytes(spec: StorageSpec, capacity: int) -> int:
+    """Host bytes a :class:`FrameStorage` of ``capacity`` holds, from its start to however long it runs, for
+    content that shares frames as stacked frames do (:data:`FRAMES_PER_TRANSITION`): the pool it starts
+    with, the per-transition tables and the other fields. The start-up memory check counts this."""
+    (shape, dtype) = spec.fields()["obs"]
+    frame = math.prod(shape[1:]) * dtype.itemsize
+    pool = _start_pool(capacity, int(shape[0]))
+    return int(capacity * (storage_row_bytes(spec, True) - math.ceil(FRAMES_PER_TRANSITION * frame))
+               + pool * (frame + 8))
 
 
 def storage_row_bytes(spec: StorageSpec, frames: bool) -> int:
@@ -115,9 +147,9 @@ class FrameStorage(DataStorage):
         arrays = {name: np.zeros((self._capacity, *shape), dtype=dt)
                   for name, (shape, dt) in self._layout.items() if name not in _OBS}
         f = self._frames
-        # One frame per transition plus the first stacks of a few episodes; grows when exhausted.
-        pool = self._initial_pool or self._capacity + 4 * f + 16
-        self._pool = np.zeros((pool, *frame_shape), dtype=dtype)
+        # FRAMES_PER_TRANSITION per transition plus one worst-case add (frame_storage_bytes); grows when exhausted.
+        pool = self._initial_pool or _start_pool(self._capacity, f)
+        self._pool = _zeros((pool, *frame_shape), dtype, "the frame pool")
         self._refs = np.zeros(pool, dtype=np.int64)
         self._free = list(range(pool - 1, -1, -1))  # a stack: pop() gives the lowest index first
         self._index = np.zeros((self._capacity, 2 * f), dtype=np.int64)  # obs frames, then next_obs frames
@@ -145,14 +177,24 @@ class FrameStorage(DataStorage):
         other = sum(a.nbytes for a in self._arrays.values())
         return int(self._pool.nbytes + self._refs.nbytes + self._index.nbytes + self._key.nbytes + other)
 
-    def _reserve(self, n: int) -> None:
-        """Grow the pool so that ``n`` more frames can be taken (before any write: a failure changes nothing)."""
-        short = n - len(self._free)
+    def _freed_by(self, slots: np.ndarray) -> int:
+        """Frames that releasing the written ``slots`` (distinct) frees: those no other transition uses."""
+        held = slots[self._written[slots]]
+        if not len(held):
+            return 0
+        idx, counts = np.unique(self._index[held].reshape(-1), return_counts=True)
+        return int(np.count_nonzero(self._refs[idx] == counts))
+
+    def _reserve(self, n: int, freed: int = 0) -> None:
+        """Grow the pool so that ``n`` more frames can be taken once ``freed`` frames are released
+        (before any write: a failure changes nothing)."""
+        short = n - len(self._free) - freed
         if short <= 0:
             return
         old = self._pool.shape[0]
-        new = max(2 * old, old + short)
-        pool = np.zeros((new, *self._pool.shape[1:]), dtype=self._pool.dtype)
+        new = old + max(short, old // 8)
+        pool = _zeros((new, *self._pool.shape[1:]), self._pool.dtype, "a larger frame pool",
+                      f" (the stored stacks share fewer frames than {FRAMES_PER_TRANSITION} per transition)")
         refs = np.zeros(new, dtype=np.int64)
         pool[:old], refs[:old] = self._pool, self._refs
         self._pool, self._refs = pool, refs
@@ -195,16 +237,18 @@ class FrameStorage(DataStorage):
 
     def store(self, slots: np.ndarray, rows: Mapping[str, np.ndarray]) -> None:
         f = self._frames
-        # Worst case, every frame of both stacks is new: make room before writing anything.
-        self._reserve(2 * f * len(slots))
+        # Worst case, every frame of both stacks is new: make room before writing anything, counting the
+        # frames the overwritten transitions free (released first), so a full replay does not grow the pool.
+        self._reserve(2 * f * len(slots), self._freed_by(slots))
         for name, values in rows.items():
             if name not in _OBS:
                 self._arrays[name][slots] = values
         obs = np.ascontiguousarray(rows["obs"])
         nxt = np.ascontiguousarray(rows["next_obs"])
+        for slot in slots[self._written[slots]].tolist():
+            self._release(slot)
+            self._written[slot] = False
         for r, slot in enumerate(slots.tolist()):
-            if self._written[slot]:
-                self._release(slot)
             o_idx = self._stack_frames(obs[r])
             if _bytes_equal(nxt[r, :-1], obs[r, 1:]):
                 n_idx = o_idx[1:] + [self._take_frame(nxt[r, -1])]

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from pearl_core.errors import InvalidDTypeError, InvalidValueError, SpecError
+from pearl_core.replay.memory import allocate_fields
 from pearl_core.sumtree import check_indices
 
 __all__ = ["STEPS_DTYPE", "TRANSITION_FIELDS", "Batch", "DataStorage", "StorageSpec", "check_filled_indices",
@@ -393,7 +394,7 @@ class DataStorage:
         self._spec = spec
         self._capacity = capacity
         self._layout = spec.fields()
-        self._arrays = self.allocate()
+        self._arrays = allocate_fields(self.allocate, self, self._layout, capacity)  # StorageMemoryError
         self._cursor = 0
         self._size = 0
 

@@ -15,7 +15,8 @@ bytes; a part placed on a device other than ``"cpu"`` lives in that device's
 memory and is not counted)::
 
     row      = sum of the transition fields' bytes (obs, action, reward, next_obs, done)
-    storage  = capacity * row                                   Data Storage (storage_device "cpu")
+    storage  = capacity * row                                   Data Storage (storage_device "cpu"); with
+               frame storage, what its frame pool starts with and keeps (frames.frame_storage_bytes)
     tree     = 2 * tree_bytes(capacity, fanout)                 sum tree (prioritized, rm_device "cpu")
     rings    = n_actors * queue_size * (insert_batch + envs_per_actor) * (row + 16)   actor slots
     batches  = (max_in_flight + 3) * batch_size * (row + 12)    learner slots, sampled batch, its copy
@@ -41,20 +42,28 @@ def row_bytes(env_id: str, frame_storage: str = "off", **env_options: Any) -> in
     """Host bytes of one stored transition of ``env_id`` (its observation and action layout; with
     ``frame_storage`` ``"on"``, or ``"auto"`` for stacked frames, as :class:`~pearl_core.replay.frames.FrameStorage`
     keeps it)."""
+    return _row_and_storage(env_id, frame_storage, None, **env_options)[0]
+
+
+def _row_and_storage(env_id: str, frame_storage: str, capacity: int | None, **env_options: Any
+                     ) -> tuple[int, int | None]:
+    """:func:`row_bytes`, and the Data Storage's bytes at ``capacity`` (``None`` when that is capacity * row)."""
     from pearl_core.envs import env_spaces
-    from pearl_core.replay.frames import frame_storage_fits, storage_row_bytes
+    from pearl_core.replay.frames import frame_storage_bytes, frame_storage_fits, storage_row_bytes
     from pearl_core.replay.storage import StorageSpec
 
     spec = StorageSpec.from_spaces(*env_spaces(env_id, **env_options))
     frames = frame_storage == "on" or (frame_storage == "auto" and frame_storage_fits(spec))
-    return storage_row_bytes(spec, frames)
+    storage = frame_storage_bytes(spec, capacity) if frames and capacity is not None else None
+    return storage_row_bytes(spec, frames), storage
 
 
-def host_memory_bytes(config: RunConfig, plan: RuntimePlan, row: int) -> dict[str, int]:
-    """The host-memory estimate of the module docstring, per part (bytes)."""
+def host_memory_bytes(config: RunConfig, plan: RuntimePlan, row: int, storage: int | None = None) -> dict[str, int]:
+    """The host-memory estimate of the module docstring, per part (bytes); ``storage``: the Data Storage's
+    bytes when they are not ``capacity * row`` (frame storage)."""
     capacity, fanout = config.replay.capacity, config.replay.fanout
     return {
-        "Data Storage": capacity * row if plan.storage_device == "cpu" else 0,
+        "Data Storage": (capacity * row if storage is None else storage) if plan.storage_device == "cpu" else 0,
         "sum tree": 2 * tree_bytes(capacity, fanout)
         if config.replay.kind == "prioritized" and plan.rm_device == "cpu" else 0,
         "actor slots": plan.n_actors * plan.queue_size * (plan.insert_batch + plan.envs_per_actor) * (row + 16),
@@ -95,13 +104,14 @@ def check_machine(config: RunConfig, plan: RuntimePlan, *, row: int | None = Non
                         f"{ENVS_PER_CORE} per core ({ENVS_PER_CORE * cores:,}). Fix: about one actor per core "
                         f"(n_actors={max(1, cores - 1)}) and fewer envs_per_actor.")
     _check_log_dir(config.log_dir)
+    storage = None
     if row is None:
         frames = config.replay.frame_storage if plan.storage_device == "cpu" else "off"
-        row = row_bytes(config.env_id, frames, **config.env_options)
+        row, storage = _row_and_storage(config.env_id, frames, capacity, **config.env_options)
     available = memory_available_bytes() if memory_bytes is None else memory_bytes
     if available is None:
         return
-    parts = host_memory_bytes(config, plan, row)
+    parts = host_memory_bytes(config, plan, row, storage)
     need = sum(parts.values())
     if need > available:
         detail = ", ".join(f"{name} {_size(n)}" for name, n in parts.items() if n)
