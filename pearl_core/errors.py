@@ -181,6 +181,26 @@ class StallError(WorkerError):
         self.stalled_s = stalled_s
 
 
+class TransportError(WorkerError):
+    """A queue transport between the processes of a run lost, duplicated or reordered a message: the
+    sequence number or the count the core stamps on what it sends did not match on receipt.
+
+    Attributes:
+        transport: the transport's class (``module.Class``) and the plugin that gave it.
+        queue: the queue (``"LAQ"``, ``"LDQ"``).
+        expected, found: the sequence number expected and the one received (``found`` is ``None`` when
+            messages sent never arrived).
+    """
+
+    def __init__(self, message: str, traceback_text: str = "", exitcode: int | None = None, *,
+                 transport: str = "", queue: str = "", expected: int | None = None, found: int | None = None):
+        super().__init__(message, traceback_text, exitcode)
+        self.transport = transport
+        self.queue = queue
+        self.expected = expected
+        self.found = found
+
+
 class CheckpointNotFoundError(PearlError, FileNotFoundError):
     """:func:`pearl_core.load_policy` was given a path that does not exist, or a run directory that holds
     no checkpoint (yet). Also a :class:`FileNotFoundError`."""

@@ -56,7 +56,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import queue
-import signal
 import time
 import traceback
 from typing import Any
@@ -69,7 +68,7 @@ from pearl_core.replay.storage import copy_rows
 from pearl_core.runtime.acting import Collector, actor_env_seeds
 from pearl_core.runtime.config import RunConfig
 from pearl_core.runtime.messages import ActorFailed, ActorReady, Dropped, Experience, Phase
-from pearl_core.runtime.procs import HostWatch, quick_exit
+from pearl_core.runtime.procs import HostWatch, ignore_stop_signals, quick_exit
 from pearl_core.runtime.queues import PipeQueue, put_while
 from pearl_core.runtime.shared import Control, WeightBuffer, WeightHandle
 from pearl_core.runtime.shm import BlockHandle, RingHandle, SlotRing
@@ -132,9 +131,9 @@ class ActorSpec:
 
 def run_actor(spec: ActorSpec) -> None:
     """Process entry point of one actor (target of ``Process``)."""
-    # Ctrl-C in a terminal reaches the whole process group; the host alone decides
-    # when to stop, and tells the actors through the control block.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl-C in a terminal (or its closing: SIGHUP) reaches the whole process group; the host alone
+    # decides when to stop, and tells the actors through the control block.
+    ignore_stop_signals()
     spec.dcq.close_receiver()  # the host reads; if it dies, our next put fails instead of blocking
     try:
         import torch
@@ -234,7 +233,7 @@ class _Actor:
 
     def run(self) -> None:
         spec, ctrl, ring, trainer, collector = self.spec, self.ctrl, self.ring, self.trainer, self.collector
-        n, rows = spec.n_envs, spec.batch_rows
+        rows = spec.batch_rows
         me = spec.actor_id
         fill = 0  # transitions already in the current slot
         n_eps = 0  # episode records in the current slot

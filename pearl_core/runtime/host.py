@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pearl_core.envs import env_spaces
-from pearl_core.errors import CallbackError, EvaluationError, HostError, WorkerError
-from pearl_core.placement import learner_route, make_queue
+from pearl_core.errors import CallbackError, EvaluationError, HostError, TransportError, WorkerError
+from pearl_core.placement import backend_for_device, learner_route, make_queue
 from pearl_core.replay.storage import StorageSpec
 from pearl_core.runtime.actors import ActorSpec, experience_fields, run_actor
 from pearl_core.runtime.checkpoint import dump_blob, load_blob
@@ -64,7 +64,7 @@ from pearl_core.runtime.messages import (
     StateRequest,
 )
 from pearl_core.runtime.procs import worker_context
-from pearl_core.runtime.queues import PipeQueue
+from pearl_core.runtime.queues import PipeQueue, SequencedQueue
 from pearl_core.runtime.roles import Colocated, ThroughHost
 from pearl_core.runtime.sanity import DropLog
 from pearl_core.runtime.session import RunSession
@@ -90,7 +90,7 @@ class Host(HostFaults):
         self.ctx = worker_context(early=True)  # the fork server loads torch while we build the trainer
         self.session = session = RunSession(rt, continuous=True, title=f"(parallel, setting {int(plan.setting)})")
         self.interrupted: str | None = None
-        self.interrupted_at: float | None = None  # time.monotonic() of the first SIGINT / SIGTERM
+        self.interrupted_at: float | None = None  # time.monotonic() of the first SIGINT / SIGTERM / SIGHUP
         self.failing = False  # a failure is being handled: no restarts, no second failure
         self.frozen: set[int] = set()  # pids of workers known frozen (terminated at once by close)
         self.watchdog: Watchdog | None = None  # started once every worker is ready
@@ -101,8 +101,8 @@ class Host(HostFaults):
         self.learner_proc = None
         self.arena: ShmArena | None = None
         self.ctrl: Control | None = None
-        self.inbox: PipeQueue | None = None
-        self.outbox: PipeQueue | None = None
+        self.inbox: SequencedQueue | None = None
+        self.outbox: SequencedQueue | None = None
         self.dcqs: list[PipeQueue | None] = [None] * plan.n_actors
         self.eval_trainer = None  # the host's evaluation copy of the policy (see start_eval)
         self.eval_job: EvalJob | None = None  # the running evaluation, if any
@@ -166,15 +166,32 @@ class Host(HostFaults):
             for i in range(plan.n_actors)
         ]
         q = max(plan.queue_size, plan.max_in_flight + 3)
-        # LAQ and LDQ: the transport of the learner device's backend (a shared-memory PipeQueue by default).
-        self.inbox = make_queue("laq", q, self.ctx, plan.learner_device, backends=plan.backends)
-        self.outbox = make_queue("ldq", q, self.ctx, plan.learner_device, backends=plan.backends)
+        # LAQ and LDQ: the transport of the learner device's backend (a shared-memory PipeQueue by default),
+        # each message stamped with a sequence number and counted, so a lost one is an error naming it.
+        self.inbox = self._transport("laq", q)
+        self.outbox = self._transport("ldq", q)
         extra = self.role.build(ck)
         self.learner_spec = LearnerSpec(
             config=cfg, plan=plan, control=self.ctrl.handle, weights=self.weights.handle, inbox=self.inbox,
             outbox=self.outbox, actor_rings=tuple(r.handle for r in self.rings),
             trainer_state=dump_blob(self.trainer.state_dict()) if ck is not None else None, **extra,
         )
+
+    def _transport(self, role: str, maxsize: int) -> SequencedQueue:
+        """The LAQ / LDQ: the learner device's backend's transport, checked by :class:`SequencedQueue`."""
+        plan = self.plan
+        inner = make_queue(role, maxsize, self.ctx, plan.learner_device, backends=plan.backends)
+        kind = type(inner)
+        if kind is PipeQueue:
+            who = "PipeQueue (PEARL's own)"
+        else:
+            name, _ = backend_for_device(plan.learner_device, "learner transport", backends=plan.backends)
+            who = f"{kind.__module__}.{kind.__qualname__} (backend {name!r}, Backend.make_transport)"
+        try:
+            return SequencedQueue(inner, role.upper(), who, self.arena)
+        except BaseException:
+            inner.close()
+            raise
 
     def start(self) -> None:
         self.learner_proc = self.ctx.Process(target=self.role.target, args=(self.learner_spec,), daemon=True,
@@ -267,17 +284,26 @@ class Host(HostFaults):
             for a, p in enumerate(self.actor_procs):
                 if p is not None:
                     waitables[p.sentinel] = ("actor_exit", a)
-        for obj in mp_wait(list(waitables), timeout):
-            kind, a = waitables[obj]
-            if kind == "ldq":
-                self.drain_ldq()
-            elif kind == "dcq":
-                self.drain_dcq(a)
-            elif kind == "actor_exit":
-                self.actor_exited(a)
+        try:
+            for obj in mp_wait(list(waitables), timeout):
+                kind, a = waitables[obj]
+                if kind == "ldq":
+                    self.drain_ldq()
+                elif kind == "dcq":
+                    self.drain_dcq(a)
+                elif kind == "actor_exit":
+                    self.actor_exited(a)
+                else:
+                    self.drain_ldq()
+                    self.learner_exited()
+            if not self.failing:
+                self.outbox.check()  # LDQ messages the learner sent that never arrived (TransportError)
+        except TransportError as exc:
+            if self.failing:  # already ending: the first error is the one raised
+                log.error("%s", exc)
             else:
-                self.drain_ldq()
-                self.learner_exited()
+                self.rt.faults.append((self.session.wall(), "transport", str(exc)))
+                raise HostStop(exc) from None
         self.role.after_pump()
         self.watch()
 

@@ -25,7 +25,8 @@ import queue
 import time
 from pathlib import Path
 
-from pearl_core.errors import ActorError, DataError, EvaluationError, LearnerError, PearlError, StallError
+from pearl_core.errors import ActorError, DataError, EvaluationError, LearnerError, PearlError, StallError, \
+    TransportError
 from pearl_core.runtime.checkpoint import CHECKPOINT_NAME, load_blob
 from pearl_core.runtime.messages import Stop
 
@@ -195,6 +196,13 @@ class HostFaults:
 
     def learner_failed(self, msg) -> HostStop:
         code = self.learner_proc.exitcode if self.learner_proc is not None else None
+        head = "TransportError: "
+        if msg.error.startswith(head):  # the LAQ lost (or repeated) a message: the transport's fault, not the learner's
+            q = self.inbox
+            self.rt.faults.append((self.session.wall(), "transport", msg.error))
+            return HostStop(TransportError(
+                f"the learner (setting {int(self.plan.setting)}) stopped: {msg.error[len(head):]}", msg.traceback,
+                code, transport=getattr(q, "transport", ""), queue="LAQ"), msg.blob, learner_answers=False)
         head = f": {msg.error}" if msg.error else ""
         kept = "" if msg.blob is not None else (
             " Its state was not usable (it holds NaN/inf, or could not be saved): the checkpoint holds the "
@@ -227,7 +235,8 @@ class HostFaults:
             if state is None and stop.learner_answers and alive:
                 try:
                     deadline = self.reply_deadline()
-                    self._quiesce(deadline)
+                    # A lost message leaves work counted in flight that will never come back: no wait for it.
+                    self._quiesce(time.monotonic() if isinstance(stop.error, TransportError) else deadline)
                     self.save(deadline=deadline)  # the learner's own state (and the worker's replay if asked)
                     return
                 except (HostStop, PearlError) as exc:

@@ -39,7 +39,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import queue
-import signal
 import time
 import traceback
 
@@ -59,7 +58,7 @@ from pearl_core.runtime.messages import (
     Train,
     Trained,
 )
-from pearl_core.runtime.procs import HostWatch, quick_exit
+from pearl_core.runtime.procs import HostWatch, ignore_stop_signals, quick_exit
 from pearl_core.runtime.queues import PipeQueue, put_while
 from pearl_core.runtime.sanity import check_state, nonfinite_in
 from pearl_core.runtime.shared import Control, WeightBuffer, WeightHandle
@@ -182,7 +181,7 @@ class _Worker:
 
 
 def _guard(cls, spec: LearnerSpec) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the host decides when to stop
+    ignore_stop_signals()  # SIGINT / SIGHUP to the process group: the host decides when to stop
     spec.inbox.close_sender()
     spec.outbox.close_receiver()
     worker = None

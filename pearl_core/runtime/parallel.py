@@ -39,7 +39,7 @@ progress for ``stall_timeout_s`` ends the run with :class:`StallError`; a failin
 evaluation with :class:`EvaluationError`; an error in the host loop itself with
 :class:`HostError`. Every one of them comes after a checkpoint of what is sound
 (the learner's state, or the weights last published when the learner cannot
-answer). SIGINT / SIGTERM end the run cleanly with a final checkpoint
+answer). SIGINT / SIGTERM / SIGHUP (to the host) end the run cleanly with a final checkpoint
 (``stop_reason`` ``"interrupted"``) within seconds even when a worker is frozen
 (then a :class:`StallError` follows the checkpoint); a second SIGINT aborts at
 once. Every child process is stopped and every shared-memory segment unlinked

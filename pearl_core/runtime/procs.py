@@ -41,7 +41,8 @@ from typing import Any
 
 from pearl_core.errors import SpecError
 
-__all__ = ["START_METHOD_ENV", "HostWatch", "check_main_module", "quick_exit", "start_method", "worker_context"]
+__all__ = ["START_METHOD_ENV", "STOP_SIGNALS", "HostWatch", "check_main_module", "ignore_stop_signals",
+           "install_stop_handlers", "quick_exit", "restore_stop_handlers", "start_method", "worker_context"]
 
 #: Environment variable that overrides the start method (``forkserver`` or ``spawn``).
 START_METHOD_ENV = "PEARL_START_METHOD"
@@ -146,14 +147,22 @@ def quick_exit(code: int) -> None:
     os._exit(code)
 
 
+#: The signals that end a run cleanly with a final checkpoint (SIGHUP where the platform has it: a closed
+#: terminal or ssh session, ``kill -HUP``).
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
 def install_stop_handlers(target: Any) -> dict[int, Any]:
-    """SIGINT / SIGTERM set ``target.interrupted`` (the signal's name) and ``target.interrupted_at``
-    (``time.monotonic()`` of the first) instead of raising, so the run's loop stops cleanly with a
-    checkpoint; a second Ctrl-C raises :class:`KeyboardInterrupt` (the ``finally`` clauses still clean
-    up). Only in the main thread (elsewhere nothing is installed). Returns the handlers replaced, for
-    :func:`restore_stop_handlers`."""
+    """SIGINT / SIGTERM / SIGHUP (:data:`STOP_SIGNALS`) set ``target.interrupted`` (the signal's name) and
+    ``target.interrupted_at`` (``time.monotonic()`` of the first) instead of raising or ending the process, so
+    the run's loop stops cleanly with a checkpoint; a second Ctrl-C raises :class:`KeyboardInterrupt` (the
+    ``finally`` clauses still clean up). ``target.interrupted`` / ``interrupted_at`` are reset to ``None`` here.
+    Only in the main thread (elsewhere nothing is installed: Python delivers signals to the main thread only).
+    Returns the handlers replaced, for :func:`restore_stop_handlers`."""
     if threading.current_thread() is not threading.main_thread():
         return {}
+    target.interrupted = None
+    target.interrupted_at = None
 
     def on_signal(signum, frame):
         if target.interrupted is not None and signum == signal.SIGINT:
@@ -163,12 +172,24 @@ def install_stop_handlers(target: Any) -> dict[int, Any]:
         target.interrupted = signal.Signals(signum).name
 
     old = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        old[sig] = signal.signal(sig, on_signal)
+    try:
+        for sig in STOP_SIGNALS:
+            old[sig] = signal.signal(sig, on_signal)
+    except BaseException:
+        restore_stop_handlers(old)
+        raise
     return old
 
 
 def restore_stop_handlers(old: dict[int, Any]) -> None:
     """Put back the handlers :func:`install_stop_handlers` replaced."""
     for sig, handler in old.items():
-        signal.signal(sig, handler)
+        signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def ignore_stop_signals() -> None:
+    """In a worker: SIGINT and SIGHUP (a terminal's Ctrl-C, or its closing, reach the whole process group) are
+    the host's to act on; the worker ignores them and stops when the host tells it to (or is gone)."""
+    for name in ("SIGINT", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)

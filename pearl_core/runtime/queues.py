@@ -5,6 +5,11 @@
   pipe with the :class:`queue.Queue` method names; ``put`` blocks (or raises
   :class:`queue.Full`) once ``maxsize`` messages are unread.
 * :func:`put_while` — a put that gives up when its receiver stopped listening.
+* :class:`SequencedQueue` — wraps any transport (a backend's LAQ/LDQ): the core
+  stamps a sequence number on every message it sends and counts what it sent in
+  shared memory, and checks both on receipt, so a transport that loses,
+  duplicates or reorders a message is a :class:`~pearl_core.errors.TransportError`
+  naming it, within :data:`LOSS_GRACE_S` seconds, never a silent loss or a hang.
 
 Messages are the small typed values of :mod:`pearl_core.runtime.messages`;
 bulk data stays in shared memory.
@@ -16,11 +21,16 @@ import multiprocessing as mp
 import queue
 import select
 import threading
+import time
 from typing import Any, Protocol
 
-from pearl_core.errors import InvalidValueError
+from pearl_core.errors import InvalidValueError, TransportError
+from pearl_core.runtime.shm import Layout, ShmArena, ShmBlock
 
-__all__ = ["MessageQueue", "PipeQueue", "put_while"]
+__all__ = ["LOSS_GRACE_S", "MessageQueue", "PipeQueue", "SequencedQueue", "put_while"]
+
+#: Seconds a message counted as sent may stay unreadable at the receiver before it counts as lost.
+LOSS_GRACE_S = 3.0
 
 
 class MessageQueue(Protocol):
@@ -171,3 +181,148 @@ class PipeQueue:
         """Close both ends in this process (idempotent)."""
         self._reader.close()
         self._writer.close()
+
+
+class SequencedQueue:
+    """A transport as the core uses it: every message sent carries a sequence number, and a shared counter
+    holds how many were sent (a shared-memory word); the receiver checks both.
+
+    * A message whose number is not the next one expected (one lost in between, a duplicate, or one out of
+      order) raises :class:`~pearl_core.errors.TransportError` at once from ``get``.
+    * Messages counted as sent that the receiver cannot read for :attr:`grace_s` seconds (the last ones lost:
+      no later message reveals the gap) raise it from ``get`` / ``poll`` / :meth:`check` — so a receiver that
+      waits for work notices within a bounded time instead of waiting forever.
+
+    After raising, the receiver resynchronises (the error is raised once per fault), so the run can still ask
+    for the worker's state and end with a checkpoint. Exactly one process puts and one gets, as for
+    :class:`PipeQueue`; pass it to the other process as a ``Process`` argument (the counter is shared memory).
+
+    Args:
+        inner: the transport (anything with :class:`PipeQueue`'s surface).
+        name: the queue, for messages (``"LAQ"``, ``"LDQ"``).
+        transport: who gave the transport, for messages (e.g. ``"pearl_foo.queues.FooQueue of plugin 'foo'"``).
+        arena: where the shared counter lives (a one-word segment; unlinked with the arena).
+        grace_s: :attr:`grace_s` (default :data:`LOSS_GRACE_S`).
+    """
+
+    def __init__(self, inner: Any, name: str, transport: str, arena: ShmArena, grace_s: float = LOSS_GRACE_S):
+        self.inner, self.name, self.transport, self.grace_s = inner, name, transport, float(grace_s)
+        self._block: ShmBlock | None = arena.block(Layout.of({"sent": ((1,), "<i8")}), f"{name.lower()}seq")
+        self._handle = self._block.handle
+        self._count = self._block.arrays["sent"]  # messages put (written by the sender only)
+        self._next_put = 0  # sender side
+        self._next_get = 0  # receiver side
+        self._missing_since: float | None = None
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.update(_block=None, _count=None, _missing_since=None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._block = ShmBlock.attach(self._handle)
+        self._count = self._block.arrays["sent"]
+
+    @property
+    def reader(self):
+        return self.inner.reader
+
+    @property
+    def maxsize(self) -> int:
+        return getattr(self.inner, "maxsize", 0)
+
+    @property
+    def sent(self) -> int:
+        """Messages the sender has put so far."""
+        return int(self._count[0])
+
+    @property
+    def received(self) -> int:
+        """Messages this receiver has taken so far."""
+        return self._next_get
+
+    # -- sending -------------------------------------------------------------------------
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        self.inner.put((self._next_put, item), block, timeout)
+        self._next_put += 1  # only once the transport took it (a refused put delivers nothing)
+        self._count[0] = self._next_put
+
+    def put_nowait(self, item: Any) -> None:
+        self.put(item, block=False)
+
+    # -- receiving -----------------------------------------------------------------------
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        try:
+            got = self.inner.get(block, timeout)
+        except queue.Empty:
+            self.check()
+            raise
+        self._missing_since = None
+        if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], int)):
+            raise self._error(f"delivered {type(got).__name__} {got!r:.80}, which is not a message the core sent "
+                              "(each carries its sequence number)", self._next_get, None)
+        seq, item = got
+        if seq != self._next_get:
+            expected = self._next_get
+            what = (f"message {expected} was lost ({seq - expected} message(s) missing: message {seq} arrived "
+                    f"next)" if seq > expected else f"message {seq} arrived again or out of order (expected "
+                    f"message {expected})")
+            self._next_get = max(self._next_get, seq + 1)  # resynchronise: the fault is reported once
+            raise self._error(what, expected, seq)
+        self._next_get = seq + 1
+        return item
+
+    def get_nowait(self) -> Any:
+        return self.get(block=False)
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        if self.inner.poll(timeout):
+            return True
+        self.check()
+        return False
+
+    def check(self) -> None:
+        """Raise :class:`TransportError` when messages sent have not been readable for :attr:`grace_s`."""
+        if self._count[0] <= self._next_get or self.inner.poll(0):  # nothing missing, or it is readable
+            self._missing_since = None
+            return
+        now = time.monotonic()
+        if self._missing_since is None:
+            self._missing_since = now
+            return
+        if now - self._missing_since < self.grace_s:
+            return
+        sent, expected = int(self._count[0]), self._next_get
+        self._next_get, self._missing_since = sent, None  # resynchronise: the fault is reported once
+        raise self._error(f"{sent - expected} message(s) sent (from message {expected} on) never arrived: "
+                          f"{self.grace_s:g} s after they were sent the transport still had nothing to read",
+                          expected, None)
+
+    def _error(self, what: str, expected: int, found: int | None) -> TransportError:
+        return TransportError(
+            f"the {self.name} transport {self.transport} {what}. PEARL stamps a sequence number on every message "
+            f"it sends through a transport and counts them, so a transport that loses, duplicates or reorders "
+            f"messages is stopped here instead of losing data silently. The run ends after a checkpoint. Fix: "
+            f"report it to the transport's authors (run pearl_core.testing.TransportConformance on it), or plan "
+            f"without that backend's transport.", transport=self.transport, queue=self.name, expected=expected,
+            found=found)
+
+    # -- the rest of the surface ---------------------------------------------------------------
+    def qsize(self) -> int:
+        return self.inner.qsize()
+
+    def empty(self) -> bool:
+        return self.inner.empty()
+
+    def full(self) -> bool:
+        return self.inner.full()
+
+    def close_sender(self) -> None:
+        self.inner.close_sender()
+
+    def close_receiver(self) -> None:
+        self.inner.close_receiver()
+
+    def close(self) -> None:
+        self.inner.close()

@@ -87,8 +87,8 @@ class RayActorBody:
             n_steps: steps of every environment to take.
 
         Returns: the rows (``obs``, ``action``, ``reward``, ``next_obs``, ``done``, ``steps``),
-        ``episodes`` ((return, length, env steps of this call when it ended) each), ``env_steps`` taken and kept, ``dropped`` (the
-        actor's total so far), ``last_drop``, and ``node`` (where this ran).
+        ``episodes`` ((return, length, env steps of this call when it ended) each), ``env_steps`` taken and
+        kept, ``dropped`` (the actor's total so far), ``last_drop``, and ``node`` (where this ran).
 
         Raises: whatever the environment or ``get_action`` raised (:class:`DataError` for a
         NaN/inf with ``on_nonfinite="stop"``): the host ends the run with it.

@@ -35,7 +35,7 @@ by logger ``pearl_core.runtime.rayrun`` and counted in :attr:`RayRuntime.actor_r
 the batch it was collecting had not been inserted, and everything inserted stays in the
 replay. An environment or ``get_action`` that raises ends the run with
 :class:`ActorError` (or the :class:`DataError` of a NaN/inf) after a checkpoint, as in
-the serial runtime. Ctrl-C (SIGINT) or SIGTERM stops the run cleanly with the final
+the serial runtime. Ctrl-C (SIGINT), SIGTERM or SIGHUP stops the run cleanly with the final
 checkpoint (``stop_reason="interrupted"``). However the run ends, its Ray actors are
 killed, and a Ray this runtime started is shut down.
 
@@ -64,7 +64,6 @@ import traceback
 from typing import Any, Mapping, Sequence
 
 from pearl_core.errors import ActorError, DataError, HostError, PearlError, SpecError, StallError
-from pearl_core.runtime.control import StopDecision
 from pearl_core.runtime.procs import install_stop_handlers, restore_stop_handlers
 from pearl_core.runtime.rayactor import RayActorBody
 from pearl_core.runtime.serial import SerialRuntime, _Run
@@ -225,7 +224,7 @@ class RayHostBody:
                 ray.get_runtime_context().get_node_id())
 
     def interrupt(self, signame: str) -> None:
-        """Stop the run cleanly with its final checkpoint (the driver's Ctrl-C / SIGTERM)."""
+        """Stop the run cleanly with its final checkpoint (the driver's Ctrl-C / SIGTERM / SIGHUP)."""
         if self.rt.interrupted_at is None:
             self.rt.interrupted_at = time.monotonic()
         self.rt.interrupted = signame
@@ -342,8 +341,9 @@ class _ActorPool:
         except ray.exceptions.GetTimeoutError as exc:
             raise ActorError(
                 f"the Ray actors were not all started within {self.rt.stall_timeout_s:.0f} s: the cluster has no "
-                f"room for {len(self.handles)} actors of {self.rt.actor_cpus:g} CPU(s) each (ray.available_resources() "
-                f"= {ray.available_resources()}). Fix: lower RuntimePlan.n_actors or actor_cpus, or add nodes.") from exc
+                f"room for {len(self.handles)} actors of {self.rt.actor_cpus:g} CPU(s) each "
+                f"(ray.available_resources() = {ray.available_resources()}). Fix: lower RuntimePlan.n_actors or "
+                "actor_cpus, or add nodes.") from exc
         except ray.exceptions.RayError as exc:
             raise ActorError(f"a Ray actor could not be built ({_reason(exc)}). Fix: make the environment "
                              f"{self.cfg.env_id!r} and the trainer {self.cfg.trainer!r} importable on every node "
@@ -490,19 +490,6 @@ class _RayRun(_Run):
     def flush_pending(self) -> None:
         """The actors' open n-step windows are not shipped (see the module)."""
 
-    def check(self):
-        sig = self.rt.interrupted
-        if sig is not None:
-            return StopDecision("interrupted", f"received {sig}; stopped cleanly", False)
-        return super().check()
-
-    def loop(self):
-        handlers = install_stop_handlers(self.rt)
-        try:
-            return super().loop()
-        finally:
-            restore_stop_handlers(handlers)
-
     def _submit_idle(self) -> None:
         pool, st = self.pool, self.session.state
         if pool.weights_ref is None:
@@ -527,8 +514,9 @@ class _RayRun(_Run):
         if not got:
             stalled = time.monotonic() - pool.last_batch_at
             if stalled > self.rt.stall_timeout_s:
+                waiting = sorted(i for i, _ in pool.inflight.values())
                 raise StallError(f"no Ray actor delivered a batch for {stalled:.0f} s (stall_timeout_s = "
-                                 f"{self.rt.stall_timeout_s:g}); actors waiting: {sorted(i for i, _ in pool.inflight.values())}"
+                                 f"{self.rt.stall_timeout_s:g}); actors waiting: {waiting}"
                                  f", nodes: {self.rt.actor_nodes}. Fix: check the cluster (`ray status`: is there "
                                  "room for the actors?) and the environment (a frozen env.step).",
                                  role="actors", stalled_s=stalled)

@@ -22,7 +22,9 @@ with the last weights checked finite), then the error naming the component —
 raised or made the weights non-finite), :class:`~pearl_core.errors.EvaluationError`,
 or :class:`~pearl_core.errors.HostError` (anything else in the loop). With
 ``on_nonfinite="drop"`` bad transitions are counted (``dropped_nonfinite``),
-logged and not stored.
+logged and not stored. SIGINT (Ctrl-C), SIGTERM and SIGHUP end the run cleanly with
+the final checkpoint, logs and curve (``stop_reason == "interrupted"``), as in the
+parallel runtime.
 
 Usage::
 
@@ -45,7 +47,8 @@ from pearl_core.errors import ActorError, CallbackError, DataError, EvaluationEr
 from pearl_core.replay.storage import StorageSpec
 from pearl_core.runtime.acting import Collector, InsertBuffer, actor_env_seeds
 from pearl_core.runtime.vector import make_vector_envs
-from pearl_core.runtime.control import RunResult
+from pearl_core.runtime.control import RunResult, StopDecision
+from pearl_core.runtime.procs import install_stop_handlers, restore_stop_handlers
 from pearl_core.runtime.sanity import DropLog, check_state, nonfinite_in
 from pearl_core.runtime.session import Runtime, RunSession
 from pearl_core.runtime.step import LearnerStep
@@ -77,9 +80,17 @@ class SerialRuntime(Runtime):
     """
 
     dropped_nonfinite = 0
+    #: the name of the signal (SIGINT, SIGTERM, SIGHUP) that is stopping the run, and when it came
+    interrupted: str | None = None
+    interrupted_at: float | None = None
 
     def run(self) -> RunResult:
         """Train until a stop criterion fires; write logs, the final checkpoint and the curve.
+
+        SIGINT (Ctrl-C), SIGTERM and SIGHUP end the run cleanly at the end of the iteration under way: the
+        final checkpoint, the last metrics row and the curve are written and the result says
+        ``stop_reason == "interrupted"``; a second Ctrl-C aborts at once. The handlers are installed only
+        when the run is in the main thread, and the previous ones are put back however the run ends.
 
         Raises (after a checkpoint of what is sound, when the run progressed):
             ActorError, DataError, LearnerError, EvaluationError, HostError: see the module.
@@ -89,14 +100,18 @@ class SerialRuntime(Runtime):
         threads = torch.get_num_threads()
         torch.set_num_threads(self.plan.learner_threads)
         run = None
+        handlers = install_stop_handlers(self)
         try:  # a run refused while it is built (e.g. another run owns the log directory) restores the threads too
             run = self._open()
             result = run.loop()
             return dataclasses.replace(result, dropped_nonfinite=int(self.dropped_nonfinite))
         finally:
-            if run is not None:
-                run.close()
-            torch.set_num_threads(threads)
+            try:
+                if run is not None:
+                    run.close()
+            finally:
+                restore_stop_handlers(handlers)
+                torch.set_num_threads(threads)
 
     def _open(self) -> "_Run":
         """Build one segment of the run (a subclass's runtime builds its own kind)."""
@@ -172,6 +187,9 @@ class _Run:
 
     def check(self):
         """The decision to stop (a :class:`~pearl_core.runtime.control.StopDecision`), or ``None``."""
+        sig = self.rt.interrupted
+        if sig is not None:  # SIGINT / SIGTERM / SIGHUP (SerialRuntime.run): end with the final checkpoint
+            return StopDecision("interrupted", f"received {sig}; stopped cleanly", False)
         return self.session.check()
 
     def act(self) -> None:
@@ -260,7 +278,8 @@ class _Run:
     def _error(self, exc: Exception) -> Exception:
         """The error the run ends with: ``exc`` itself if it already names the component, else a wrapper."""
         learner = isinstance(exc, DataError) and exc.update is not None  # weights or state of an update
-        if isinstance(exc, (WorkerError, CallbackError)) or (isinstance(exc, DataError) and self.part == "actor" and not learner):
+        if isinstance(exc, (WorkerError, CallbackError)) or (
+                isinstance(exc, DataError) and self.part == "actor" and not learner):
             return exc
         tb, what = traceback.format_exc(), f"{type(exc).__name__}: {exc}"
         st, env = self.session.state, self.cfg.env_id

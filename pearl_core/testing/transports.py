@@ -26,6 +26,13 @@ surface and guarantees (the runtime relies on both):
 
 Every wait has a timeout (:attr:`TransportConformance.timeout_s`), so a broken
 transport fails the test instead of hanging it; no assertion is about time.
+
+:class:`FaultyTransport` is a deliberately broken transport (it loses or repeats
+one message) for testing what the runtime does with such a plugin: the core
+stamps a sequence number on each message and counts them
+(:class:`~pearl_core.runtime.queues.SequencedQueue`), so the run ends with a
+:class:`~pearl_core.errors.TransportError` naming the transport, after a
+checkpoint, instead of losing data silently or hanging.
 """
 
 from __future__ import annotations
@@ -37,7 +44,65 @@ from typing import Any
 
 import pytest
 
-__all__ = ["TransportConformance", "message"]
+__all__ = ["FaultyTransport", "TransportConformance", "message"]
+
+
+class FaultyTransport:
+    """A transport that loses (``drop``) or delivers twice (``repeat``) the message put number ``n`` (0-based,
+    counted in the sending process); otherwise a :class:`~pearl_core.runtime.queues.PipeQueue`.
+
+    A test stands it in for a backend's ``make_transport`` to check that the runtime detects the fault.
+    """
+
+    def __init__(self, maxsize: int, ctx: Any = None, *, drop: int | None = None, repeat: int | None = None):
+        from pearl_core.runtime.queues import PipeQueue
+
+        self.inner = PipeQueue(maxsize, ctx)
+        self.drop, self.repeat, self.puts = drop, repeat, 0
+
+    @property
+    def reader(self):
+        return self.inner.reader
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        n = self.puts
+        if n == self.drop:  # "sent", never delivered
+            self.puts += 1
+            return
+        self.inner.put(item, block, timeout)
+        self.puts += 1
+        if n == self.repeat:
+            self.inner.put(item, block, timeout)
+
+    def put_nowait(self, item: Any) -> None:
+        self.put(item, block=False)
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        return self.inner.get(block, timeout)
+
+    def get_nowait(self) -> Any:
+        return self.inner.get_nowait()
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        return self.inner.poll(timeout)
+
+    def qsize(self) -> int:
+        return self.inner.qsize()
+
+    def empty(self) -> bool:
+        return self.inner.empty()
+
+    def full(self) -> bool:
+        return self.inner.full()
+
+    def close_sender(self) -> None:
+        self.inner.close_sender()
+
+    def close_receiver(self) -> None:
+        self.inner.close_receiver()
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def message(i: int) -> tuple:
