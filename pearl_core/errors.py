@@ -224,3 +224,13 @@ class ExportError(PearlError):
 
 class CallbackError(PearlError):
     """A user's callback (:mod:`pearl_core.callbacks`) raised; the message names it and the method."""
+
+
+class PluginContractError(PearlError):
+    """A plugin broke the plugin contract: its declared contract version is incompatible, two plugins claim one
+    backend name, or a backend's object (a sum tree, a hook) returned or raised what the contract does not allow.
+    The message names the plugin (its distribution), the contract point and the fix."""
+
+
+class PluginTimeoutError(PluginContractError, TimeoutError):
+    """A plugin's hook (a cost model) did not return within its deadline; the message names the plugin and hook."""

@@ -8,6 +8,17 @@ or to register is *recorded* (see :meth:`PluginRegistry.plugins`, shown by
 Set ``PEARL_DISABLE_PLUGIN_AUTOLOAD=1`` to skip entry points (tests then register
 plugins by hand with :meth:`PluginRegistry.register_plugin`).
 
+Contract versions: a plugin module declares the plugin contract version it was written against
+(``PEARL_PLUGIN_API = "1.1"``, :mod:`pearl_core.hookspecs`). A missing declaration warns (the
+plugin is served as ``1.0``), another major than :data:`~pearl_core.hookspecs.PLUGIN_API_VERSION`'s
+refuses the plugin, a newer minor warns; every backend object is adapted to its plugin's version
+and guarded (:func:`pearl_core.plugin_guard.adapt_backend`: older hooks, cost-model deadlines,
+checked sum trees). Warnings are logged and kept in :attr:`PluginRecord.warnings`.
+
+A backend name belongs to one plugin: when two plugins register the same name, neither gets it
+(whatever the entry points' order); the backend is reported unavailable, naming both
+distributions, until one of them is uninstalled.
+
 Native learner kernels are found by device, never by a backend's name:
 :func:`kernel_lookup` (``kernel_lookup("cuda:0")("dqn_mlp")``) asks the backends
 of the device's kind. The runtime hands such a lookup to trainers that accept
@@ -16,6 +27,7 @@ of the device's kind. The runtime hands such a lookup to trainers that accept
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import traceback
@@ -27,7 +39,8 @@ import pluggy
 
 from pearl_core import hookspecs
 from pearl_core.backend import Availability, Backend
-from pearl_core.errors import BackendUnavailableError, InvalidValueError, PluginLoadError
+from pearl_core.errors import BackendUnavailableError, InvalidValueError, PluginContractError, PluginLoadError
+from pearl_core.plugin_guard import adapt_backend, declared_api, format_api
 
 __all__ = ["AUTOLOAD_ENV", "BackendStatus", "KernelLookup", "PluginRecord", "PluginRegistry", "default_registry",
            "get_backend", "kernel_lookup", "list_backends", "reset_default_registry"]
@@ -48,6 +61,8 @@ class PluginRecord:
         backends: names of the backends it registered.
         error: the exception raised while importing or registering, or ``None``.
         traceback: formatted traceback of ``error``.
+        api: the plugin contract version it declares (``"1.1"``), or ``None`` when it declares none.
+        warnings: what loading it warned about (no contract version, a newer minor, a contested backend name).
     """
 
     name: str
@@ -57,6 +72,8 @@ class PluginRecord:
     backends: tuple[str, ...] = ()
     error: BaseException | None = None
     traceback: str = ""
+    api: str | None = None
+    warnings: tuple[str, ...] = ()
 
     @property
     def loaded(self) -> bool:
@@ -97,6 +114,8 @@ class PluginRegistry:
         self._records: dict[str, PluginRecord] = {}
         self._classes: dict[str, tuple[type[Backend], str]] = {}
         self._instances: dict[str, Backend] = {}
+        self._api: dict[str, tuple[int, int]] = {}  # plugin name -> the contract version it is served as
+        self._contested: dict[str, list[str]] = {}  # backend name -> the plugins that claim it
         if autoload is None:
             autoload = os.environ.get(AUTOLOAD_ENV, "").strip().lower() not in ("1", "true", "yes")
         if autoload:
@@ -140,6 +159,11 @@ class PluginRegistry:
                 "fix: give the entry point a unique name."
             )
         registered: list[tuple[str, type[Backend]]] = []
+        who = f"plugin {name!r} ({_dist_text(distribution, version, target)})"
+        try:
+            api, declared, notes = _check_api(plugin, who)
+        except PluginContractError as exc:
+            return self._record_failure(name, distribution, version, target, exc)
 
         def register(backend_cls: type) -> None:
             if not (isinstance(backend_cls, type) and issubclass(backend_cls, Backend)):
@@ -150,12 +174,9 @@ class PluginRegistry:
             bname = getattr(backend_cls, "name", None)
             if not isinstance(bname, str) or not bname:
                 raise PluginLoadError(f"plugin {name!r}: backend class {backend_cls.__name__} has no `name`.")
-            owner = self._classes.get(bname)
-            if owner is not None or any(b == bname for b, _ in registered):
-                raise PluginLoadError(
-                    f"plugin {name!r} registers backend {bname!r}, already registered by plugin "
-                    f"{owner[1] if owner else name!r}; fix: choose another backend name."
-                )
+            if any(b == bname for b, _ in registered):
+                raise PluginLoadError(f"plugin {name!r} registers backend {bname!r} twice; fix: choose another "
+                                      "backend name for one of its classes.")
             registered.append((bname, backend_cls))
 
         try:
@@ -173,11 +194,36 @@ class PluginRegistry:
                 raise
             self._pm.unregister(plugin)
             return self._record_failure(name, distribution, version, target, exc)
+        for note in notes:
+            _log.warning("%s", note)
+        self._api[name] = api
+        self._records[name] = PluginRecord(
+            name, distribution, version, target, tuple(b for b, _ in registered),
+            api=declared and format_api(declared), warnings=tuple(notes))
         for bname, cls in registered:
-            self._classes[bname] = (cls, name)
-        record = PluginRecord(name, distribution, version, target, tuple(b for b, _ in registered))
-        self._records[name] = record
-        return record
+            owner = self._classes.pop(bname, None)
+            claimants = self._contested.get(bname) or ([owner[1]] if owner is not None else [])
+            if not claimants:
+                self._classes[bname] = (cls, name)
+                continue
+            self._contested[bname] = [*claimants, name]  # neither plugin gets the name, whatever the load order
+            self._instances.pop(bname, None)
+            text = self._contest_text(bname)
+            _log.warning("%s", text)
+            for plugin_name in self._contested[bname]:
+                rec = self._records[plugin_name]
+                self._records[plugin_name] = dataclasses.replace(rec, warnings=(*rec.warnings, text))
+        return self._records[name]
+
+    def _contest_text(self, bname: str) -> str:
+        names = " and ".join(f"plugin {p!r} ({self._dist_of(p)})" for p in self._contested[bname])
+        return (f"backend {bname!r} is claimed by {names}; a backend name belongs to one plugin, so neither is used. "
+                f"Fix: uninstall the distribution that should not provide {bname!r} (or ask its authors to rename "
+                "their backend).")
+
+    def _dist_of(self, plugin: str) -> str:
+        rec = self._records.get(plugin)
+        return "?" if rec is None else _dist_text(rec.distribution, rec.version, rec.target)
 
     def _record_failure(self, name, distribution, version, target, exc) -> PluginRecord:
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -191,7 +237,7 @@ class PluginRegistry:
         return [self._records[k] for k in sorted(self._records)]
 
     def backend_names(self) -> list[str]:
-        """Names of every registered backend (available or not)."""
+        """Names of every registered backend (available or not); a name two plugins claim is not one."""
         return sorted(self._classes)
 
     def device_kinds(self) -> tuple[str, ...]:
@@ -229,8 +275,9 @@ class PluginRegistry:
     def _instance(self, name: str) -> Backend:
         inst = self._instances.get(name)
         if inst is None:
-            cls, _ = self._classes[name]
-            inst = self._instances[name] = cls()
+            cls, plugin = self._classes[name]
+            owner = f"backend {name!r} (plugin {plugin!r}, {self._dist_of(plugin)})"
+            inst = self._instances[name] = adapt_backend(cls(), owner, self._api.get(plugin, (1, 0)))
         return inst
 
     def _availability(self, name: str) -> tuple[Availability, BaseException | None]:
@@ -247,6 +294,10 @@ class PluginRegistry:
             rec = self._records[plugin]
             avail, err = self._availability(name)
             rows.append(BackendStatus(name, plugin, rec.distribution, rec.version, avail.available, avail.reason, err))
+        for name in sorted(self._contested):
+            plugins = self._contested[name]
+            rows.append(BackendStatus(name, ", ".join(plugins), ", ".join(self._dist_of(p) for p in plugins), None,
+                                      False, self._contest_text(name)))
         for rec in self.plugins():
             if rec.error is not None:
                 rows.append(
@@ -265,6 +316,9 @@ class PluginRegistry:
                 backend reports itself unavailable here. ``.cause`` holds the
                 original error when there is one.
         """
+        if name in self._contested:
+            raise BackendUnavailableError(f"backend {name!r} is not available: {self._contest_text(name)}",
+                                          backend=name)
         if name not in self._classes:
             usable = self._usable_names()
             failed = self._failed_plugin_for(name)
@@ -319,6 +373,41 @@ class PluginRegistry:
 
     def _usable_names(self) -> list[str]:
         return [n for n in self.backend_names() if self._availability(n)[0].available]
+
+
+def _dist_text(distribution: str | None, version: str | None, target: str | None) -> str:
+    if distribution:
+        return f"{distribution} {version}" if version else distribution
+    return f"from {target}" if target else "distribution unknown"
+
+
+def _check_api(plugin: Any, who: str) -> tuple[tuple[int, int], tuple[int, int] | None, list[str]]:
+    """The contract version ``plugin`` is served as, the one it declares (``None``: none), what to warn about.
+
+    Raises:
+        PluginContractError: a malformed declaration, or another major than this pearl-core's.
+    """
+    ours = hookspecs.PLUGIN_API_VERSION
+    attr = hookspecs.PLUGIN_API_ATTR
+    try:
+        api = declared_api(plugin)
+    except PluginContractError as exc:
+        raise PluginContractError(f"{who}: {exc}") from None
+    if api is None:
+        return (1, 0), None, [
+            f"{who} declares no plugin contract version; it is served as contract 1.0 (before versions: no "
+            f"device= to make_sum_tree, ...). Fix (plugin author): add {attr} = \"{format_api(ours)}\" to the "
+            "plugin module once it follows the current contract (docs/user-guide.md, 'Plugin contract versions')."]
+    if api[0] != ours[0]:
+        raise PluginContractError(
+            f"{who} was written against plugin contract {format_api(api)}, but this pearl-core implements "
+            f"{format_api(ours)}; another major version is incompatible, so the plugin is not loaded. Fix: install a "
+            f"version of the plugin written for contract {ours[0]}.x (or a pearl-core of contract {api[0]}.x).")
+    if api[1] > ours[1]:
+        return ours, api, [
+            f"{who} was written against plugin contract {format_api(api)}, newer than this pearl-core's "
+            f"{format_api(ours)}: what contract {format_api(api)} added is not used. Fix: upgrade pearl-core."]
+    return api, api, []
 
 
 _default: PluginRegistry | None = None

@@ -91,12 +91,13 @@ def test_unknown_backend_lists_available():
         reg.get_backend("tpu")
 
 
-def test_duplicate_backend_name_is_a_recorded_failure():
+def test_duplicate_backend_name_is_refused_for_both():
     reg = PluginRegistry(autoload=False)
     reg.register_plugin(plugin_registering(make_backend("cpu")), name="first")
     rec = reg.register_plugin(plugin_registering(make_backend("cpu")), name="second")
-    assert not rec.loaded and "already registered" in str(rec.error)
-    assert reg.get_backend("cpu").name == "cpu"
+    assert any("claimed by plugin 'first'" in w and "plugin 'second'" in w for w in rec.warnings)
+    with pytest.raises(BackendUnavailableError, match="claimed by plugin 'first'.*and plugin 'second'"):
+        reg.get_backend("cpu")
 
 
 def test_registering_a_non_backend_is_a_recorded_failure():

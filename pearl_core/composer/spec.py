@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import os
 import re
@@ -31,6 +32,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
+from pearl_core.composer.spec_rules import (
+    _DEVICE_QUANTITIES, _LINK_QUANTITIES, HUGE, RATE_FLOOR, TINY, UNITS, check_device_count, check_name, check_rates,
+    nonneg, positive)
 from pearl_core.errors import SpecError
 from pearl_core.validation import MAX_THREADS
 
@@ -55,32 +59,6 @@ def known_kinds(registry: "PluginRegistry | None" = None) -> tuple[str, ...]:
         registry = default_registry()
     return BUILTIN_KINDS + tuple(k for k in registry.device_kinds() if k not in BUILTIN_KINDS)
 
-#: Unit suffixes accepted in spec keys, per dimension, with their factor to SI.
-UNITS: Mapping[str, Mapping[str, float]] = {
-    "bytes": {"bytes": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
-              "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40},
-    "seconds": {"s": 1, "ms": 1e-3, "us": 1e-6, "ns": 1e-9},
-    "bytes/s": {"Bps": 1, "KBps": 1e3, "MBps": 1e6, "GBps": 1e9, "MiBps": 2**20, "GiBps": 2**30},
-    "Hz": {"hz": 1, "Hz": 1, "kHz": 1e3, "MHz": 1e6, "GHz": 1e9},
-    "W": {"w": 1, "W": 1},
-    "FLOP/s": {"flops": 1, "GFLOPS": 1e9, "TFLOPS": 1e12},
-}
-
-#: field -> (key prefix in the file, dimension). The key is ``<prefix>_<unit>``.
-_DEVICE_QUANTITIES: Mapping[str, tuple[str, str]] = {
-    "memory_bytes": ("memory", "bytes"),
-    "idle_power_w": ("idle_power", "W"),
-    "active_power_w": ("active_power", "W"),
-    "clock_hz": ("clock", "Hz"),
-    "peak_flops": ("peak", "FLOP/s"),
-    "mem_bandwidth_Bps": ("mem_bandwidth", "bytes/s"),
-    "mem_latency_s": ("mem_latency", "seconds"),
-    "launch_latency_s": ("launch_latency", "seconds"),
-}
-_LINK_QUANTITIES: Mapping[str, tuple[str, str]] = {
-    "latency_s": ("latency", "seconds"),
-    "bandwidth_Bps": ("bandwidth", "bytes/s"),
-}
 _DEVICE_PLAIN = ("name", "kind", "cores", "threads", "index", "description", "dsp_blocks", "ram_blocks",
                  "ram_block_bits", "logic_ram_blocks", "logic_ram_block_bits", "options", "assumed", "backend")
 _LINK_PLAIN = ("a", "b", "medium")
@@ -90,8 +68,8 @@ FPGA_FIELDS = ("dsp_blocks", "ram_blocks", "ram_block_bits", "logic_ram_blocks",
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]*$")
 
 # Rules shared by the file loader and direct construction: (check, what is expected).
-_POS = (lambda v: _is_num(v) and v > 0, "a number > 0")
-_NONNEG = (lambda v: _is_num(v) and v >= 0, "a number >= 0")
+_POS = (positive, f"a number > 0 (at least {TINY:g}, at most {HUGE:g})")
+_NONNEG = (nonneg, f"a number >= 0 (0 or at least {TINY:g}, at most {HUGE:g})")
 _POS_INT = (lambda v: _is_int(v) and v >= 1, "an integer >= 1")
 _NONNEG_INT = (lambda v: _is_int(v) and v >= 0, "an integer >= 0")
 # Cores and threads size loops and thread pools: beyond MAX_THREADS is a typo (10**18), not a machine.
@@ -183,6 +161,7 @@ class DeviceSpec:
     backend: str | None = None
 
     def __post_init__(self) -> None:
+        check_name("device", self.name)
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
             raise _invalid("device", "name", self.name,
                            "a non-empty name of letters, digits and _.:+- such as 'gpu0'")
@@ -192,6 +171,7 @@ class DeviceSpec:
         if _is_num(self.memory_bytes) and not _is_int(self.memory_bytes):
             object.__setattr__(self, "memory_bytes", int(round(self.memory_bytes)))
         _check_rules(owner, {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, _DEVICE_RULES)
+        check_rates(owner, {name: getattr(self, name) for name in RATE_FLOOR if hasattr(self, name)})
         for req in ("memory_bytes", "idle_power_w", "active_power_w"):
             if getattr(self, req) is None:
                 raise SpecError(f"{owner}: missing field {req!r}.")
@@ -273,6 +253,7 @@ class LinkSpec:
                 raise _invalid("link", end, getattr(self, end), "a device name")
         _check_rules(f"link {self.a!r}-{self.b!r}", {"latency_s": self.latency_s, "bandwidth_Bps": self.bandwidth_Bps},
                      _LINK_RULES)
+        check_rates(f"link {self.a!r}-{self.b!r}", {"bandwidth_Bps": self.bandwidth_Bps})
         object.__setattr__(self, "via", tuple(self.via))
 
     @property
@@ -335,6 +316,7 @@ class HardwareSpec:
         devices = tuple(self.devices)
         if not devices:
             raise SpecError(f"{where}the spec has no devices; expected at least one [[device]] of kind 'cpu' (the host).")
+        check_device_count(where, len(devices))
         seen: dict[str, int] = {}
         for i, d in enumerate(devices):
             if d.name in seen:
@@ -395,6 +377,11 @@ class HardwareSpec:
                                 f"a = {host!r}, b = {d.name!r} (every device talks to the host runtime).")
 
     # -- queries -----------------------------------------------------------------
+    @functools.cached_property
+    def _links_by_pair(self) -> dict[frozenset[str], LinkSpec]:
+        """The written links by device pair (a planning search asks for O(devices^2) routes)."""
+        return {ln.key: ln for ln in self.links}
+
     @property
     def host_device(self) -> DeviceSpec:
         return self.device(self.host)  # type: ignore[arg-type]
@@ -417,10 +404,9 @@ class HardwareSpec:
           so ``cost_s(n) = [lat(a,h) + n/bw(a,h)] + [lat(h,b) + n/bw(h,b)]`` exactly.
         """
         self.device(a), self.device(b)
-        key = frozenset((a, b))
-        for ln in self.links:
-            if ln.key == key:
-                return ln if (ln.a, ln.b) == (a, b) else dataclasses.replace(ln, a=a, b=b)
+        ln = self._links_by_pair.get(frozenset((a, b)))
+        if ln is not None:
+            return ln if (ln.a, ln.b) == (a, b) else dataclasses.replace(ln, a=a, b=b)
         if a == b:
             d = self.device(a)
             return LinkSpec(a, a, d.mem_latency_s or 0.0, d.mem_bandwidth_Bps,  # type: ignore[arg-type]

@@ -2,6 +2,9 @@
 
 from pearl_core.hookspecs import hookimpl
 
+#: The plugin contract version this plugin was written against (pearl_core.hookspecs.PLUGIN_API_VERSION).
+PEARL_PLUGIN_API = "1.1"
+
 
 @hookimpl
 def pearl_register_backends(register):

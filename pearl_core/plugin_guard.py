@@ -1,0 +1,255 @@
+"""What stands between the core and a plugin's code: contract versions, older hooks, deadlines, checked trees.
+
+:mod:`pearl_core.plugins` applies it to every backend object it creates (:func:`adapt_backend`):
+
+* **Contract version** (:func:`declared_api`): the version a plugin module declares in
+  ``PEARL_PLUGIN_API`` (:mod:`pearl_core.hookspecs`), checked against
+  :data:`~pearl_core.hookspecs.PLUGIN_API_VERSION` when the plugin is registered.
+* **Older hooks**: a backend whose plugin declares an older minor is called without the
+  keyword options later minors added (:data:`~pearl_core.hookspecs.OPTIONS_SINCE`).
+* **Deadlines**: the cost models ``analytic_cells`` and ``profile_cells`` run in a thread under a
+  deadline (:data:`HOOK_DEADLINES_S`, or ``PEARL_PLUGIN_DEADLINE_S``); one that does not return
+  raises :class:`~pearl_core.errors.PluginTimeoutError` naming the plugin and hook, and is not
+  called again (the composer then plans without that row, saying why).
+* **Checked trees**: ``make_sum_tree`` returns a :class:`GuardedSumTree`, which checks what the
+  plugin's tree returns (types, shapes, ranges, finite values, no zero-priority sample) and turns
+  any exception the contract does not allow into a :class:`~pearl_core.errors.PluginContractError`
+  that names the plugin and the contract point. Errors the contract allows (bad input:
+  ``InvalidValueError``, ``InvalidIndexError``, ``InvalidDTypeError``, ``EmptyTreeError``) pass
+  unchanged. The device face (``update_device``, ...) is forwarded unchecked (a check would read the device).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+from pearl_core.errors import PearlError, PluginContractError, PluginTimeoutError
+from pearl_core.hookspecs import OPTIONS_SINCE, PLUGIN_API_ATTR, PLUGIN_API_VERSION
+from pearl_core.sumtree import SumTree, check_masses
+
+__all__ = ["DEADLINE_ENV", "GuardedSumTree", "HOOK_DEADLINES_S", "adapt_backend", "declared_api", "format_api",
+           "with_deadline"]
+
+#: Seconds a backend's cost-model hook may take before the composer gives up on it.
+HOOK_DEADLINES_S = {"analytic_cells": 60.0, "profile_cells": 1800.0}
+#: Environment variable that overrides every deadline of :data:`HOOK_DEADLINES_S` (seconds, > 0).
+DEADLINE_ENV = "PEARL_PLUGIN_DEADLINE_S"
+
+
+def format_api(version: tuple[int, int]) -> str:
+    return f"{version[0]}.{version[1]}"
+
+
+def declared_api(plugin: Any) -> tuple[int, int] | None:
+    """The contract version ``plugin`` declares in ``PEARL_PLUGIN_API``, or ``None`` when it declares none.
+
+    Raises:
+        PluginContractError: the declaration is not ``"<major>.<minor>"`` (or a pair of ints).
+    """
+    raw = getattr(plugin, PLUGIN_API_ATTR, None)
+    if raw is None:
+        return None
+    parts: Any = raw.split(".") if isinstance(raw, str) else raw
+    try:
+        if len(parts) == 2 and all(not isinstance(p, bool) and int(p) >= 0 and str(int(p)) == str(p).strip()
+                                   for p in parts):
+            return int(parts[0]), int(parts[1])
+    except (TypeError, ValueError):
+        pass
+    raise PluginContractError(
+        f"{PLUGIN_API_ATTR} = {raw!r} is invalid; expected a string '<major>.<minor>' such as "
+        f"{format_api(PLUGIN_API_VERSION)!r}, the plugin contract version the plugin was written against. "
+        f"Fix: write {PLUGIN_API_ATTR} = \"{format_api(PLUGIN_API_VERSION)}\" in the plugin module (a literal).")
+
+
+def _deadline_s(hook: str) -> float:
+    raw = os.environ.get(DEADLINE_ENV, "").strip()
+    if raw:
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value > 0):
+            raise PluginContractError(f"{DEADLINE_ENV} = {raw!r} is invalid; expected a number of seconds > 0. "
+                                      f"Fix: set it to e.g. 120, or unset it (defaults: {HOOK_DEADLINES_S}).")
+        return value
+    return HOOK_DEADLINES_S[hook]
+
+
+def with_deadline(fn: Callable[..., Any], hook: str, owner: str) -> Callable[..., Any]:
+    """``fn`` run in a daemon thread under the deadline of ``hook``: a call that does not return in time raises
+    :class:`PluginTimeoutError`; later calls then raise at once (the first is still running)."""
+    hung: list[float] = []
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if hung:
+            raise PluginTimeoutError(
+                f"{owner}: {hook} did not return within {hung[0]:g} s at an earlier call (it is still running), so "
+                f"it is not called again. Fix: repair the plugin's {hook}, or uninstall the plugin.")
+        seconds = _deadline_s(hook)
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["value"] = fn(*args, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                box["error"] = exc
+
+        worker = threading.Thread(target=run, name=f"pearl-{hook}", daemon=True)
+        worker.start()
+        worker.join(seconds)
+        if worker.is_alive():
+            hung.append(seconds)
+            raise PluginTimeoutError(
+                f"{owner}: {hook} did not return within its deadline of {seconds:g} s (a plugin cost model must "
+                f"return a row or None). Fix: repair the plugin's {hook} (or uninstall the plugin); if the model is "
+                f"only slow, raise the deadline with {DEADLINE_ENV}=<seconds>.")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    return call
+
+
+def adapt_backend(backend: Any, owner: str, api: tuple[int, int]) -> Any:
+    """Fit a new backend object to the core: options newer than ``api`` dropped, cost models under deadlines,
+    sum trees checked. Sets instance attributes only (the class is untouched); returns ``backend``."""
+    for hook in HOOK_DEADLINES_S:
+        method = getattr(backend, hook, None)
+        if callable(method):
+            setattr(backend, hook, with_deadline(method, hook, owner))
+    newer = tuple(o for o, since in OPTIONS_SINCE["make_sum_tree"].items() if api < since)
+    make = backend.make_sum_tree
+
+    @functools.wraps(make)
+    def make_sum_tree(capacity: Any, fanout: Any = 16, **options: Any) -> SumTree:
+        for name in newer:  # the plugin was written before the core passed these
+            options.pop(name, None)
+        try:
+            tree = make(capacity, fanout, **options)
+        except PearlError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - named as the plugin's fault
+            raise _breach(owner, "make_sum_tree", f"raised {type(exc).__name__}: {exc}",
+                          "bad arguments raise InvalidValueError (or InvalidOptionError), nothing else") from exc
+        if not isinstance(tree, SumTree):
+            raise _breach(owner, "make_sum_tree", f"returned {type(tree).__name__} {tree!r:.80}",
+                          "an instance of pearl_core.sdk.SumTree")
+        if (tree.capacity, tree.fanout) != (capacity, fanout):
+            raise _breach(owner, "make_sum_tree", f"returned a tree of capacity {tree.capacity!r} and fanout "
+                          f"{tree.fanout!r} for make_sum_tree({capacity!r}, {fanout!r})",
+                          "the capacity and fanout asked for")
+        return GuardedSumTree(tree, owner)
+
+    backend.make_sum_tree = make_sum_tree
+    return backend
+
+
+def _breach(owner: str, method: str, found: str, expected: str) -> PluginContractError:
+    return PluginContractError(
+        f"{owner} broke the SumTree contract in {method}: it {found}; expected {expected} (pearl_core.sumtree). "
+        "This is a bug in that plugin, not in your input. Fix: report it to the plugin's authors (the "
+        "conformance kit, pearl_core.testing.SumTreeConformance, reproduces it), or place the replay manager on "
+        "another backend.")
+
+
+def _length(values: Any) -> int:
+    """The length of a 1-D input (-1 for any other: a tree that accepted it broke the contract already)."""
+    return int(np.shape(values)[0]) if np.ndim(values) == 1 else -1
+
+
+class GuardedSumTree(SumTree):
+    """A plugin's tree, every result checked against the contract (see the module docstring).
+
+    Attributes:
+        inner: the plugin's tree.
+        owner: who made it, for messages (``"backend 'cpu' (plugin 'cpu', pearl-cpu 0.1.0)"``).
+    """
+
+    def __init__(self, inner: SumTree, owner: str):
+        self.inner = inner
+        self.owner = owner
+        self.capacity = inner.capacity
+        self.fanout = inner.fanout
+
+    def _call(self, method: str, *args: Any) -> Any:
+        try:
+            return getattr(self.inner, method)(*args)
+        except PearlError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - named as the plugin's fault
+            raise _breach(self.owner, method, f"raised {type(exc).__name__}: {exc}",
+                          "bad input to raise InvalidValueError, InvalidIndexError, InvalidDTypeError or "
+                          "EmptyTreeError, and valid input to raise nothing") from exc
+
+    def _array(self, method: str, out: Any, dtype: type, n: int) -> np.ndarray:
+        if not isinstance(out, np.ndarray) or out.dtype != dtype or out.shape != (n,):
+            found = (f"returned {type(out).__name__} of dtype {getattr(out, 'dtype', None)} and shape "
+                     f"{getattr(out, 'shape', None)}")
+            raise _breach(self.owner, method, found, f"a {np.dtype(dtype).name} numpy array of shape ({n},)")
+        return out
+
+    def update(self, indices: Any, priorities: Any) -> None:
+        out = self._call("update", indices, priorities)
+        if out is not None:
+            raise _breach(self.owner, "update", f"returned {out!r:.80}", "None")
+
+    update._keeps_total_finite = True  # type: ignore[attr-defined] # the plugin's tree keeps its own total finite
+
+    def get(self, indices: Any) -> np.ndarray:
+        out = self._array("get", self._call("get", indices), np.float64, _length(indices))
+        if not (out >= 0).all():  # NaN fails too
+            bad = int(np.argmin(out >= 0))
+            raise _breach(self.owner, "get", f"returned priority {out[bad]!r} at position [{bad}]",
+                          "the stored priorities: finite and >= 0")
+        return out
+
+    def sample(self, masses: Any) -> np.ndarray:
+        try:
+            out = self._call("sample", masses)
+        except PearlError as exc:
+            if isinstance(exc, PluginContractError):
+                raise
+            total = self.inner.total()
+            try:  # the contract refuses only masses outside [0, total * (1 + drift)], and an all-zero tree
+                check_masses(masses, total)
+            except PearlError:
+                raise exc from None
+            raise _breach(self.owner, "sample", f"raised {type(exc).__name__}: {exc} for masses the contract "
+                          f"accepts (all in [0, total()] with total() = {total!r})", "leaf indices") from exc
+        out = self._array("sample", out, np.int64, _length(masses))
+        if out.size:
+            if out.min() < 0 or out.max() >= self.capacity:
+                bad = int(np.argmax((out < 0) | (out >= self.capacity)))
+                raise _breach(self.owner, "sample", f"returned index {int(out[bad])} at position [{bad}]",
+                              f"indices in [0, {self.capacity})")
+            prio = self._call("get", out)
+            if not isinstance(prio, np.ndarray) or prio.shape != out.shape or not (prio > 0).all():
+                bad = int(np.argmin(np.asarray(prio) > 0)) if np.shape(prio) == out.shape else 0
+                raise _breach(self.owner, "sample", f"returned leaf {int(out[bad])} (position [{bad}]) whose "
+                              f"priority is {np.asarray(prio).ravel()[bad] if np.size(prio) else prio!r}",
+                              "a leaf of positive priority for every mass (a zero-priority leaf is never sampled)")
+        return out
+
+    def total(self) -> float:
+        out = self._call("total")
+        ok = isinstance(out, (int, float, np.integer, np.floating)) and not isinstance(out, bool)
+        if not ok or not (math.isfinite(out) and out >= 0):
+            raise _breach(self.owner, "total", f"returned {out!r:.80}", "a finite float >= 0 (the sum of the leaves)")
+        return float(out)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name == "inner":  # pickling and half-built objects must not recurse
+            raise AttributeError(name)
+        return getattr(self.inner, name)  # the device face and any extra the plugin's tree offers
+
+    def __repr__(self) -> str:
+        return f"{self.inner!r} [{self.owner}]"
+
