@@ -149,7 +149,8 @@ class FrameStorage(DataStorage):
         f = self._frames
         # FRAMES_PER_TRANSITION per transition plus one worst-case add (frame_storage_bytes); grows when exhausted.
         pool = self._initial_pool or _start_pool(self._capacity, f)
-        self._pool = _zeros((pool, *frame_shape), dtype, "the frame pool")
+        what = f"FrameStorage of capacity {self._capacity:,}: the frame pool"
+        self._pool = _zeros((pool, *frame_shape), dtype, what)
         self._refs = np.zeros(pool, dtype=np.int64)
         self._free = list(range(pool - 1, -1, -1))  # a stack: pop() gives the lowest index first
         self._index = np.zeros((self._capacity, 2 * f), dtype=np.int64)  # obs frames, then next_obs frames
@@ -193,7 +194,8 @@ class FrameStorage(DataStorage):
             return
         old = self._pool.shape[0]
         new = old + max(short, old // 8)
-        pool = _zeros((new, *self._pool.shape[1:]), self._pool.dtype, "a larger frame pool",
+        what = f"FrameStorage of capacity {self._capacity:,}: a larger frame pool"
+        pool = _zeros((new, *self._pool.shape[1:]), self._pool.dtype, what,
                       f" (the stored stacks share fewer frames than {FRAMES_PER_TRANSITION} per transition)")
         refs = np.zeros(new, dtype=np.int64)
         pool[:old], refs[:old] = self._pool, self._refs
