@@ -38,6 +38,10 @@ __all__ = ["DEADLINE_ENV", "GuardedSumTree", "HOOK_DEADLINES_S", "adapt_backend"
 
 #: Seconds a backend's cost-model hook may take before the composer gives up on it.
 HOOK_DEADLINES_S = {"analytic_cells": 60.0, "profile_cells": 1800.0}
+#: A guarded tree checks ``total()`` against the sum of its leaves at its first sample and every this many after.
+AUDIT_EVERY = 256
+#: The relative difference between ``total()`` and the leaves' sum that the audit tolerates (float drift).
+TOTAL_AUDIT_RTOL = 1e-6
 #: Environment variable that overrides every deadline of :data:`HOOK_DEADLINES_S` (seconds, > 0).
 DEADLINE_ENV = "PEARL_PLUGIN_DEADLINE_S"
 
@@ -178,6 +182,15 @@ class GuardedSumTree(SumTree):
         self.owner = owner
         self.capacity = inner.capacity
         self.fanout = inner.fanout
+        self._samples = 0
+
+    def _audit_total(self) -> None:
+        """``total()`` against the sum of the leaves (one read of every leaf, every :data:`AUDIT_EVERY` samples)."""
+        leaves = self.get(np.arange(self.capacity, dtype=np.int64))
+        found, want = self.total(), math.fsum(leaves)
+        if not abs(found - want) <= TOTAL_AUDIT_RTOL * max(found, want):
+            raise _breach(self.owner, "total", f"returned {found!r} while its leaves sum to {want!r}",
+                          f"the sum of the leaves (within a relative {TOTAL_AUDIT_RTOL:g})")
 
     def _call(self, method: str, *args: Any) -> Any:
         try:
@@ -197,7 +210,11 @@ class GuardedSumTree(SumTree):
         return out
 
     def update(self, indices: Any, priorities: Any) -> None:
-        out = self._call("update", indices, priorities)
+        try:
+            out = self._call("update", indices, priorities)
+        except PearlError:
+            self.total()  # a refusal caused by a broken total (NaN) is the plugin's fault, named as such
+            raise
         if out is not None:
             raise _breach(self.owner, "update", f"returned {out!r:.80}", "None")
 
@@ -207,7 +224,7 @@ class GuardedSumTree(SumTree):
         out = self._array("get", self._call("get", indices), np.float64, _length(indices))
         if not (out >= 0).all():  # NaN fails too
             bad = int(np.argmin(out >= 0))
-            raise _breach(self.owner, "get", f"returned priority {out[bad]!r} at position [{bad}]",
+            raise _breach(self.owner, "get", f"returned priority {float(out[bad])!r} at position [{bad}]",
                           "the stored priorities: finite and >= 0")
         return out
 
@@ -225,6 +242,9 @@ class GuardedSumTree(SumTree):
             raise _breach(self.owner, "sample", f"raised {type(exc).__name__}: {exc} for masses the contract "
                           f"accepts (all in [0, total()] with total() = {total!r})", "leaf indices") from exc
         out = self._array("sample", out, np.int64, _length(masses))
+        self._samples += 1
+        if self._samples % AUDIT_EVERY == 1:
+            self._audit_total()
         if out.size:
             if out.min() < 0 or out.max() >= self.capacity:
                 bad = int(np.argmax((out < 0) | (out >= self.capacity)))
@@ -234,7 +254,7 @@ class GuardedSumTree(SumTree):
             if not isinstance(prio, np.ndarray) or prio.shape != out.shape or not (prio > 0).all():
                 bad = int(np.argmin(np.asarray(prio) > 0)) if np.shape(prio) == out.shape else 0
                 raise _breach(self.owner, "sample", f"returned leaf {int(out[bad])} (position [{bad}]) whose "
-                              f"priority is {np.asarray(prio).ravel()[bad] if np.size(prio) else prio!r}",
+                              f"priority is {float(np.asarray(prio).ravel()[bad]) if np.size(prio) else prio!r}",
                               "a leaf of positive priority for every mass (a zero-priority leaf is never sampled)")
         return out
 
