@@ -59,6 +59,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import socket
 import time
 import traceback
 from typing import Any, Mapping, Sequence
@@ -70,7 +72,8 @@ from pearl_core.runtime.serial import SerialRuntime, _Run
 
 log = logging.getLogger("pearl_core.runtime.rayrun")
 
-__all__ = ["RAY_INSTALL", "RayHostBody", "RayRuntime", "connect_ray", "import_ray"]
+__all__ = ["CONNECT_TIMEOUT_ENV", "CONNECT_TIMEOUT_S", "RAY_INSTALL", "RayHostBody", "RayRuntime", "connect_ray",
+           "connect_timeout", "import_ray"]
 
 #: How to install the Ray runtime's dependency.
 RAY_INSTALL = "pip install 'pearl-core[ray]'"
@@ -88,27 +91,91 @@ def import_ray():
     return ray
 
 
-def connect_ray(ray, address: str | None) -> bool:
+#: Seconds a connection to a Ray cluster may take before it is given up (``$PEARL_RAY_CONNECT_TIMEOUT_S``
+#: overrides it; so does ``RayRuntime(connect_timeout_s=...)``).
+CONNECT_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_ENV = "PEARL_RAY_CONNECT_TIMEOUT_S"
+_FIX = ("Fix: start the cluster (`ray start --head` on its head node, `ray start --address HEAD:6379` on the "
+        "others) and give its address (HOST:6379, ray://HOST:10001, or 'auto' on one of its nodes)")
+
+
+def connect_timeout(timeout_s: float | None = None) -> float:
+    """The connect deadline: ``timeout_s``, else ``$PEARL_RAY_CONNECT_TIMEOUT_S``, else :data:`CONNECT_TIMEOUT_S`."""
+    if timeout_s is None:
+        raw = os.environ.get(CONNECT_TIMEOUT_ENV, "").strip()
+        if not raw:
+            return CONNECT_TIMEOUT_S
+        try:
+            timeout_s = float(raw)
+        except ValueError:
+            timeout_s = raw  # refused below
+        where = f"${CONNECT_TIMEOUT_ENV}"
+    else:
+        where = "connect_timeout_s"
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not (
+            math.isfinite(timeout_s) and timeout_s > 0):
+        raise SpecError(f"{where} = {timeout_s!r}; expected seconds > 0 (default {CONNECT_TIMEOUT_S:g}).")
+    return float(timeout_s)
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a Ray address to probe, or ``None`` when it names none (``"auto"``, ``"local"``)."""
+    rest = address.split("://", 1)[1] if "://" in address else address
+    rest = rest.split("/", 1)[0]
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def _probe(address: str, timeout_s: float) -> None:
+    """Raise :class:`SpecError` unless something accepts a TCP connection at ``address`` within ``timeout_s``.
+
+    ``ray.init`` keeps retrying an address nothing answers at for minutes, without a word; a plain TCP
+    connect tells in at most ``timeout_s`` (at once when the host refuses).
+    """
+    hp = _host_port(address)
+    if hp is None:
+        return
+    t = time.monotonic()
+    try:
+        with socket.create_connection(hp, timeout=timeout_s):
+            return
+    except socket.timeout:
+        why = f"no answer within {timeout_s:g} s (connect_timeout_s; ${CONNECT_TIMEOUT_ENV})"
+    except OSError as exc:
+        why = f"{type(exc).__name__}: {exc.strerror or exc} after {time.monotonic() - t:.1f} s"
+    raise SpecError(f"cannot connect to the Ray cluster at {address!r}: nothing accepts connections at "
+                    f"{hp[0]}:{hp[1]} ({why}). {_FIX}; raise connect_timeout_s (or ${CONNECT_TIMEOUT_ENV}) "
+                    "for a slow network.")
+
+
+def connect_ray(ray, address: str | None, timeout_s: float | None = None) -> bool:
     """Connect this process to Ray unless it is already: to the cluster at ``address``, or (``None``)
     a local Ray started here. Returns whether it was started here (the caller shuts it down).
 
+    An address with a host and port is probed first (a TCP connect bounded by ``timeout_s``, default
+    :func:`connect_timeout`), so an unreachable cluster is an error within that deadline, not a silent wait.
+
     Raises:
-        SpecError: no cluster answers at ``address`` (or a local Ray cannot start), with the fix.
+        SpecError: no cluster answers at ``address`` (or a local Ray cannot start), with the address and the fix.
     """
     if ray.is_initialized():
         return False
+    deadline = connect_timeout(timeout_s)
     try:
         if address is not None:
+            _probe(address, deadline)
             ray.init(address=address, logging_level=logging.WARNING)
             return False
         ray.init(include_dashboard=False, logging_level=logging.WARNING)
         return True
+    except SpecError:
+        raise
     except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError here
         where = f"the Ray cluster at {address!r}" if address is not None else "a local Ray"
-        raise SpecError(f"cannot connect to {where}: {type(exc).__name__}: {str(exc).strip()[:300]}. Fix: start "
-                        "the cluster (`ray start --head` on its head node, `ray start --address HEAD:6379` on the "
-                        "others) and give its address (HOST:6379, ray://HOST:10001, or 'auto' on one of its "
-                        "nodes).") from exc
+        raise SpecError(f"cannot connect to {where}: {type(exc).__name__}: {str(exc).strip()[:300]}. "
+                        f"{_FIX}.") from exc
 
 
 def _positive(owner: str, name: str, value: Any) -> float:
@@ -139,6 +206,8 @@ class RayRuntime(SerialRuntime):
             on (a Ray actor pinned there; see the module); ``None`` (default): this process.
         host_cpus, host_gpus: what that host actor reserves (Ray's ``num_cpus`` / ``num_gpus``;
             give ``host_gpus=1`` for a learner on a GPU there). Only with ``host_node``.
+        connect_timeout_s: seconds connecting to ``address`` may take before the run fails with a
+            :class:`SpecError` naming it (``None``: ``$PEARL_RAY_CONNECT_TIMEOUT_S``, else 30).
 
     Attributes:
         actor_nodes: ``{actor index: [Ray node ids, in the order it ran on them]}``.
@@ -154,9 +223,10 @@ class RayRuntime(SerialRuntime):
     def __init__(self, config, plan=None, *, address: str | None = None, nodes: Sequence[str] | None = None,
                  actor_cpus: float = 1.0, max_actor_restarts: int = 3, runtime_env: Mapping[str, Any] | None = None,
                  stall_timeout_s: float = 300.0, host_node: str | None = None, host_cpus: float = 1.0,
-                 host_gpus: float = 0.0, **kwargs: Any):
+                 host_gpus: float = 0.0, connect_timeout_s: float | None = None, **kwargs: Any):
         super().__init__(config, plan, **kwargs)
         me = type(self).__name__
+        self.connect_timeout_s = connect_timeout(connect_timeout_s)
         if host_node is not None and (not isinstance(host_node, str) or not host_node):
             raise SpecError(f"{me}: host_node = {host_node!r}; expected None or a Ray node id "
                             "(ray.nodes()[i]['NodeID']).")
@@ -237,7 +307,7 @@ class RayHostBody:
 def _run_on_host(rt: RayRuntime):
     """Run ``rt`` in a :class:`RayHostBody` on ``rt.host_node``; wait, forwarding Ctrl-C; return its result."""
     ray = import_ray()
-    owns = connect_ray(ray, rt.address)
+    owns = connect_ray(ray, rt.address, rt.connect_timeout_s)
     host = None
     handlers: dict = {}
     try:
@@ -464,7 +534,7 @@ class _RayRun(_Run):
         self.pool: _ActorPool | None = None
         self.owns_ray = False
         ray = import_ray()
-        self.owns_ray = connect_ray(ray, rt.address)
+        self.owns_ray = connect_ray(ray, rt.address, rt.connect_timeout_s)
         self.ray = ray
         rt.live_state = self.session.state
         rt.host_node_ran = ray.get_runtime_context().get_node_id()
