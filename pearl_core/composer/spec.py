@@ -534,7 +534,7 @@ def _convert(owner: str, table: Mapping[str, Any], plain: tuple[str, ...], unit_
             raise _invalid(owner, key, value, expected)
         # Divide by the integer reciprocal for sub-unit factors: 10 / 1e6 is exactly 1e-05; 10 * 1e-6 is not.
         values[fname] = value if factor == 1 else value * factor if factor > 1 else value / round(1 / factor)
-        if not ok(values[fname]):  # e.g. memory_GiB = 1e300 is inf bytes: name the key as written
+        if not ok(values[fname]):  # e.g. memory_GiB = 1e29 is over 1e30 bytes: name the key as written
             raise _invalid(owner, key, value, f"{expected} whose value in {fname} ({values[fname]!r}) is also "
                            "valid (it overflows or underflows). Fix: write the real quantity")
         written[fname], raw[fname] = key, value
