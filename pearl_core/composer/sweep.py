@@ -383,14 +383,21 @@ def run_sweep(points: Sequence[SweepPoint], *, hardware=None, metric: str = "thr
 def validate_or_sweep_command(**options: Any) -> None:
     """``pearl validate``: one workload (:func:`~pearl_core.composer.validate.validate_command`), or with
     ``--sweep GRID`` every workload of the grid (:func:`sweep_command`)."""
-    from pearl_core.composer.validate import validate_command
+    from pearl_core.composer.validate import check_options, validate_command
 
     if options.get("sweep") is None:
         validate_command(**options)
         return
     from rich.console import Console
 
-    sweep_command(options, Console(width=max(132, Console().width)))
+    from pearl_core.composer.cli import fail
+
+    console = Console(width=max(132, Console().width))
+    try:
+        check_options(options)
+    except PearlError as exc:
+        fail(console, exc)
+    sweep_command(options, console)
 
 
 def sweep_command(o: dict[str, Any], console: Any) -> None:

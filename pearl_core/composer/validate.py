@@ -48,7 +48,7 @@ from pearl_core.composer.compose_cli import composer_from_options, with_plan_opt
 from pearl_core.composer.plan import PlacementPlan
 from pearl_core.composer.profiling import measure_run, measured_iteration_s, present_device, run_config_for
 from pearl_core.composer.tuning import rounds_spread
-from pearl_core.errors import PearlError, SpecError
+from pearl_core.errors import InvalidValueError, PearlError, SpecError
 from pearl_core.runtime.config import Setting
 
 if TYPE_CHECKING:
@@ -335,10 +335,32 @@ def order_line(report: ValidationReport) -> str:
     return f"measured order does not agree with the predicted order: {pairs}"
 
 
+def check_options(o: dict[str, Any]) -> None:
+    """Refuse bad ``pearl validate`` options by their flag, before anything is planned or run.
+
+    Raises:
+        InvalidValueError: ``--window`` not seconds > 0, ``--max-error`` not a fraction >= 0, ``--repeats`` or
+            ``--top`` not >= 1, ``--learning-starts`` negative.
+    """
+    rules = (("window", "--window", lambda v: math.isfinite(v) and v > 0, "seconds > 0", "--window 15"),
+             ("max_error", "--max-error", lambda v: v is None or (math.isfinite(v) and v >= 0),
+              "a fraction >= 0 (0.2 allows 20% error)", "--max-error 0.2, or leave it out"),
+             ("repeats", "--repeats", lambda v: v >= 1, "an integer >= 1", "--repeats 2"),
+             ("top", "--top", lambda v: v >= 1, "an integer >= 1", "--top 2"),
+             ("learning_starts", "--learning-starts", lambda v: v >= 0, "an integer >= 0", "--learning-starts 1000"))
+    for key, flag, ok, expected, example in rules:
+        if key in o and not ok(o[key]):
+            raise InvalidValueError(f"{flag} {o[key]!r} is invalid; expected {expected}. Fix: e.g. {example}.")
+
+
 def validate_command(**options: Any) -> None:
     """Run the plan's top candidates (and host variants) here for a short window; print predicted vs measured."""
     o = options
     console = Console(width=max(132, Console().width))
+    try:
+        check_options(o)
+    except InvalidValueError as exc:
+        fail(console, exc)
     if o["sweep"] is not None:  # the CLI sends --sweep to pearl_core.composer.sweep.validate_or_sweep_command
         fail(console, PearlError("validate_command runs one workload; for --sweep call "
                                  "pearl_core.composer.sweep.validate_or_sweep_command (what `pearl validate` runs)."))
