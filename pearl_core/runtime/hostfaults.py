@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import signal
 import time
 from pathlib import Path
 
@@ -50,6 +51,20 @@ _STARTUP_FIX = ("Its traceback is on stderr. Fix for the common start-up failure
                 "under `if __name__ == \"__main__\":`, since workers re-import your script.")
 _STALL_FIX = ("Fix: find what blocks there (an environment or trainer call that never returns: I/O, a lock, a "
               "remote service, a deadlock), or raise ParallelRuntime(stall_timeout_s=...) if it is only slow.")
+
+
+def _died_starting(code: int | None) -> str:
+    """Why a worker that exited before it was ready did: a signal (killed), or an exit of its own at start-up."""
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return (f"the process was killed by {name} while it was starting (building its environments and "
+                "policy): not an import problem, which exits with a traceback. Fix: find what sent it (the "
+                "out-of-memory killer: dmesg; a job scheduler; a user), give the run the memory it needs, then run "
+                "again.")
+    return f"it failed while starting, before PEARL's code ran. {_STARTUP_FIX}"
 
 
 class HostStop(Exception):
@@ -178,9 +193,7 @@ class HostFaults:
             return  # the run is ending: nothing is restarted
         if not tb and not self.actor_ready[a]:
             # It never started: a restart would fail the same way.
-            raise HostStop(ActorError(
-                f"{what} before it was ready: it failed while starting, before PEARL's code ran, or was "
-                f"killed. {_STARTUP_FIX}", tb, code))
+            raise HostStop(ActorError(f"{what} before it was ready: {_died_starting(code)}", tb, code))
         if self.restarts[a] >= self.rt.max_restarts:
             raise HostStop(ActorError(
                 f"{what}; it failed {self.restarts[a] + 1} times, more than max_restarts={self.rt.max_restarts}. "
@@ -214,10 +227,15 @@ class HostFaults:
     def learner_exited(self) -> None:
         proc = self.learner_proc
         proc.join(1.0)
+        code = proc.exitcode
+        why = (_died_starting(code) if not self.learner_ready else
+               "killed by a signal or out of memory, or it failed before PEARL's code ran. " + _STARTUP_FIX)
+        if self.learner_ready and code is not None and code < 0:
+            why = _died_starting(code).replace("while it was starting (building its environments and policy): "
+                                               "not an import problem, which exits with a traceback", "")
         raise HostStop(LearnerError(
-            f"the learner process (pid {proc.pid}) exited with code {proc.exitcode} without reporting an error: "
-            "killed by a signal or out of memory, or it failed while starting, before PEARL's code ran. "
-            f"{_STARTUP_FIX}", "", proc.exitcode), learner_answers=False)
+            f"the learner process (pid {proc.pid}) exited with code {code} without reporting an error: {why}",
+            "", code), learner_answers=False)
 
     # -- the end of a failed run ------------------------------------------------------------
     def fail(self, stop: HostStop) -> None:

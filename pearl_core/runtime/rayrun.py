@@ -414,14 +414,24 @@ class _ActorPool:
                 f"room for {len(self.handles)} actors of {self.rt.actor_cpus:g} CPU(s) each "
                 f"(ray.available_resources() = {ray.available_resources()}). Fix: lower RuntimePlan.n_actors or "
                 "actor_cpus, or add nodes.") from exc
+        except ray.exceptions.RayActorError as exc:
+            if getattr(exc, "actor_init_failed", True):  # its __init__ raised (an import, the environment, ...)
+                raise self._not_built(exc) from exc
+            raise ActorError(f"a Ray actor's process died while building its environments and policy, before it "
+                             f"was ready ({_died(exc)}): it was killed (a signal, the out-of-memory killer, a node "
+                             "lost), not an import problem. Fix: check the node's memory and logs "
+                             "(`ray logs`, dmesg), then run again.", traceback.format_exc()) from exc
         except ray.exceptions.RayError as exc:
-            raise ActorError(f"a Ray actor could not be built ({_reason(exc)}). Fix: make the environment "
-                             f"{self.cfg.env_id!r} and the trainer {self.cfg.trainer!r} importable on every node "
-                             "(install the packages there, or pass runtime_env=...).", traceback.format_exc()) from exc
+            raise self._not_built(exc) from exc
         for i, (node, pid) in enumerate(wheres):
             self.rt.actor_nodes[i] = [node]
             log.info("Ray actor %d runs on node %s (pid %d)", i, node, pid)
         return spaces[0]
+
+    def _not_built(self, exc) -> ActorError:
+        return ActorError(f"a Ray actor could not be built: its constructor raised ({_reason(exc)}). Fix: make the "
+                          f"environment {self.cfg.env_id!r} and the trainer {self.cfg.trainer!r} importable on every "
+                          "node (install the packages there, or pass runtime_env=...).", traceback.format_exc())
 
     def close(self) -> None:
         """Kill every actor (nothing of the run outlives it) and drop the run's object references."""
@@ -518,6 +528,13 @@ class _ActorPool:
         self.dropped_before += self.dropped[i]
         self.incarnation[i] += 1
         self._spawn(i)  # its node joins actor_nodes with its first batch
+
+
+def _died(exc: BaseException) -> str:
+    """How a Ray actor's process died, from Ray's words (its pid, exit detail, signal), on one line."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    keep = [ln for ln in lines if ln.startswith(("pid:", "ip:")) or "signal" in ln.lower() or "exit" in ln.lower()]
+    return "; ".join(keep[:4]) or (lines[0] if lines else type(exc).__name__)
 
 
 def _reason(exc: BaseException) -> str:
