@@ -37,14 +37,15 @@ from pearl_core.errors import PearlError, SpecError
 from pearl_core.fileio import atomic_write
 from pearl_core.runtime.config import RunConfig, RuntimePlan
 
-__all__ = ["build_parser", "callback_list", "main", "resumed_config", "run_plan"]
+__all__ = ["build_parser", "callback_list", "main", "plan_edits", "resumed_config", "run_plan"]
 
 
 def build_parser(run_config: RunConfig, plan_hash: str = "") -> argparse.ArgumentParser:
     """The generated program's options (defaults shown from ``run_config``)."""
 
-    def default(value: object) -> str:  # argparse expands % in help texts
-        return " (default: " + str(value).replace("%", "%%") + ")"
+    def default(value: object) -> str:  # argparse expands % in help texts; a lone surrogate cannot be printed
+        text = str(value).encode("utf-8", "backslashreplace").decode("utf-8")
+        return " (default: " + text.replace("%", "%%") + ")"
 
     parser = argparse.ArgumentParser(description="Train with the plan PEARL composed"
                                      + (f" ({plan_hash[:12]})." if plan_hash else "."))
@@ -201,14 +202,22 @@ def main(run_config: RunConfig, runtime_plan: RuntimePlan, plan_json: str, *, pl
     from pearl_core.runtime.wiring import load_trainer_class
 
     args = build_parser(run_config, plan_hash).parse_args(None if argv is None else list(argv))
-    plan = PlacementPlan.from_json(plan_json)
-    if plan.content_hash() != plan_hash:
-        print("warning: PLAN_JSON differs from the plan this program was generated from (hash mismatch)",
-              file=sys.stderr)
+    try:
+        plan = PlacementPlan.from_json(plan_json)
+    except Exception as exc:  # noqa: BLE001 - an edited literal: say so instead of a traceback
+        print(f"error: PLAN_JSON in this program is not a placement plan PEARL can read ({type(exc).__name__}: "
+              f"{exc}); it was edited or damaged. {_RECOMPOSE}", file=sys.stderr)
+        return 2
+    edited = plan_edits(plan, plan_hash, runtime_plan)
     if args.show_plan:
         print(plan_json)
         print("plan hash:", plan.content_hash())
+        if edited:
+            print("warning: " + edited, file=sys.stderr)
         return 0
+    if edited:
+        print("error: " + edited, file=sys.stderr)
+        return 2
     if args.ray is None and (args.ray_actors is not None or args.measure_links or args.cluster):
         print("error: --ray-actors, --measure-links and --cluster place the run on a Ray cluster, but no --ray "
               "ADDRESS was given", file=sys.stderr)
@@ -233,6 +242,31 @@ def main(run_config: RunConfig, runtime_plan: RuntimePlan, plan_json: str, *, pl
                     resume_from=resume_from, quiet=args.quiet, ray=args.ray, ray_actors=args.ray_actors,
                     measure_links=args.measure_links, cluster=args.cluster, plan_json=plan_json,
                     callbacks=callback_list(args.callback, args.save_best))
+
+
+_RECOMPOSE = ("Fix: compose the program again (`pearl compose ...`, or Composer(...).run() and write it) instead of "
+              "editing it; to run another placement, compose with it (e.g. `pearl compose --place ...`).")
+#: The RuntimePlan fields the placement plan decides (the rest, e.g. vector_backend, the composer may set).
+_PLACEMENT_FIELDS = ("rm_backend", "rm_device", "learner_device", "storage_device", "backends")
+
+
+def plan_edits(plan: Any, plan_hash: str, runtime_plan: RuntimePlan) -> str:
+    """What was edited in a generated program's plan literals, or ``""``: PLAN_JSON against its stamped PLAN_HASH,
+    and RUNTIME_PLAN's placement against PLAN_JSON's choice."""
+    found = plan.content_hash()
+    if found != plan_hash:
+        return (f"PLAN_JSON differs from the plan this program was generated from: its sha256 is {found[:12]}..., "
+                f"PLAN_HASH says {plan_hash[:12]}... (the JSON was edited). {_RECOMPOSE}")
+    try:
+        want = plan.runtime_plan(vector_backend=runtime_plan.vector_backend)
+    except PearlError as exc:
+        return f"PLAN_JSON's choice cannot be turned into a runtime plan here ({exc}). {_RECOMPOSE}"
+    changed = [f"{name} = {getattr(runtime_plan, name)!r} (the plan chose {getattr(want, name)!r})"
+               for name in _PLACEMENT_FIELDS if getattr(runtime_plan, name) != getattr(want, name)]
+    if changed:
+        return (f"RUNTIME_PLAN differs from the placement in PLAN_JSON (hash {plan_hash[:12]}...): "
+                f"{'; '.join(changed)}. {_RECOMPOSE}")
+    return ""
 
 
 def callback_list(names: Sequence[str] | None, save_best: bool) -> list[Any]:
