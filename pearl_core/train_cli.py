@@ -99,6 +99,9 @@ def train_command(
     no_preset: bool = typer.Option(False, "--no-preset", help="Use the trainer's own defaults, no preset."),
     resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this directory (its "
                                           "checkpoint, config and plan) up to --max-env-steps in total."),
+    trust_checkpoint: bool = typer.Option(False, "--trust-checkpoint", help="With --resume: import the modules "
+                                          "the checkpoint names (trainer, env, wrappers) even if they are not "
+                                          "PEARL's own or given by --algo/--env. Importing runs their code."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b", help="Overrides the preset's."),
     learning_starts: Optional[int] = typer.Option(None, "--learning-starts", help="Overrides the preset's."),
     replay_ratio: Optional[float] = typer.Option(None, "--replay-ratio", help="Learner updates per env step; "
@@ -131,7 +134,7 @@ def train_command(
     _cwd_on_path()
     if resume is not None:
         rc = _resume(console, resume, algo=algo, env_id=env_id, max_env_steps=max_env_steps, log_dir=log_dir,
-                     quiet=quiet, callbacks=callback_list(callback, save_best))
+                     quiet=quiet, callbacks=callback_list(callback, save_best), trust=trust_checkpoint)
         raise typer.Exit(rc)
     if algo is None or env_id is None:
         _fail(console, "pearl train needs --algo and --env (or --resume RUN_DIR). Fix: e.g. pearl train --algo dqn "
@@ -242,10 +245,11 @@ def _run_composition(console: Console, composition, directory: str, *, quiet: bo
 
 
 def _resume(console: Console, run: Path, *, algo: Optional[str], env_id: Optional[str],
-            max_env_steps: Optional[int], log_dir: Optional[str], quiet: bool, callbacks: list) -> int:
+            max_env_steps: Optional[int], log_dir: Optional[str], quiet: bool, callbacks: list,
+            trust: bool = False) -> int:
     """``pearl train --resume RUN``: the run's own config and plan, from its checkpoint."""
     from pearl_core.composer.plan import PlacementPlan, pearl_version
-    from pearl_core.runtime.checkpoint import load_checkpoint
+    from pearl_core.runtime.checkpoint import check_modules, load_checkpoint
     from pearl_core.runtime.config import resolve_trainer_name
     from pearl_core.runtime.program import resumed_config, run_plan
 
@@ -259,6 +263,9 @@ def _resume(console: Console, run: Path, *, algo: Optional[str], env_id: Optiona
         if algo is not None and resolve_trainer_name(algo) != ck.config.trainer:
             raise SpecError(f"--resume {str(run)!r} trained {ck.config.trainer!r}, but --algo {algo!r} was given. "
                             "Fix: leave --algo out (the run's own is used), or start a new run.")
+        given = [str(resolve_trainer_name(x)).partition(":")[0] for x in (algo, env_id) if x and ":" in str(
+            resolve_trainer_name(x))]  # modules the command line names are the user's own choice
+        check_modules(ck, trust_modules=trust, allowed=given, path=find_checkpoint(run))
         config, ck_path = resumed_config(ck.config, run, max_env_steps=max_env_steps, log_dir=log_dir)
         plan_file = Path(ck_path).parent / "composer_plan.json"
         plan_json = plan_file.read_text(encoding="utf-8") if plan_file.is_file() else None

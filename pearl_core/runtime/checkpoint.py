@@ -9,6 +9,16 @@ optionally its replay contents; and the byte blobs states cross processes in.
   state, a mismatch reported as :class:`~pearl_core.errors.SpecError`.
 * :func:`dump_blob` / :func:`load_blob` — a state dict as bytes, so that torch
   never moves tensors through its own shared-memory files between processes.
+
+A checkpoint file is untrusted input (it may come from another machine):
+:func:`load_checkpoint` reads it with torch's restricted unpickler and names the
+kind of damage (:class:`DamagedCheckpointError`: ``"unreadable"`` — cut short or
+not a checkpoint; ``"format"`` — another format or version; ``"missing"`` — a part
+absent; ``"shape"`` — tensors of other shapes or dtypes than the trainer built for
+the run; ``"nonfinite"`` — NaN/inf weights); :func:`check_modules` refuses to
+import the modules a checkpoint's config names (its trainer, an env's
+``module:Id``, wrapper paths) unless they are PEARL's own or the caller trusts
+them (``trust_modules=True``), since importing a module runs its code.
 """
 
 from __future__ import annotations
@@ -23,12 +33,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from pearl_core.errors import PearlError, SpecError
+from pearl_core.errors import NotACheckpointError, PearlError, SpecError
 from pearl_core.fileio import atomic_write
 from pearl_core.runtime.config import RunConfig, RuntimePlan
 from pearl_core.runtime.control import RunState, StopMonitor
 
-__all__ = ["CHECKPOINT_NAME", "Checkpoint", "CheckpointWriteError", "check_network_shapes", "check_resumable",
+__all__ = ["CHECKPOINT_NAME", "Checkpoint", "CheckpointWriteError", "DamagedCheckpointError",
+           "UntrustedCheckpointError", "check_modules", "check_network_shapes", "check_resumable", "checkpoint_modules",
            "dump_blob", "load_blob", "load_checkpoint", "load_trainer_state", "save_checkpoint"]
 
 #: File name of the latest checkpoint inside ``config.log_dir``.
@@ -42,6 +53,24 @@ class CheckpointWriteError(PearlError, OSError):
 
     Also an :class:`OSError`, so code that catches write errors still does.
     """
+
+
+class DamagedCheckpointError(NotACheckpointError):
+    """A checkpoint file cannot be resumed as it is; :attr:`kind` says how it is damaged.
+
+    Kinds: ``"unreadable"`` (cut short, empty, or not a checkpoint file), ``"format"``
+    (another file format or format version), ``"missing"`` (a part of the checkpoint or a
+    tensor of the trainer is absent), ``"shape"`` (tensors of other shapes or dtypes than
+    the trainer built for the run), ``"nonfinite"`` (NaN/inf in the trainer state).
+    """
+
+    def __init__(self, message: str, kind: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+class UntrustedCheckpointError(SpecError):
+    """Resuming would import modules named by a checkpoint that are not PEARL's own, and they were not trusted."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,7 +179,7 @@ def _to_numpy(tree: Any) -> Any:
 
 
 def load_checkpoint(path: str | os.PathLike, *, weights_only: bool = True) -> Checkpoint:
-    """Read a checkpoint written by :func:`save_checkpoint`.
+    """Read and validate a checkpoint written by :func:`save_checkpoint` (an untrusted file: nothing of it runs).
 
     Args:
         path: the checkpoint file.
@@ -159,13 +188,15 @@ def load_checkpoint(path: str | os.PathLike, *, weights_only: bool = True) -> Ch
             trainer state holds arbitrary Python objects.
 
     Raises:
-        SpecError: the file is missing, unreadable, or not a PEARL checkpoint.
+        SpecError: the path is missing or not a regular file (a directory, a FIFO, a device: said which).
+        DamagedCheckpointError: the file is cut short or not a checkpoint (``kind="unreadable"``), of
+            another format or version (``"format"``), lacks a part (``"missing"``), or its trainer
+            state holds NaN/inf (``"nonfinite"``). Each message names the part, expected vs found, the fix.
     """
     import torch
 
     path = Path(path)
-    if not path.is_file():
-        raise SpecError(f"checkpoint {str(path)!r} does not exist. Fix: pass the path of a checkpoint.pt file.")
+    _check_is_file(path)
     try:
         payload = torch.load(path, map_location="cpu", weights_only=weights_only)
     except Exception as exc:  # noqa: BLE001 - any read error becomes a clear message
@@ -176,15 +207,24 @@ def load_checkpoint(path: str | os.PathLike, *, weights_only: bool = True) -> Ch
         fix = ("make the trainer's state_dict() return tensors and plain values only (checkpoints are read with "
                "torch's safe loader), or resume from an earlier checkpoint" if objects else
                "resume from an earlier checkpoint (or start a new run in another log_dir)")
-        raise SpecError(f"checkpoint {str(path)!r} could not be read ({detail}): {what}. Fix: {fix}.") from exc
+        raise DamagedCheckpointError(f"checkpoint {str(path)!r} could not be read ({detail}): {what}. Fix: {fix}.",
+                                     "unreadable") from exc
     if not isinstance(payload, Mapping) or payload.get("format") != _CHECKPOINT_FORMAT:
-        raise SpecError(f"{str(path)!r} is not a PEARL checkpoint; expected one written by save_checkpoint(). "
-                        "Fix: pass the checkpoint.pt of a PEARL run's log_dir.")
+        found = (f"a mapping with keys {sorted(map(str, payload))[:8]}" if isinstance(payload, Mapping) else
+                 f"a {type(payload).__name__}")
+        raise DamagedCheckpointError(
+            f"{str(path)!r} is not a PEARL checkpoint; expected one written by save_checkpoint() (format "
+            f"{_CHECKPOINT_FORMAT!r}), found {found}. Fix: pass the checkpoint.pt of a PEARL run's log_dir.", "format")
     if payload.get("version") != _CHECKPOINT_VERSION:
-        raise SpecError(
-            f"checkpoint {str(path)!r} has format version {payload.get('version')}; this PEARL reads "
-            f"version {_CHECKPOINT_VERSION}. Fix: resume it with the PEARL version that wrote it."
-        )
+        raise DamagedCheckpointError(
+            f"checkpoint {str(path)!r} has format version {payload.get('version')!r}; this PEARL reads "
+            f"version {_CHECKPOINT_VERSION}. Fix: resume it with the PEARL version that wrote it.", "format")
+    missing = [k for k in _PARTS if k not in payload]
+    if missing:
+        raise DamagedCheckpointError(
+            f"checkpoint {str(path)!r} is damaged: it lacks {missing}; expected every part of {list(_PARTS)}. "
+            "Fix: resume from an earlier checkpoint (or start a new run in another log_dir).", "missing")
+    _check_finite(path, payload["trainer"])
     try:
         replay = payload.get("replay")
         return Checkpoint(
@@ -199,8 +239,70 @@ def load_checkpoint(path: str | os.PathLike, *, weights_only: bool = True) -> Ch
     except PearlError as exc:  # e.g. a config field this PEARL does not know
         raise SpecError(f"checkpoint {str(path)!r} cannot be resumed here: {exc}") from exc
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise SpecError(f"checkpoint {str(path)!r} is damaged: its {type(exc).__name__} ({exc}) shows a missing or "
-                        "malformed part. Fix: resume from an earlier checkpoint.") from exc
+        raise DamagedCheckpointError(
+            f"checkpoint {str(path)!r} is damaged: its {type(exc).__name__} ({exc}) shows a missing or malformed "
+            "part. Fix: resume from an earlier checkpoint.", "missing") from exc
+
+
+#: The parts every checkpoint holds (``replay`` and ``extra`` may be empty).
+_PARTS = ("trainer", "state", "monitor", "config", "plan")
+
+
+def _check_is_file(path: Path) -> None:
+    """Raise unless ``path`` is a regular file (or a link to one), saying what it is instead."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        link = f" (a symbolic link to {os.readlink(path)!r}, which does not exist)" if path.is_symlink() else ""
+        raise SpecError(f"checkpoint {str(path)!r} does not exist{link}. Fix: pass the path of a checkpoint.pt "
+                        "file (or the run's log_dir).") from None
+    except OSError as exc:
+        raise SpecError(f"checkpoint {str(path)!r} cannot be examined ({type(exc).__name__}: {exc}). Fix: pass "
+                        "the path of a readable checkpoint.pt file.") from exc
+    if stat.S_ISREG(mode):
+        return
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    what = next((name for test, name in kinds if test(mode)), "not a regular file")
+    inside = path / CHECKPOINT_NAME
+    fix = (f"pass {str(inside)!r}, the checkpoint file in it" if what == "a directory" and inside.is_file() else
+           "pass the path of a checkpoint.pt file written by a PEARL run")
+    raise SpecError(f"checkpoint {str(path)!r} is {what}, not a checkpoint file; expected a regular file written "
+                    f"by a PEARL run. Nothing was read from it. Fix: {fix}.")
+
+
+def _tensors(tree: Any, prefix: str = ""):
+    """``(dotted.key, tensor)`` of every torch tensor in a (nested) state dict."""
+    import torch
+
+    if isinstance(tree, torch.Tensor):
+        yield prefix or "(root)", tree
+    elif isinstance(tree, Mapping):
+        for k, v in tree.items():
+            yield from _tensors(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            yield from _tensors(v, f"{prefix}.{i}" if prefix else str(i))
+
+
+def _check_finite(path: Path, trainer_state: Any) -> None:
+    """Raise :class:`DamagedCheckpointError` (``"nonfinite"``) if a float tensor of the trainer state holds NaN/inf."""
+    import torch
+
+    bad = []
+    for key, t in _tensors(trainer_state):
+        if (t.is_floating_point() or t.is_complex()) and t.numel():
+            n = int((~torch.isfinite(t)).sum())
+            if n:
+                bad.append(f"{key} ({n} of {t.numel()} values)")
+    if bad:
+        raise DamagedCheckpointError(
+            f"checkpoint {str(path)!r} holds NaN/inf in its trainer state: {'; '.join(bad[:4])}"
+            f"{f' and {len(bad) - 4} more tensors' if len(bad) > 4 else ''}; expected finite weights (training "
+            "from it would only spread them). Fix: resume from an earlier checkpoint (and look for what made the "
+            "weights diverge: a learning rate too high, unscaled rewards).", "nonfinite")
 
 
 def _read_failure(exc: BaseException) -> tuple[str, bool]:
@@ -219,7 +321,8 @@ def _read_failure(exc: BaseException) -> tuple[str, bool]:
 
 
 def check_resumable(config: RunConfig, ck: Checkpoint) -> None:
-    """Raise unless ``ck`` can continue under ``config`` (same environment, trainer and replay capacity).
+    """Raise unless ``ck`` can continue under ``config``: the same environment, trainer and replay capacity,
+    and environment options (``env_kwargs``, ``env_wrappers``) that give the checkpoint's spaces.
 
     Raises:
         SpecError: what differs, and the fix.
@@ -236,13 +339,95 @@ def check_resumable(config: RunConfig, ck: Checkpoint) -> None:
             f"cannot resume: the checkpoint's replay has capacity {ck.replay['capacity']} but the config asks for "
             f"{config.replay.capacity}. Fix: keep replay.capacity unchanged when resuming."
         )
+    if config.env_options != ck.config.env_options:
+        _check_same_spaces(config, ck)
 
 
-def _shapes(tree: Any, prefix: str = "") -> dict[str, tuple[int, ...]]:
-    """``dotted.key -> shape`` of every tensor / array in a (nested) state dict."""
-    out: dict[str, tuple[int, ...]] = {}
+def _layout(space: Any) -> str:
+    """What of a space the networks and the replay depend on: its kind, shape, dtype and size."""
+    n = getattr(space, "n", None)
+    shape = getattr(space, "shape", None)
+    dtype = getattr(space, "dtype", None)
+    return (f"{type(space).__name__}(shape={tuple(shape) if shape is not None else None}, dtype={dtype}"
+            + (f", n={int(n)})" if n is not None else ")"))
+
+
+def _check_same_spaces(config: RunConfig, ck: Checkpoint) -> None:
+    """Raise when ``config``'s environment options give other spaces (shapes, dtypes, sizes) than the checkpoint's."""
+    from pearl_core.envs import env_spaces
+
+    def spaces(cfg: RunConfig, whose: str) -> tuple[str, str]:
+        try:
+            return tuple(_layout(s) for s in env_spaces(cfg.env_id, **cfg.env_options))  # type: ignore[return-value]
+        except PearlError as exc:
+            raise SpecError(f"cannot resume: the environment {cfg.env_id!r} with the {whose} env_kwargs "
+                            f"{dict(cfg.env_kwargs)} and env_wrappers {cfg.env_wrappers} cannot be built ({exc}). "
+                            "Fix: resume with the checkpoint's env_kwargs and env_wrappers.") from exc
+
+    new, old = spaces(config, "config's"), spaces(ck.config, "checkpoint's")
+    diff = [f"{what}: {a} in the checkpoint, {b} under the config"
+            for what, a, b in zip(("observation space", "action space"), old, new) if a != b]
+    if diff:
+        raise SpecError(
+            f"cannot resume: the environment {config.env_id!r} has other spaces under the config's options than "
+            f"under the checkpoint's ({'; '.join(diff)}); the checkpoint's networks and replay fit only the "
+            f"checkpoint's. The checkpoint was written with env_kwargs {dict(ck.config.env_kwargs)} and "
+            f"env_wrappers {ck.config.env_wrappers}; the config has env_kwargs {dict(config.env_kwargs)} and "
+            f"env_wrappers {config.env_wrappers}. Fix: resume with the checkpoint's env_kwargs and env_wrappers "
+            "(e.g. SerialRuntime.from_checkpoint(path)), or start a new run in another log_dir.")
+
+
+def checkpoint_modules(config: RunConfig) -> list[str]:
+    """The modules resuming under ``config`` imports by name: the trainer's, an env id's ``module:``, wrapper paths."""
+    from pearl_core.envs import PRESETS, wrapper_parts
+    from pearl_core.runtime.config import resolve_trainer_name
+
+    names = [str(resolve_trainer_name(config.trainer)).partition(":")[0]]
+    if ":" in config.env_id:
+        names.append(config.env_id.partition(":")[0])
+    for w in config.env_wrappers or ():
+        path = wrapper_parts(w)[0]
+        if path not in PRESETS:
+            names.append(path.partition(":")[0])
+    return list(dict.fromkeys(names))
+
+
+def _pearls_own(module: str) -> bool:
+    return module == "pearl_core" or module.startswith("pearl_core.")
+
+
+def check_modules(ck: Checkpoint, *, trust_modules: bool = False, allowed: "tuple[str, ...] | list[str]" = (),
+                  path: str | os.PathLike | None = None) -> None:
+    """Refuse to resume a checkpoint whose config names modules to import that are not trusted.
+
+    Importing a module runs its code, so a checkpoint from elsewhere could run anything
+    through the trainer path, a ``module:EnvId`` or a wrapper path it names. Allowed
+    without asking: PEARL's own modules (``pearl_core.*``) and ``allowed`` (e.g. the modules
+    of the config a program or the caller gives). Anything else needs ``trust_modules=True``.
+
+    Raises:
+        UntrustedCheckpointError: the modules, and the fix.
+    """
+    if trust_modules:
+        return
+    extra = set(allowed)
+    strange = [m for m in checkpoint_modules(ck.config) if not _pearls_own(m) and m not in extra]
+    if strange:
+        where = f"checkpoint {str(path)!r}" if path is not None else "the checkpoint"
+        raise UntrustedCheckpointError(
+            f"{where} names modules to import that are not PEARL's own: {strange} (trainer {ck.config.trainer!r}, "
+            f"env_id {ck.config.env_id!r}, env_wrappers {ck.config.env_wrappers}); importing a module runs its "
+            "code, so a checkpoint from someone else could run anything. Nothing was imported. Fix: if you trust "
+            "the checkpoint and those modules, pass trust_modules=True (SerialRuntime.from_checkpoint(path, "
+            "trust_modules=True); `pearl train --resume RUN --trust-checkpoint`), or pass your own config "
+            "(from_checkpoint(path, config=...)), whose modules are then the ones imported.")
+
+
+def _shapes(tree: Any, prefix: str = "") -> dict[str, tuple[tuple[int, ...], str]]:
+    """``dotted.key -> (shape, dtype kind)`` of every tensor / array in a (nested) state dict."""
+    out: dict[str, tuple[tuple[int, ...], str]] = {}
     if hasattr(tree, "shape") and hasattr(tree, "dtype"):
-        out[prefix or "(root)"] = tuple(int(d) for d in tree.shape)
+        out[prefix or "(root)"] = (tuple(int(d) for d in tree.shape), _kind(tree.dtype))
     elif isinstance(tree, Mapping):
         for k, v in tree.items():
             out.update(_shapes(v, f"{prefix}.{k}" if prefix else str(k)))
@@ -252,38 +437,61 @@ def _shapes(tree: Any, prefix: str = "") -> dict[str, tuple[int, ...]]:
     return out
 
 
+def _kind(dtype: Any) -> str:
+    """``"float"``, ``"int"``, ``"bool"`` or ``"complex"`` of a numpy or torch dtype (a float32 state may load
+    into a float64 trainer, never an int one)."""
+    name = str(dtype).replace("torch.", "")
+    for kind in ("bool", "complex", "float", "int"):
+        if kind in name or (kind == "float" and name in ("half", "double", "bfloat16")):
+            return kind
+    return name
+
+
 def _shape_error(saved: Mapping[str, Any], current: Mapping[str, Any], detail: str = "") -> SpecError | None:
     a, b = _shapes(saved), _shapes(current)
-    # Only tensors both hold: a fresh trainer's optimizer has no moments yet, and a network of
-    # another depth or width differs in the shape of a tensor both hold.
+    # Tensors both hold must agree; tensors the fresh trainer has must be in the checkpoint. A fresh trainer's
+    # optimizer has no moments yet, so the checkpoint may hold more.
     diff = [k for k in a if k in b and a[k] != b[k]]
-    if not diff:
+    missing = [k for k in b if k not in a]
+    if not diff and not missing:
         return None
-    parts = [f"{k}: {a[k]} in the checkpoint, {b[k]} under the config" for k in diff[:4]]
-    return SpecError(
+    parts = [f"{k}: {_fmt(a[k])} in the checkpoint, {_fmt(b[k])} under the config" for k in diff[:4]]
+    room = max(0, 4 - len(diff))
+    parts += [f"{k}: missing from the checkpoint, {_fmt(b[k])} under the config" for k in missing[:room]]
+    return DamagedCheckpointError(
         f"cannot resume: the checkpoint's networks do not have the shapes this config builds "
-        f"({len(diff)} of {len(b)} tensors differ: " + "; ".join(parts) + f").{detail} "
+        f"({len(diff) + len(missing)} of {len(b)} tensors differ: " + "; ".join(parts) + f").{detail} "
         "Fix: resume with the checkpoint's trainer_kwargs (e.g. SerialRuntime.from_checkpoint(path) uses the "
-        "checkpoint's config), or start a new run in another log_dir.")
+        "checkpoint's config), or start a new run in another log_dir.", "missing" if not diff else "shape")
+
+
+def _fmt(entry: tuple[tuple[int, ...], str]) -> str:
+    shape, kind = entry
+    return str(shape) if kind == "float" else f"{shape} {kind}"
 
 
 def check_network_shapes(config: RunConfig, ck: Checkpoint) -> None:
-    """Raise unless ``config`` builds a trainer whose state has the checkpoint's tensor shapes.
+    """Raise unless ``config`` builds a trainer whose state has the checkpoint's tensors, shapes and dtype kinds.
 
-    Builds a CPU copy of the trainer only when ``config.trainer_kwargs`` differ
-    from the checkpoint's (the same kwargs build the same shapes).
+    Builds a CPU copy of the trainer (from ``config``'s trainer, kwargs and environment) and compares
+    its state with the checkpoint's, so that a checkpoint that does not fit is refused before a run
+    starts (never a raw torch error when the state is loaded).
 
     Raises:
-        SpecError: the differing tensors with both shapes, both kwargs, and the fix.
+        DamagedCheckpointError: tensors that differ or are missing, with both shapes, the kwargs, and the fix.
     """
-    if dict(config.trainer_kwargs) == dict(ck.config.trainer_kwargs):
-        return
     from pearl_core.envs import env_spaces
     from pearl_core.runtime.wiring import build_trainer
 
-    trainer = build_trainer(config, *env_spaces(config.env_id, **config.env_options), check=False)
+    same = dict(config.trainer_kwargs) == dict(ck.config.trainer_kwargs)
+    try:
+        trainer = build_trainer(config, *env_spaces(config.env_id, **config.env_options), check=False)
+    except PearlError:
+        if same:  # e.g. a trainer built only on its plan's device: the runtime builds it and says why
+            return
+        raise
     current = trainer.state_dict() if hasattr(trainer, "state_dict") else {"weights": trainer.get_weights()}
-    err = _shape_error(ck.trainer_state, current, f" The checkpoint was written with trainer_kwargs "
+    err = _shape_error(ck.trainer_state, current, "" if same else f" The checkpoint was written with trainer_kwargs "
                        f"{dict(ck.config.trainer_kwargs)}; the config has {dict(config.trainer_kwargs)}.")
     if err is not None:
         raise err

@@ -39,8 +39,8 @@ from pearl_core.callbacks import EvalEvent, RunView, call, load_callbacks
 from pearl_core.errors import CallbackError, SpecError
 from pearl_core.fileio import atomic_write
 from pearl_core.runtime.acting import EvalResult, Evaluator
-from pearl_core.runtime.checkpoint import CHECKPOINT_NAME, Checkpoint, check_network_shapes, check_resumable, \
-    load_checkpoint, save_checkpoint
+from pearl_core.runtime.checkpoint import CHECKPOINT_NAME, Checkpoint, check_modules, check_network_shapes, \
+    check_resumable, load_checkpoint, save_checkpoint
 from pearl_core.runtime.config import RunConfig, RuntimePlan
 from pearl_core.runtime.control import (
     ProgressDisplay,
@@ -141,9 +141,16 @@ class Runtime:
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike, config: RunConfig | None = None,
-                        plan: RuntimePlan | None = None, **kwargs: Any):
-        """Resume the run saved at ``path`` with its own config and plan (or the ones given)."""
+                        plan: RuntimePlan | None = None, *, trust_modules: bool = False, **kwargs: Any):
+        """Resume the run saved at ``path`` with its own config and plan (or the ones given).
+
+        With the checkpoint's own config, the modules it names (trainer, ``module:EnvId``, wrapper
+        paths) are imported only if they are PEARL's own or ``trust_modules=True``: importing a
+        module runs its code (:func:`~pearl_core.runtime.checkpoint.check_modules`).
+        """
         ck = load_checkpoint(path)
+        if config is None:
+            check_modules(ck, trust_modules=trust_modules, path=path)
         return cls(config or ck.config, plan or ck.plan, resume_from=ck, **kwargs)
 
     def run(self) -> RunResult:  # pragma: no cover - abstract
