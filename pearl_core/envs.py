@@ -53,7 +53,7 @@ from typing import Any, Callable, Mapping, Sequence
 from pearl_core.errors import SpecError
 
 __all__ = ["PRESETS", "WRAPPER_ENVS", "WRAPPER_KEYS", "check_env_options", "default_wrappers", "env_spaces",
-           "json_mapping", "make_env", "registered_id"]
+           "family_distribution", "json_mapping", "make_env", "registered_id"]
 
 #: id prefix -> (the module whose import registers the family, the package that installs it, its default presets).
 _FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
@@ -93,6 +93,12 @@ def _register_family(env_id: str, gym) -> None:
         gym.register_envs(mod)
     else:  # minatar.gym registers its ids when asked
         mod.register_envs()
+
+
+def family_distribution(env_id: str) -> str | None:
+    """The distribution whose package registers ``env_id``'s family (``"ale-py"``, ``"minatar"``), else ``None``."""
+    fam = _family(env_id)
+    return None if fam is None else fam[1]
 
 
 def default_wrappers(env_id: str) -> tuple[str, ...]:
@@ -390,10 +396,64 @@ def make_env(env_id: str, seed: int | None = None, *, kwargs: Mapping[str, Any] 
         raise SpecError(f"environment {env_id!r}: wrapping it with {[p for p, _ in names]} failed "
                         f"({type(exc).__name__}: "
                         f"{exc}). Fix: check the wrappers and the env's keyword arguments.") from exc
+    env = _guard_observation_dtype(env, env_id)
     if seed is not None:
         env.action_space.seed(int(seed))
         env.observation_space.seed(int(seed))
     return env
+
+
+def _guard_observation_dtype(env: Any, env_id: str) -> Any:
+    """``env`` wrapped to refuse observations whose dtype is not its integer ``Box`` space's (images, grids).
+
+    The rule for integer observations (frames): exactly the space's dtype, nothing else. Stored as
+    the space's dtype, a wider integer (281 as int64) would wrap (to 25 in uint8) and a float would
+    be truncated; PEARL refuses both rather than guess. Float spaces are left alone (their values
+    are rounded to the stored float dtype, never wrapped).
+    """
+    import gymnasium as gym
+    import numpy as np
+
+    space = env.observation_space
+    if not isinstance(space, gym.spaces.Box) or np.dtype(space.dtype).kind not in "iu":
+        return env
+    expected = np.dtype(space.dtype)
+
+    class ObservationDtypeGuard(gym.Wrapper):
+        def reset(self, **kwargs):
+            obs, info = self.env.reset(**kwargs)
+            return self._check(obs, "reset()"), info
+
+        def step(self, action):
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            return self._check(obs, "step()"), reward, terminated, truncated, info
+
+        def _check(self, obs: Any, where: str) -> Any:
+            if getattr(obs, "dtype", None) == expected:
+                return obs
+            raise _observation_dtype_error(env_id, where, obs, space)
+
+    return ObservationDtypeGuard(env)
+
+
+def _observation_dtype_error(env_id: str, where: str, obs: Any, space: Any) -> Exception:
+    """The :class:`~pearl_core.errors.InvalidDTypeError` for an observation whose dtype is not ``space``'s."""
+    import numpy as np
+
+    from pearl_core.errors import InvalidDTypeError
+
+    arr = np.asarray(obs)
+    found = f"{type(obs).__name__} of dtype {arr.dtype}" if hasattr(obs, "dtype") else \
+        f"{type(obs).__name__} (as an array: {arr.dtype})"
+    values = ""
+    if arr.size and arr.dtype.kind in "iuf":
+        values = f", values in [{arr.min().item()!r}, {arr.max().item()!r}]"
+    return InvalidDTypeError(
+        f"environment {env_id!r}: {where} returned an observation that is a {found}{values}; expected "
+        f"{space.dtype}, the dtype of its observation_space {space}. Integer (image) observations must have "
+        f"exactly the space's dtype: converting them could wrap values (281 is 25 as uint8) or truncate "
+        f"floats, so PEARL refuses. Fix: return np.asarray(obs, dtype=np.{space.dtype}) from the environment "
+        "(clip to the space's bounds first), or declare the observation_space with the dtype it returns.")
 
 
 def env_spaces(env_id: str, *, kwargs: Mapping[str, Any] | None = None, wrappers: Sequence[str] | None = None
