@@ -69,7 +69,7 @@ from pearl_core.runtime.roles import Colocated, ThroughHost
 from pearl_core.runtime.sanity import DropLog
 from pearl_core.runtime.session import RunSession
 from pearl_core.runtime.shared import Control, WeightBuffer
-from pearl_core.runtime.shm import ShmArena, SlotRing
+from pearl_core.runtime.shm import ShmArena, SlotRing, clean_orphans
 from pearl_core.runtime.watchdog import EvalJob, Watchdog
 from pearl_core.runtime.wiring import build_trainer, load_trainer_class
 
@@ -141,6 +141,10 @@ class Host(HostFaults):
         self.max_env = cfg.stop.max_env_steps
         self.max_updates = cfg.stop.max_updates
         self.role = ThroughHost(self) if plan.setting == Setting.THROUGH_HOST else Colocated(self)
+        orphans = clean_orphans()  # of runs killed outright (SIGKILL of the whole job): never a live process's
+        if orphans:
+            log.warning("removed %d shared-memory segment(s) and semaphore(s) left by killed runs: %s", len(orphans),
+                        ", ".join(orphans))
         try:
             self._build_shared(ck)
             session.make_evaluator()

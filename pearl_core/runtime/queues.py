@@ -25,7 +25,7 @@ import time
 from typing import Any, Protocol
 
 from pearl_core.errors import InvalidValueError, TransportError
-from pearl_core.runtime.shm import Layout, ShmArena, ShmBlock
+from pearl_core.runtime.shm import Layout, ShmArena, ShmBlock, track_semaphore, untrack_semaphore
 
 __all__ = ["LOSS_GRACE_S", "MessageQueue", "PipeQueue", "SequencedQueue", "put_while"]
 
@@ -90,6 +90,9 @@ class PipeQueue:
         self._free = ctx.BoundedSemaphore(maxsize)
         self._rlock = threading.Lock()
         self._poller = None  # select.poll on the reader, made at the first poll(0) (see poll)
+        # The semaphore's name is marked as this process's, so a job killed outright leaves nothing the next
+        # run cannot find and remove (pearl_core.runtime.shm.clean_orphans).
+        self._marker = track_semaphore(self, self._free)
 
     def __getstate__(self):
         return {"maxsize": self.maxsize, "_reader": self._reader, "_writer": self._writer, "_free": self._free}
@@ -98,6 +101,7 @@ class PipeQueue:
         self.__dict__.update(state)
         self._rlock = threading.Lock()
         self._poller = None
+        self._marker = None  # the creator's
 
     @property
     def reader(self):
@@ -181,6 +185,8 @@ class PipeQueue:
         """Close both ends in this process (idempotent)."""
         self._reader.close()
         self._writer.close()
+        untrack_semaphore(self._marker, None)
+        self._marker = None
 
 
 class SequencedQueue:

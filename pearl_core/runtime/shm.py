@@ -20,7 +20,13 @@ messages (a slot number, a row count). Every piece is bounded:
   whichever comes first, so no ``/dev/shm`` segment outlives the run.
 
 Segment names start with :data:`SHM_PREFIX` followed by the creating process id,
-so leaks are easy to find (``ls /dev/shm/pearl_*``).
+so leaks are easy to find (``ls /dev/shm/pearl_*``). The named semaphores of the run's
+queues (multiprocessing's ``/dev/shm/sem.mp-*``, whose names carry no owner) get a
+marker ``pearl_<pid>_sem_<name>`` beside them (:func:`track_semaphore`). When a whole
+job is killed outright (SIGKILL of the host, its fork server and its resource tracker)
+nobody unlinks them; :func:`clean_orphans`, called when the next parallel run starts,
+removes the segments and marked semaphores whose owner process is gone — never those
+of a live process.
 
 Memory ordering: the cursors and the sequence counter are aligned ``int64``
 words written with single stores. On x86-64 (total store order) a reader that
@@ -35,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
+import re
 import secrets
 import time
 import weakref
@@ -54,7 +61,9 @@ __all__ = [
     "ShmArena",
     "ShmBlock",
     "SlotRing",
+    "clean_orphans",
     "list_segments",
+    "track_semaphore",
 ]
 
 #: Every segment PEARL creates is named ``pearl_<pid>_<random>_<tag>``.
@@ -76,6 +85,89 @@ def list_segments(pid: int | None = None) -> list[str]:
         return sorted(n for n in os.listdir("/dev/shm") if n.startswith(prefix))
     except FileNotFoundError:
         return []
+
+
+SHM_DIR = "/dev/shm"
+#: The marker of a semaphore: ``pearl_<owner pid>_sem_<semaphore name>``.
+SEM_MARK = "sem_"
+_OWNER_RE = re.compile(rf"^{re.escape(SHM_PREFIX)}(\d+)_")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True  # someone else's live process
+    except (OSError, OverflowError):
+        return False
+    return True
+
+
+def track_semaphore(owner: Any, sem: Any) -> str | None:
+    """Mark ``sem`` (a multiprocessing semaphore with a name in ``/dev/shm``) as this process's, while
+    ``owner`` lives: a marker file ``pearl_<pid>_sem_<name>``, removed by :func:`untrack_semaphore`
+    (or at ``owner``'s garbage collection / interpreter exit). Returns the marker's path (``None``: none made)."""
+    name = getattr(getattr(sem, "_semlock", None), "name", None)
+    if not name or not os.path.isdir(SHM_DIR):
+        return None
+    pid = os.getpid()
+    path = os.path.join(SHM_DIR, f"{SHM_PREFIX}{pid}_{SEM_MARK}{name.lstrip('/')}")
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600))
+    except OSError:
+        return None
+    weakref.finalize(owner, untrack_semaphore, path, pid)
+    return path
+
+
+def untrack_semaphore(path: str | None, pid: int | None = None) -> None:
+    """Remove a marker :func:`track_semaphore` made (in the process that made it; idempotent)."""
+    if path is None or (pid is not None and os.getpid() != pid):
+        return
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def clean_orphans() -> list[str]:
+    """Remove the PEARL segments and marked semaphores of processes that no longer exist.
+
+    An entry of ``/dev/shm`` is removed only when its name is PEARL's (``pearl_<pid>_...``) and process
+    ``<pid>`` is gone: a live owner's segments are never touched. For a semaphore marker the semaphore it
+    names goes too. Linux only (``[]`` where ``/dev/shm`` does not exist); errors are skipped.
+
+    Returns:
+        The names removed (the caller logs them).
+    """
+    try:
+        names = os.listdir(SHM_DIR)
+    except OSError:
+        return []
+    removed, alive = [], {}
+    for name in sorted(names):
+        m = _OWNER_RE.match(name)
+        if m is None:
+            continue
+        pid = int(m.group(1))
+        if pid not in alive:
+            alive[pid] = _alive(pid)
+        if alive[pid]:
+            continue
+        rest = name[m.end():]
+        if rest.startswith(SEM_MARK):
+            sem = rest[len(SEM_MARK):]
+            try:
+                os.unlink(os.path.join(SHM_DIR, f"sem.{sem}"))
+                removed.append(f"sem.{sem}")
+            except OSError:
+                pass
+        try:
+            os.unlink(os.path.join(SHM_DIR, name))
+            removed.append(name)
+        except OSError:
+            pass
+    return removed
 
 
 # --------------------------------------------------------------------------- layout and blocks
