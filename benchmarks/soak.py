@@ -15,11 +15,13 @@ times on the segment's process tree (found in ``/proc``)::
     learner-kill  SIGKILL the learner        -> LearnerError after a checkpoint; the soak resumes
     sigint        SIGINT the host (its pid, or its process group like a terminal's Ctrl-C)
                                              -> clean stop with a checkpoint; the soak resumes
+    sighup        SIGHUP the host (its pid, or its process group like a closed terminal)
+                                             -> the same (the workers ignore it; the host stops the run)
 
-Every segment ends one of three ways: a learner kill, a SIGINT, or its env-step
-budget (a normal finish); each of the three, in a seeded order, ends a setting-1
-segment and then a setting-2 one, so six segments cover every (ending, setting)
-pair. Actor faults come on top, one or more per segment, at seeded times. A
+Every segment ends one of four ways: a learner kill, a SIGINT, a SIGHUP, or its
+env-step budget (a normal finish); each of the four, in a seeded order, ends a
+setting-1 segment and then a setting-2 one, so eight segments cover every
+(ending, setting) pair. Actor faults come on top, one or more per segment, at seeded times. A
 SIGINT is sometimes sent while the workers are still starting. Workers are told
 apart by the shared memory they map (``/proc/<pid>/maps``: an actor maps its own
 ring ``dcq<i>``, the learner the batch ring or every actor's ring), and the
@@ -52,7 +54,7 @@ After each segment the soak checks, and counts:
   by, any of those processes, and multiprocessing semaphores
   (``/dev/shm/sem.mp-*``) they mapped, still there after it exits (then unlinked).
 
-An ending fault (learner kill, SIGINT) is *survived* when its segment ended as
+An ending fault (learner kill, SIGINT, SIGHUP) is *survived* when its segment ended as
 it must (``LearnerError`` reporting the SIGKILL; ``stop_reason "interrupted"``
 and exit 0), its last checkpoint loaded, and nothing was lost, orphaned or
 leaked. An actor fault is survived when the run went on to its planned end (a
@@ -95,8 +97,10 @@ N_ACTORS = 2
 ENVS_PER_ACTOR = 2
 METRICS_EVERY = 250
 MAX_RESTARTS = 1_000_000
-ENDINGS = ("learner-kill", "sigint", "budget")
-FAULT_KINDS = ("actor-kill", "actor-stop", "learner-kill", "sigint")
+ENDINGS = ("learner-kill", "sigint", "sighup", "budget")
+FAULT_KINDS = ("actor-kill", "actor-stop", "learner-kill", "sigint", "sighup")
+#: The endings by a stop signal to the host (a clean stop with a checkpoint).
+SIGNALS = {"sigint": signal.SIGINT, "sighup": signal.SIGHUP}
 #: Seconds a segment may take to start (imports, fork server) on a loaded machine.
 STARTUP_ALLOWANCE_S = 240.0
 #: Seconds the processes of a finished segment get to disappear before they count as orphans.
@@ -390,7 +394,7 @@ class Soak:
 
     # -- planning ------------------------------------------------------------------------
     def next_ending(self) -> str:
-        """Endings in blocks of six: each kind, in a seeded order, in setting 1 then in setting 2."""
+        """Endings in blocks of eight: each kind, in a seeded order, in setting 1 then in setting 2."""
         if not self.endings:
             block = list(ENDINGS)
             self.rng.shuffle(block)
@@ -416,13 +420,13 @@ class Soak:
             t += rng.expovariate(4.0 / seconds)
         if ending == "learner-kill":
             faults.append(Fault(k, "learner-kill", end_at))
-        elif ending == "sigint":
+        elif ending in SIGNALS:
             if rng.random() < 0.2:
-                faults.append(Fault(k, "sigint", rng.uniform(0.0, 1.5), phase="startup"))
+                faults.append(Fault(k, ending, rng.uniform(0.0, 1.5), phase="startup"))
             else:
-                faults.append(Fault(k, "sigint", end_at))
+                faults.append(Fault(k, ending, end_at))
         for f in faults:
-            if f.kind == "sigint":
+            if f.kind in SIGNALS:
                 f.target = "host group" if rng.random() < 0.5 else "host"
         return seg, faults
 
@@ -501,7 +505,7 @@ class Soak:
                     self._fire(f, proc, workers, table)
                     if f.fired and f.kind.startswith("actor"):
                         awaiting.append(f)
-                if not ended and any(f.fired and f.kind in ("learner-kill", "sigint") for f in faults):
+                if not ended and any(f.fired and f.kind in ("learner-kill", *SIGNALS) for f in faults):
                     ended, ended_at = True, now
                 if ended and not slow_exit and now - ended_at > 2 * a.stall_seconds:
                     slow_exit = True  # a second SIGINT aborts the run at once
@@ -596,8 +600,8 @@ class Soak:
         if proc.poll() is not None:
             f.note = "not injected: the segment ended first"
             return
-        live, why = ({}, "") if f.kind == "sigint" else self._roles(workers, table)
-        if f.kind != "sigint" and not live:
+        live, why = ({}, "") if f.kind in SIGNALS else self._roles(workers, table)
+        if f.kind not in SIGNALS and not live:
             f.note = f"not injected: {why}"
             return
         try:
@@ -621,14 +625,15 @@ class Soak:
                 learners = [p for p, r in live.items() if r[0] == "learner"]
                 f.pid, f.target, f.detail = learners[0], "learner", "SIGKILL"
                 os.kill(learners[0], signal.SIGKILL)
-            elif f.kind == "sigint":
-                f.pid = proc.pid
+            elif f.kind in SIGNALS:
+                f.pid, sig, name = proc.pid, SIGNALS[f.kind], f.kind.upper()
                 if f.target == "host group":
-                    os.killpg(proc.pid, signal.SIGINT)
-                    f.detail = "SIGINT to the process group (like Ctrl-C)"
+                    os.killpg(proc.pid, sig)
+                    f.detail = f"{name} to the process group (like " + (
+                        "Ctrl-C)" if f.kind == "sigint" else "a closed terminal)")
                 else:
-                    os.kill(proc.pid, signal.SIGINT)
-                    f.detail = "SIGINT to the host"
+                    os.kill(proc.pid, sig)
+                    f.detail = f"{name} to the host"
                 if f.phase == "startup":
                     f.detail += ", while the workers were starting"
         except ProcessLookupError:
@@ -829,7 +834,7 @@ class Soak:
         if "learner-kill" in kinds:
             seg.expected = "LearnerError"
             ended_ok = seg.status == "LearnerError" and "exited with code -9" in seg.error
-        elif "sigint" in kinds:
+        elif kinds & set(SIGNALS):
             seg.expected = "interrupted"
             ended_ok = seg.status == "interrupted" and seg.returncode == 0
         elif seg.stalled:  # the stall is reported as a problem of its own; the soak's SIGINT must stop it cleanly
@@ -852,7 +857,7 @@ class Soak:
         if seg.semaphores_left:
             seg.problems.append(f"{len(seg.semaphores_left)} leaked semaphore(s)")
         clean = not seg.orphans and not seg.leaked and not seg.semaphores_left
-        ending = [f for f in fired if f.kind in ("learner-kill", "sigint")]
+        ending = [f for f in fired if f.kind in ("learner-kill", *SIGNALS)]
         ck_good = seg.ck_loaded is not False and not seg.progress_lost
         for f in fired:
             if f.kind == "actor-kill":
@@ -1039,7 +1044,12 @@ def _cell(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
+        "The full soak runs 30 minutes (the default) and writes its figures to "
+        f"{DEFAULT_OUT.relative_to(ROOT)} (and stdout):\n"
+        "    .venv/bin/python benchmarks/soak.py --minutes 30 --seed 0\n"
+        "A short smoke (tests/test_soak.py): --minutes 0.6 --out /tmp/soak.md. Fault kinds: "
+        + ", ".join(FAULT_KINDS) + ". Exit status 1 when anything was lost, leaked or orphaned."))
     ap.add_argument("--minutes", type=float, default=30.0, help="soak duration (default 30)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the fault schedule and of the runs")
     ap.add_argument("--out", default=None, help=f"markdown report (default {DEFAULT_OUT.relative_to(ROOT)})")

@@ -37,7 +37,7 @@ def test_a_short_soak_injects_faults_and_loses_nothing(tmp_path):
     assert proc.returncode == 0, (report or proc.stdout[-4000:]) + proc.stderr[-4000:]
     assert report and report in proc.stdout
     injected = dict(re.findall(r"([a-z-]+) (\d+)", _row(report, "faults injected")))
-    kinds = [k for k in ("actor-kill", "actor-stop", "learner-kill", "sigint") if int(injected.get(k, 0)) > 0]
+    kinds = [k for k in ("actor-kill", "actor-stop", "learner-kill", "sigint", "sighup") if int(injected.get(k, 0)) > 0]
     assert len(kinds) >= 2, report
     assert _row(report, "experiences lost") == "**0**"
     assert _row(report, "progress lost") == "**0**"
