@@ -19,7 +19,7 @@ reference's state (its learner generator included: both draw the same smoothing 
 reparameterisation ``eps``) and both update on the same batch: TD errors, metrics, every parameter,
 target, Adam moment and step counter and ``log_alpha`` must agree within float32 tolerances.
 :meth:`~ActorCriticKernelConformance.test_free_run_matches_torch` also runs several updates without
-re-loading: one kernel object for :attr:`ActorCriticKernelConformance.free_run_same_kernel` (5)
+re-loading: one kernel object for :attr:`ActorCriticKernelConformance.free_run_same_kernel` (24, at least 20)
 consecutive updates (a kernel that goes wrong from its third step fails here), then the batch size
 changing. :meth:`~ActorCriticKernelConformance.test_factory_makes_a_kernel_that_updates_in_place`
 checks the ABI of :mod:`pearl_core.kernels`: the factory's product is a
@@ -143,8 +143,8 @@ class ActorCriticKernelConformance:
     warmup: int = 3
     steps: int = 4
     seed: int = 0
-    #: Consecutive updates of one kernel object in :meth:`test_free_run_matches_torch` (at least 5).
-    free_run_same_kernel: int = 5
+    #: Consecutive updates of one kernel object in :meth:`test_free_run_matches_torch` (at least 20), each compared.
+    free_run_same_kernel: int = 24
 
     def kernel_factory(self, name: str) -> Callable[..., Any] | None:
         """The factory under test for ``name`` (``"td3_mlp"`` or ``"sac_mlp"``), or ``None`` to skip its cases."""
@@ -209,7 +209,7 @@ class ActorCriticKernelConformance:
         case = ACKernelCase(f"free-run-{algo}", algo, (32, 16), 16, kwargs={"max_grad_norm": 0.5})
         ref, cand, rng = self._pair(case)
         cand.load_state_dict(copy.deepcopy(ref.state_dict()))
-        same = max(5, self.free_run_same_kernel)
+        same = max(20, self.free_run_same_kernel)
         kernels = []
         for i, size in enumerate((case.batch,) * same + (9, 9, case.batch)):
             batch, w = _batch(case, rng, size)

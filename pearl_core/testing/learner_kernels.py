@@ -23,7 +23,7 @@ tolerances, and the target network must not change. Loading the state
 before every step keeps float noise from compounding (a last-bit difference can
 flip a ReLU that sits at zero), and makes the trainer bind a new kernel object each
 step; :meth:`~DQNKernelConformance.test_free_run_matches_torch` runs steps without it:
-one kernel object for :attr:`DQNKernelConformance.free_run_same_kernel` (5) consecutive
+one kernel object for :attr:`DQNKernelConformance.free_run_same_kernel` (24, at least 20) consecutive
 updates (a kernel that goes wrong from its third step fails here), then across a
 batch-size change. :meth:`~DQNKernelConformance.test_n_step_discounts_match_torch` checks
 the per-sample ``discount`` field of the step record (n-step returns).
@@ -187,8 +187,8 @@ class DQNKernelConformance:
 
     warmup: int = 2
     steps: int = 4
-    #: Consecutive updates of one kernel object in :meth:`test_free_run_matches_torch` (at least 5).
-    free_run_same_kernel: int = 5
+    #: Consecutive updates of one kernel object in :meth:`test_free_run_matches_torch` (at least 20), each compared.
+    free_run_same_kernel: int = 24
     seed: int = 0
     target_noise: float = 0.3
     #: The kernel's name (what the trainer asks ``learner_kernels`` for).
@@ -311,7 +311,7 @@ class DQNKernelConformance:
         ref, cand, rng = self._pair(case)
         cand.load_state_dict(copy.deepcopy(ref.state_dict()))
         target_before = _target(cand)
-        same = max(5, self.free_run_same_kernel)
+        same = max(20, self.free_run_same_kernel)
         kernels = []
         for i, size in enumerate((case.batch,) * same + (9, 9, case.batch)):
             batch, w = _batch(case, rng, size)
