@@ -236,3 +236,27 @@ def test_a_bad_deadline_setting_is_named(monkeypatch):
     backend = registry_with(analytic_cells=lambda self, d, w: None).get_backend("broken")
     with pytest.raises(PluginContractError, match="PEARL_PLUGIN_DEADLINE_S = '-1' is invalid"):
         backend.analytic_cells(None, None)
+
+
+def test_planning_with_a_hung_cost_model_ends_and_names_plugin_and_hook(monkeypatch):
+    """`pearl plan`'s path (make_plan): the hung model's device is left out, with the reason; the plan is made."""
+    from pearl_core.composer import DeviceSpec, HardwareSpec, LearnerLayer, LinkSpec, Workload, make_plan
+
+    release = threading.Event()
+    monkeypatch.setenv("PEARL_PLUGIN_DEADLINE_S", "0.3")
+    reg = registry_with(analytic_cells=lambda self, device, workload: release.wait(30))
+    spec = HardwareSpec((DeviceSpec("xeon", "cpu", 2**36, 60, 185, cores=8),
+                         DeviceSpec("brk0", "brk", 2**34, 10, 50, mem_bandwidth_Bps=1e11)),
+                        (LinkSpec("xeon", "xeon", 2e-6, 2e10), LinkSpec("xeon", "brk0", 1e-5, 1e10)))
+    layers = (LearnerLayer("q.0", "linear", 4, 64, 256, 320, True, "q"),
+              LearnerLayer("q.1", "linear", 64, 2, 128, 130, True, "q"))
+    wl = Workload(batch_size=32, obs_bytes=16, action_bytes=8, n_actors=1, layers=layers, env_id="CartPole-v1")
+    try:
+        start = time.monotonic()
+        plan = make_plan(spec, wl, registry=reg)
+        assert time.monotonic() - start < 10
+        assert plan.rm_device == plan.learner_device == "xeon"
+        (note,) = plan.matrix.row("brk0").notes
+        assert "analytic_cells did not return within its deadline" in note and "plugin 'brk'" in note
+    finally:
+        release.set()
