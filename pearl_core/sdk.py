@@ -32,12 +32,17 @@ The names, by group:
 - **Device and work descriptions** — :class:`DeviceSpec` (a device as the hardware spec
   describes it), :class:`Workload` (one training iteration) and :class:`LearnerLayer` (one
   layer of its learner network): what a backend is asked to measure or model.
-- **Cost records** — :class:`DeviceRow` (a device's row of the assignment matrix),
-  :class:`CostCell` (one cell: seconds and where they came from) and :data:`CELL_NAMES` (the
-  cells a row holds).
+- **Cost records** — named, frozen records (no positional rows to decode, no string keys):
+  :class:`DeviceRow` (a device's row of the assignment matrix, what ``analytic_cells`` and
+  ``profile_cells`` return), :class:`CostCell` (one cell: seconds and where they came from),
+  :data:`CELL_NAMES` (the cells a row holds); :class:`MeasureRequest` (what the composer asks a
+  backend's ``measure_primitive`` to measure: one of :data:`PRIMITIVES` at given threads) and
+  :class:`PrimitiveCost` (its answer); :class:`RunMeasurement` (one host variant's calibration run)
+  and :class:`DeviceCosts` (a measured host's named measurements, ``DeviceRow.costs``).
 - **Measuring helpers** — ``profile_actor_step``, ``profile_learner``, ``profile_message_hop``,
-  ``profile_replay_ops``, ``profile_worker_loop`` (time a primitive on a present device), and
-  ``calibrate_host_variants``, ``learner_threads_yield`` (the host's calibrated variants).
+  ``profile_replay_ops``, ``profile_worker_loop`` (time a primitive on a present device). The
+  composer owns the policy (thread counts, host variants, calibration runs:
+  :mod:`pearl_core.composer.hostprofile`); a backend measures what it is asked.
 - **Transports** — :class:`MessageQueue` (what the runtime needs of a queue) and
   :class:`PipeQueue` (the core's shared-memory queue, to wrap or extend).
 - **Learner kernels** — the typed ABI of :meth:`Backend.learner_kernel` (:mod:`pearl_core.kernels`):
@@ -73,8 +78,16 @@ from pearl_core.sumtree import (
 
 if TYPE_CHECKING:  # what a type checker sees; at run time __getattr__ loads these on first use
     from pearl_core.algorithms.dqn import DQN
-    from pearl_core.composer.calibrate import calibrate_host_variants, learner_threads_yield
-    from pearl_core.composer.matrix import CELL_NAMES, CostCell, DeviceRow
+    from pearl_core.composer.matrix import (
+        CELL_NAMES,
+        PRIMITIVES,
+        CostCell,
+        DeviceCosts,
+        DeviceRow,
+        MeasureRequest,
+        PrimitiveCost,
+        RunMeasurement,
+    )
     from pearl_core.composer.profiling import (
         profile_actor_step,
         profile_learner,
@@ -137,10 +150,13 @@ __all__ = [
     # Cost records
     "CELL_NAMES",
     "CostCell",
+    "DeviceCosts",
     "DeviceRow",
+    "MeasureRequest",
+    "PRIMITIVES",
+    "PrimitiveCost",
+    "RunMeasurement",
     # Measuring helpers
-    "calibrate_host_variants",
-    "learner_threads_yield",
     "profile_actor_step",
     "profile_learner",
     "profile_message_hop",
@@ -179,8 +195,8 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("DeviceStorage", "DeviceSumTree", "torch_dtype"), "pearl_core.replay.device"),
     "DeviceSpec": "pearl_core.composer.spec",
     **dict.fromkeys(("LearnerLayer", "Workload"), "pearl_core.composer.workload"),
-    **dict.fromkeys(("CELL_NAMES", "CostCell", "DeviceRow"), "pearl_core.composer.matrix"),
-    **dict.fromkeys(("calibrate_host_variants", "learner_threads_yield"), "pearl_core.composer.calibrate"),
+    **dict.fromkeys(("CELL_NAMES", "CostCell", "DeviceCosts", "DeviceRow", "MeasureRequest", "PRIMITIVES",
+                     "PrimitiveCost", "RunMeasurement"), "pearl_core.composer.matrix"),
     **dict.fromkeys(("profile_actor_step", "profile_learner", "profile_message_hop", "profile_replay_ops",
                      "profile_worker_loop"), "pearl_core.composer.profiling"),
     **dict.fromkeys(("MessageQueue", "PipeQueue"), "pearl_core.runtime.queues"),

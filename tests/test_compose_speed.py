@@ -27,14 +27,15 @@ from typer.testing import CliRunner
 
 from pearl_core.composer import Composer, workload_for_env
 from pearl_core.composer.analytic import cpu_row
-from pearl_core.composer.calibrate import floor_key, rounds_key, run_variants
+from pearl_core.composer.calibrate import run_variants
 from pearl_core.composer.here import fit_threads_here
 from pearl_core.composer.knobs import KnobChoice
 from pearl_core.composer.plan import make_plan
 from pearl_core.composer.profiling import MIN_TIMED, median_time
 from pearl_core.composer.render import render_plan
 from pearl_core.composer.spec import HardwareSpec
-from pearl_core.composer.tuning import host_variants, pick_variant, variant_key
+from pearl_core.composer.matrix import DeviceCosts, RunMeasurement
+from pearl_core.composer.tuning import host_variants, pick_variant
 from pearl_core.runtime.config import RuntimePlan, Setting
 from pearl_core.validation import cpu_count
 
@@ -101,15 +102,20 @@ def test_plan_without_profiling_is_analytic(tmp_path):
 
 
 # ------------------------------------------------------------------ one consistent printout
+def _costs(row, learner_s, threads_yield, *runs):
+    """The named measurements of a measured host, over the analytic row's co-located cells."""
+    loop = row.config["co_learner_threads"] if row.config.get("co_time_sliced") else None
+    return DeviceCosts(2e-5, 5e-6, learner_s, threads_yield, loop, runs)
+
+
 def _revised_plan():
     """A host plan where Algorithm 1 picks setting 2 but the calibration runs measure setting 1 faster."""
     spec = HardwareSpec.load(THIS_MACHINE)
     wl = workload_for_env("CartPole-v1", 32, hidden_sizes=(32, 32), insert_batch=2)
     host = spec.devices[0]
     row = cpu_row(host, wl, is_host=True)
-    config = {**row.config, "actor_step_s": 2e-5, "msg_hop_s": 5e-6, "learner_threads_yield": False,
-              "learner_s_threads_1": 1e-4, variant_key(1, 1): 2e-4, variant_key(2, 1): 9e-4}
-    row = dataclasses.replace(row, config=config)
+    row = dataclasses.replace(row, costs=_costs(row, ((1, 1e-4),), False, RunMeasurement(1, 1, 2e-4, rounds=1),
+                                                RunMeasurement(2, 1, 9e-4, rounds=1)))
     return make_plan(spec, wl, "throughput", profiler=lambda d, w: row)
 
 
@@ -182,32 +188,32 @@ def test_calibration_skips_variants_that_cannot_win_and_repeats_only_contenders(
     # the 2-thread variants' learner step alone (0.55 ms) is > 10% above the best run (0.44 ms): not run;
     # setting 1 x 1 thread is 52% behind after round 1: no contender, so no second round is needed
     assert sorted(runs) == [(1, 1), (2, 1)]
-    assert out[floor_key(1, 2)] == out[floor_key(2, 2)] == 5.5e-4 and variant_key(2, 2) not in out
-    assert out[rounds_key(2, 1)] == 1 and out[variant_key(2, 1)] == 4.4e-4
+    by = {(r.setting, r.threads): r for r in out}
+    assert by[1, 2].floor == by[2, 2].floor == 5.5e-4 and by[2, 2].seconds is None and by[2, 2].rounds == 0
+    assert by[2, 1].rounds == 1 and by[2, 1].seconds == 4.4e-4
     close = {(1, 1): 5.0e-4, (2, 1): 4.4e-4, (1, 2): 5.5e-4, (2, 2): 7.0e-4}
     every = run_variants(list(close), lambda s, t: close[(s, t)], rounds=3)  # no floors: every variant runs
-    assert {v: every[rounds_key(*v)] for v in close} == {(1, 1): 3, (2, 1): 3, (1, 2): 3, (2, 2): 1}  # 35%: 59% out
+    assert {(r.setting, r.threads): r.rounds for r in every} == {(1, 1): 3, (2, 1): 3, (1, 2): 3, (2, 2): 1}  # 59% out
 
 
 def test_calibration_rounds_stop_before_one_would_overrun_the_budget():
     ticks = iter(range(100))
     out = run_variants([(1, 1), (2, 1)], lambda s, t: 1e-3, rounds=5, budget_s=0.5, clock=lambda: next(ticks))
-    assert out[rounds_key(1, 1)] == out[rounds_key(2, 1)] == 1  # round 1 always, none after the budget
+    assert [r.rounds for r in out] == [1, 1]  # round 1 always, none after the budget
     # round 1 took 2 s (1 s a run): a second round ends at 4 s <= 4.5 s; a third would end at 7.5 s
     clock = iter([0.0, 2.0, 5.0])
     out = run_variants([(1, 1), (2, 1)], lambda s, t: 1e-3, rounds=5, budget_s=4.5, clock=lambda: next(clock))
-    assert out[rounds_key(1, 1)] == out[rounds_key(2, 1)] == 2
+    assert [r.rounds for r in out] == [2, 2]
 
 
 def test_a_variant_not_run_is_predicted_at_its_floor_and_never_chosen():
     spec = HardwareSpec.load(THIS_MACHINE)
     wl = workload_for_env("CartPole-v1", 32, hidden_sizes=(32, 32), insert_batch=2)
     row = cpu_row(spec.devices[0], wl, is_host=True)
-    cfg = {**row.config, "actor_step_s": 2e-5, "msg_hop_s": 5e-6, "learner_threads_yield": True,
-           "learner_s_threads_1": 3e-4, "learner_s_threads_2": 5e-4, variant_key(2, 1): 4.6e-4,
-           "run_spread_setting_2_threads_1": 0.10, variant_key(1, 1): 7e-4, floor_key(2, 2): 5.0e-4,
-           floor_key(1, 2): 5.0e-4}
-    variants = host_variants(spec.devices[0], dataclasses.replace(row, config=cfg), wl)
+    costs = _costs(row, ((1, 3e-4), (2, 5e-4)), True, RunMeasurement(2, 1, 4.6e-4, rounds=3, spread=0.10),
+                   RunMeasurement(1, 1, 7e-4, rounds=3), RunMeasurement(2, 2, floor=5.0e-4),
+                   RunMeasurement(1, 2, floor=5.0e-4))
+    variants = host_variants(spec.devices[0], dataclasses.replace(row, costs=costs), wl)
     floors = [v for v in variants if v.bound == "floor"]
     assert len(floors) == 2 and all(v.predicted_s >= 5.0e-4 for v in floors)
     chosen = variants[pick_variant(variants, "throughput")]

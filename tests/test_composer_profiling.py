@@ -11,7 +11,7 @@ import pytest
 from pearl_core.algorithms import DQN
 from pearl_core.composer import HardwareSpec, Plan, make_plan, workload_for_env
 from pearl_core.composer.detect import detect_hardware
-from pearl_core.composer.matrix import CostCell, DeviceRow
+from pearl_core.composer.matrix import CostCell, DeviceCosts, DeviceRow
 from pearl_core.composer.profiling import median_time, present_device, profiler_for
 from pearl_core.composer.spec import DeviceSpec
 from pearl_core.composer.tuning import Variant, host_variants, pick_variant
@@ -58,10 +58,11 @@ def test_profiled_row_is_cached_and_reused(tmp_path, spec, workload, monkeypatch
     assert isinstance(row, DeviceRow) and row.device == host.name
     for name, cell in row.cells():
         assert cell is not None and cell.source == "profiled" and cell.latency_s > 0, name
-    cfg = row.config
+    cfg, costs = row.config, row.costs
     assert cfg["learner_threads"] >= 1 and 1 <= cfg["rm_threads"] <= workload.batch_size
-    assert cfg["actor_step_s"] > 0 and cfg["msg_hop_s"] > 0
-    assert cfg[f"learner_s_threads_{cfg['learner_threads']}"] == row.learner.latency_s
+    assert costs.actor_step_s > 0 and costs.msg_hop_s > 0 and costs.worker_loop_threads == cfg["learner_threads"]
+    assert costs.learner_at(cfg["learner_threads"]) == row.learner.latency_s
+    assert not [k for k in cfg if k.startswith(("run_", "learner_s_", "co_time"))]  # named records, no string keys
     files = list(tmp_path.glob("*.json"))
     assert len(files) == 1 and not list(tmp_path.glob("*.tmp"))
 
@@ -70,7 +71,7 @@ def test_profiled_row_is_cached_and_reused(tmp_path, spec, workload, monkeypatch
     def boom(*a, **k):
         raise AssertionError("the cache should have answered")
 
-    monkeypatch.setattr(type(backend), "profile_cells", boom)
+    monkeypatch.setattr(type(backend), "measure_primitive", boom)
     assert profiler_for(spec, iterations=20, warmup=2, cache_dir=tmp_path)(host, workload) == row
     # Another workload is another key: it must measure (and here, fail loudly).
     other = workload_for_env("CartPole-v1", 16, trainer=DQN, trainer_kwargs={"hidden_sizes": (32, 32)},
@@ -112,12 +113,11 @@ def test_median_time_runs_setup_untimed():
 # -- host tuning -------------------------------------------------------------------------------
 
 
-def _row(**cfg):
+def _row(learner_s_threads_2=0.7e-3):
     s, u, n = CostCell(50e-6, 12, "given"), CostCell(20e-6, 12, "given"), CostCell(20e-6, 12, "given")
-    learner = CostCell(cfg.get("learner_s_threads_1", 1e-3), 12, "given")
-    base = {"actor_step_s": 30e-6, "msg_hop_s": 40e-6, "learner_s_threads_1": 1e-3, "learner_s_threads_2": 0.7e-3}
-    base.update(cfg)
-    return DeviceRow("cpu0", "cpu", s, u, n, learner, s, u, n, learner, config=base)
+    learner = CostCell(1e-3, 12, "given")
+    costs = DeviceCosts(30e-6, 40e-6, ((1, 1e-3), (2, learner_s_threads_2)))
+    return DeviceRow("cpu0", "cpu", s, u, n, learner, s, u, n, learner, costs=costs)
 
 
 def test_host_variants_follow_the_documented_model(workload):

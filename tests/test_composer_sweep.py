@@ -14,7 +14,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from pearl_core.cli import app
-from pearl_core.composer.matrix import CostCell, DeviceRow
+from pearl_core.composer.matrix import CostCell, DeviceCosts, DeviceRow, RunMeasurement
 from pearl_core.composer.spec import DeviceSpec
 from pearl_core.composer.sweep import PICK_TOLERANCE, SweepPoint, SweepReport, SweepResult, sweep_points
 from pearl_core.composer.tuning import Variant, host_variants
@@ -103,18 +103,18 @@ def test_pick_share_counts_wrong_picks():
     assert SweepReport((a, b), 5.0, 2).pick_share == 0.5
 
 
-def _host_row(extra):
+def _host_row(runs=()):
     cell = CostCell(1e-4, 10.0, "profiled")
-    config = {"actor_step_s": 5e-5, "msg_hop_s": 2e-5, "learner_s_threads_1": 2e-4, "co_time_sliced": True,
-              "co_learner_threads": 1, "rm_threads": 1, "learner_threads": 1, **extra}
-    return DeviceRow("cpu0", "cpu", cell, cell, cell, cell, cell, cell, cell, cell, config=config)
+    config = {"co_learner_threads": 1, "rm_threads": 1, "learner_threads": 1}
+    costs = DeviceCosts(5e-5, 2e-5, ((1, 2e-4),), worker_loop_threads=1, runs=tuple(runs))
+    return DeviceRow("cpu0", "cpu", cell, cell, cell, cell, cell, cell, cell, cell, config=config, costs=costs)
 
 
 def test_host_variants_take_a_calibration_run_and_keep_the_model():
     dev = DeviceSpec("cpu0", "cpu", 2**34, 5, 20, cores=2, threads=2)
     wl = Workload(batch_size=32, obs_bytes=16, action_bytes=8, n_actors=1)
-    plain = {(v.setting, v.learner_threads): v for v in host_variants(dev, _host_row({}), wl)}
-    runs = {"run_s_setting_1_threads_1": 9e-4, "run_s_setting_2_threads_1": 7e-4, "run_spread_setting_1_threads_1": 0.05}
+    plain = {(v.setting, v.learner_threads): v for v in host_variants(dev, _host_row(), wl)}
+    runs = (RunMeasurement(1, 1, 9e-4, rounds=2, spread=0.05), RunMeasurement(2, 1, 7e-4, rounds=1))
     calibrated = {(v.setting, v.learner_threads): v for v in host_variants(dev, _host_row(runs), wl)}
     assert set(plain) == set(calibrated) == {(Setting(1), 1), (Setting(2), 1)}
     assert calibrated[Setting(1), 1].spread == 0.05 and calibrated[Setting(2), 1].spread == 0.0  # rounds' noise
@@ -122,9 +122,11 @@ def test_host_variants_take_a_calibration_run_and_keep_the_model():
         assert calibrated[key].predicted_s == run and calibrated[key].bound == "run"
         assert calibrated[key].model_s == pytest.approx(plain[key].predicted_s)
         assert plain[key].bound != "run" and plain[key].model_s == pytest.approx(plain[key].predicted_s)
-    bad = {"run_s_setting_1_threads_1": float("nan"), "run_s_setting_2_threads_1": -1.0}
-    for v in host_variants(dev, _host_row(bad), wl):  # an unmeasurable run leaves the model's figure
-        assert v.bound != "run"
+    for bad in ({"seconds": float("nan")}, {"seconds": -1.0}):  # a run record must hold a measurement
+        with pytest.raises(SpecError, match="RunMeasurement"):
+            RunMeasurement(1, 1, **bad)
+    for v in host_variants(dev, _host_row((RunMeasurement(1, 1, None), RunMeasurement(2, 1, 0.0))), wl):
+        assert v.bound != "run"  # a record without seconds (or with none measurable) leaves the model's figure
 
 
 def test_variant_round_trips_and_reads_plans_without_model_s():
@@ -167,16 +169,14 @@ def test_benchmark_measures_a_workload_and_writes_the_report(tmp_path):
 
 
 def test_calibration_runs_in_a_child_and_measures_a_variant():
-    from pearl_core.composer.calibrate import calibrate_host_variants, rounds_key, variant_key
+    from pearl_core.composer.calibrate import calibrate_host_variants
     from pearl_core.composer.workload import workload_for_env
 
     wl = workload_for_env("CartPole-v1", 32, hidden_sizes=(16, 16), replay="uniform", insert_batch=2)
     got = calibrate_host_variants(wl, [(2, 1)], window_s=1.0, rounds=1)
-    from pearl_core.composer.tuning import spread_key
-
-    assert set(got) == {variant_key(2, 1), spread_key(2, 1), rounds_key(2, 1)} and 1e-6 < got[variant_key(2, 1)] < 1.0
-    assert got[rounds_key(2, 1)] == 1
-    assert got[spread_key(2, 1)] == 0.0  # one round: no spread
+    (rec,) = got
+    assert (rec.setting, rec.threads, rec.rounds) == (2, 1, 1) and 1e-6 < rec.seconds < 1.0
+    assert rec.spread == 0.0 and rec.floor is None  # one round: no spread
 
 
 def test_a_failing_calibration_says_why():
@@ -187,7 +187,7 @@ def test_a_failing_calibration_says_why():
                   trainer="pearl_no_such_module:Trainer")
     with pytest.raises(PearlError, match=r"calibration runs failed \(exit [1-9].*pearl_no_such_module"):
         calibrate_host_variants(wl, [(1, 1)], window_s=1.0, rounds=1)
-    assert calibrate_host_variants(wl, []) == {}
+    assert calibrate_host_variants(wl, []) == ()
 
 
 UNGUARDED = """
@@ -255,8 +255,7 @@ def test_validate_keeps_each_candidates_rounds_spread_and_its_calibration_spread
     wl = workload_for_env("CartPole-v1", 16, trainer=DQN, trainer_kwargs={"hidden_sizes": (16,)}, capacity=2048,
                           insert_batch=2)
     spec = detect_hardware()
-    runs = {"run_s_setting_1_threads_1": 9e-4, "run_spread_setting_1_threads_1": 0.06,
-            "run_s_setting_2_threads_1": 7e-4, "run_spread_setting_2_threads_1": 0.02}
+    runs = (RunMeasurement(1, 1, 9e-4, rounds=3, spread=0.06), RunMeasurement(2, 1, 7e-4, rounds=3, spread=0.02))
     plan = make_plan(spec, wl, profiler=lambda dev, w: dataclasses.replace(_host_row(runs), device=dev.name)
                      if dev.name == spec.host else None)
     calibrated = {(int(v.setting), v.learner_threads): v for v in plan.variants if v.bound == "run"}

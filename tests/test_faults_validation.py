@@ -457,11 +457,18 @@ def test_the_fast_split_search_equals_trying_every_split(seed):
 
 
 def test_host_tuning_reads_only_the_profiled_thread_counts():
-    from pearl_core.composer.tuning import _profiled_threads
+    from pearl_core.composer.matrix import CostCell, DeviceCosts, DeviceRow
+    from pearl_core.composer.spec import DeviceSpec
+    from pearl_core.composer.tuning import host_variants
+    from pearl_core.composer.workload import Workload
 
-    cfg = {"learner_s_threads_1": 0.01, "learner_s_threads_2": 0.008, "learner_s_threads_x": 1, "other": 3}
-    assert _profiled_threads(cfg, 10**18) == [1, 2]
-    assert _profiled_threads(cfg, 1) == [1]
+    cell = CostCell(1e-4, 1.0, "profiled")
+    row = DeviceRow("c", "cpu", cell, cell, cell, cell, costs=DeviceCosts(1e-5, 1e-5, ((1, 0.01), (2, 0.008))))
+    wl = Workload(batch_size=8, obs_bytes=16, action_bytes=8)
+    big = DeviceSpec("c", "cpu", 2**30, 1.0, 2.0, cores=4096)  # the spec's count bounds only what was measured
+    assert sorted({v.learner_threads for v in host_variants(big, row, wl)}) == [1, 2]
+    two = DeviceSpec("c", "cpu", 2**30, 1.0, 2.0, cores=2)  # one actor leaves one core
+    assert {v.learner_threads for v in host_variants(two, row, wl)} == {1}
 
 
 def _layers():

@@ -24,12 +24,16 @@ A run of a variant cannot be faster than its learner's step alone: the isolated
 learner cell at that thread count is a floor under it (its *lower bound*). Round 1
 runs the variants in the order of their floors; a variant whose floor is above the
 best run so far by more than :data:`PRUNE_MARGIN` is not run (it would lose beyond
-any tie: its floor, marked ``floor_key``, is recorded instead of a run). Later rounds
+any tie: its floor is recorded instead of a run, :attr:`RunMeasurement.floor
+<pearl_core.composer.matrix.RunMeasurement.floor>`). Later rounds
 run only the *contenders*: variants within :data:`CONTEND_MARGIN` of the best median
 (a larger gap than any single round's noise measured here, 26-31%); with fewer than
 two contenders no further round can change the choice, and none starts that would
 end past ``budget_s`` at the runs' mean time so far. Each run ends after
-``max_updates`` updates or its window, whichever is first. ``rounds_key`` records the rounds each variant ran.
+``max_updates`` updates or its window, whichever is first. Each variant's record says the rounds it ran.
+
+**The composer decides the calibration** (the backend only measures): its window, rounds, update and
+time bounds (:func:`calibration_setup`, the constants below) are part of the profile cache key.
 """
 
 from __future__ import annotations
@@ -45,12 +49,15 @@ import sys
 import time
 from typing import Callable, Iterable, Mapping
 
-from pearl_core.composer.tuning import rounds_spread, spread_key, variant_key
+from pearl_core.composer.matrix import RunMeasurement
+from pearl_core.composer.tuning import rounds_spread
 from pearl_core.composer.workload import Workload
-from pearl_core.errors import PearlError
+from pearl_core.errors import InvalidOptionError, PearlError
 
-__all__ = ["CONTEND_MARGIN", "PRUNE_MARGIN", "calibrate_host_variants", "floor_key", "learner_threads_yield",
-           "rounds_key", "run_variants", "user_script_workload", "variant_key"]
+__all__ = ["CALIBRATE_BUDGET_S", "CALIBRATE_MAX_UPDATES", "CALIBRATE_MIN_ITERATIONS", "CALIBRATE_ROUNDS",
+           "CALIBRATE_WINDOW_S", "CELL_BUDGET_S", "CONTEND_MARGIN", "PRUNE_MARGIN", "calibrate_host_variants",
+           "calibration_settings", "calibration_setup", "learner_threads_yield", "run_variants",
+           "user_script_workload"]
 
 #: Environment variable naming the composing script the child (and its runs' workers) load: the trainer is
 #: defined in it or the env is registered by it, as the generated program loads it (composer.runtimegen).
@@ -63,23 +70,71 @@ PRUNE_MARGIN = 0.10
 CONTEND_MARGIN = 0.35
 
 
-def floor_key(setting: int, threads: int) -> str:
-    """Config key of a variant not run, its lower bound in seconds: ``run_floor_setting_<s>_threads_<t>``."""
-    return f"run_floor_setting_{int(setting)}_threads_{int(threads)}"
+#: A host profile with at least this many iterations per cell also runs the host variants for real.
+CALIBRATE_MIN_ITERATIONS = 200
+#: Seconds each host variant's calibration run lasts at most, and the rounds at most.
+#: ``$PEARL_CALIBRATE_WINDOW_S`` and ``$PEARL_CALIBRATE_ROUNDS`` override them (:func:`calibration_setup`).
+CALIBRATE_WINDOW_S = 3.0
+CALIBRATE_ROUNDS = 3
+#: A calibration run ends sooner once it made this many updates: a CartPole DQN run measured the same seconds
+#: per update over 1,300 updates (1 s) as over 4,200 (3 s) on the 2-core VM
+#: (benchmarks/results/compose_times_2026-12-04.md).
+CALIBRATE_MAX_UPDATES = 1000
+#: No further calibration round starts once the runs have taken this long (round 1 always completes).
+CALIBRATE_BUDGET_S = 12.0
+#: Seconds one measured cell (a replay operation, the learner at one thread count, the worker loop, an actor
+#: step) times at most, past its first calls (:func:`pearl_core.composer.timing.median_time`): a 35 ms
+#: Atari learner step is then ~30 calls, not 333, and a CartPole cell still makes its full count.
+CELL_BUDGET_S = 1.0
 
 
-def rounds_key(setting: int, threads: int) -> str:
-    """Config key of the rounds a variant ran: ``run_rounds_setting_<s>_threads_<t>``."""
-    return f"run_rounds_setting_{int(setting)}_threads_{int(threads)}"
+def calibration_setup() -> tuple[float, int]:
+    """``(window_s, rounds)`` of the host variants' calibration runs.
+
+    :data:`CALIBRATE_WINDOW_S` and :data:`CALIBRATE_ROUNDS` unless ``$PEARL_CALIBRATE_WINDOW_S`` (seconds, > 0)
+    or ``$PEARL_CALIBRATE_ROUNDS`` (a whole number >= 1) is set: longer or more runs predict a noisy machine
+    better, shorter ones compose sooner (the test suite sets short ones: it checks the mechanism, not the
+    figures). Both are part of :func:`calibration_settings`, so a profile cached with other values is
+    measured again.
+
+    Raises:
+        InvalidOptionError: a value that is not a positive number (window) or a whole number >= 1 (rounds).
+    """
+    window_text = os.environ.get("PEARL_CALIBRATE_WINDOW_S", "").strip()
+    rounds_text = os.environ.get("PEARL_CALIBRATE_ROUNDS", "").strip()
+    window, rounds = CALIBRATE_WINDOW_S, CALIBRATE_ROUNDS
+    if window_text:
+        try:
+            window = float(window_text)
+        except ValueError:
+            window = math.nan
+        if not (math.isfinite(window) and window > 0):
+            raise InvalidOptionError(f"PEARL_CALIBRATE_WINDOW_S={window_text!r}: expected seconds > 0 (e.g. 3). "
+                                     "Fix: set a positive number or unset it for the default "
+                                     f"{CALIBRATE_WINDOW_S:g} s.")
+    if rounds_text:
+        if not rounds_text.isdigit() or int(rounds_text) < 1:
+            raise InvalidOptionError(f"PEARL_CALIBRATE_ROUNDS={rounds_text!r}: expected a whole number >= 1 "
+                                     f"(e.g. 3). Fix: set one or unset it for the default {CALIBRATE_ROUNDS}.")
+        rounds = int(rounds_text)
+    return window, rounds
+
+
+def calibration_settings() -> dict[str, float]:
+    """The calibration's window and rounds (:func:`calibration_setup`), its update and time bounds and the
+    cells' time budget: part of the profile cache key (a changed one is measured again)."""
+    window_s, rounds = calibration_setup()
+    return {"calibrate_window_s": window_s, "calibrate_rounds": rounds, "calibrate_max_updates": CALIBRATE_MAX_UPDATES,
+            "calibrate_budget_s": CALIBRATE_BUDGET_S, "cell_budget_s": CELL_BUDGET_S}
 
 
 def calibrate_host_variants(wl: Workload, variants: Iterable[tuple[int, int]], *, window_s: float = 3.0,
                             rounds: int = 2, timeout_s: float | None = None,
                             lower_bounds: "Mapping[tuple[int, int], float] | None" = None,
-                            max_updates: int | None = None, budget_s: float | None = None) -> dict[str, float]:
-    """``{variant_key(s, t): median seconds per update, spread_key(s, t): (max - min) / median,
-    rounds_key(s, t): rounds run}`` of each ``(setting, learner threads)`` variant run, and
-    ``floor_key(s, t): lower bound`` of each variant left out because it cannot win.
+                            max_updates: int | None = None, budget_s: float | None = None
+                            ) -> tuple[RunMeasurement, ...]:
+    """A :class:`~pearl_core.composer.matrix.RunMeasurement` per ``(setting, learner threads)`` variant run
+    (median seconds per update, the rounds' spread and count), or left out because it cannot win (its floor).
 
     The variants run in turn, up to ``rounds`` times (1, 2, 1, 2, ...), each for
     ``window_s`` seconds or ``max_updates`` updates (:func:`~pearl_core.composer.profiling.profile_runtime`),
@@ -92,7 +147,7 @@ def calibrate_host_variants(wl: Workload, variants: Iterable[tuple[int, int]], *
     """
     todo = [(int(s), int(t)) for s, t in variants]
     if not todo:
-        return {}
+        return ()
     wl, script = user_script_workload(wl)
     bounds = [[int(s), int(t), float(v)] for (s, t), v in (lower_bounds or {}).items()]
     request = json.dumps({"workload": wl.to_dict(), "variants": todo, "window_s": float(window_s),
@@ -113,14 +168,16 @@ def calibrate_host_variants(wl: Workload, variants: Iterable[tuple[int, int]], *
         if isinstance(exc, subprocess.TimeoutExpired):
             raise PearlError(f"the host variants' calibration runs did not finish within {timeout_s:.0f} s") from exc
         raise
-    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("[")]
     if proc.returncode != 0 or not lines:
         out = [ln for ln in (stderr or stdout).splitlines() if ln.strip()]
         why = out[-1][-1500:] if out else "no output"  # the child's exception, as its last line says it
         raise PearlError(f"the host variants' calibration runs failed (exit {proc.returncode}): {why}")
-    got = json.loads(lines[-1])
-    return {k: float(v) for k, v in got.items() if isinstance(v, (int, float)) and math.isfinite(v)
-            and (v > 0 or (k.startswith("run_spread_") and v >= 0))}
+    try:
+        return tuple(RunMeasurement.from_dict(r) for r in json.loads(lines[-1]))
+    except (ValueError, TypeError, PearlError) as exc:
+        raise PearlError(f"the host variants' calibration runs answered {lines[-1][:300]!r}, which is not a list "
+                         f"of run records ({exc})") from None
 
 
 def user_script_workload(wl: Workload) -> tuple[Workload, str | None]:
@@ -171,7 +228,7 @@ def _stop_child(proc: subprocess.Popen) -> None:
 def learner_threads_yield(wl: Workload) -> bool:
     """Whether the workload's learner runs threads that yield to other processes
     (:attr:`~pearl_core.trainer.Trainer.threads_yield`): then it may share the actors' cores."""
-    from pearl_core.composer.profiling import run_config_for
+    from pearl_core.composer.timing import run_config_for
     from pearl_core.envs import env_spaces
     from pearl_core.runtime.wiring import build_trainer
 
@@ -199,13 +256,13 @@ def _follow_parent(parent: int) -> None:
 
 def run_variants(variants: "list[tuple[int, int]]", run: "Callable[[int, int], float]", *, rounds: int,
                  lower_bounds: "Mapping[tuple[int, int], float] | None" = None, budget_s: float | None = None,
-                 clock: "Callable[[], float]" = time.monotonic) -> dict[str, float]:
+                 clock: "Callable[[], float]" = time.monotonic) -> tuple[RunMeasurement, ...]:
     """The calibration's rounds (see the module docstring) with ``run(setting, threads)`` -> seconds per update
     (``nan``: too few updates); returns what :func:`calibrate_host_variants` returns."""
     floors = dict(lower_bounds or {})
     variants = sorted(variants, key=lambda v: floors.get(v, 0.0))  # stable: the likely-fast ones first
     times: dict[tuple[int, int], list[float]] = {v: [] for v in variants}
-    out: dict[str, float] = {}
+    out: list[RunMeasurement] = []
 
     def measure(v: tuple[int, int]) -> None:
         seconds = run(*v)
@@ -219,7 +276,7 @@ def run_variants(variants: "list[tuple[int, int]]", run: "Callable[[int, int], f
     for v in variants:  # round 1: every variant that can still beat the best run so far
         floor = floors.get(v)
         if floor is not None and floor > best() * (1 + PRUNE_MARGIN):
-            out[floor_key(*v)] = floor
+            out.append(RunMeasurement(*v, floor=floor))
             continue
         measure(v)
         runs += 1
@@ -234,11 +291,11 @@ def run_variants(variants: "list[tuple[int, int]]", run: "Callable[[int, int], f
             measure(v)
             runs += 1
     for v in variants:
-        if times[v]:
-            out[variant_key(*v)] = statistics.median(times[v])
-            out[spread_key(*v)] = rounds_spread(times[v])  # the rounds' noise (0 with one round)
-            out[rounds_key(*v)] = len(times[v])
-    return out
+        if times[v]:  # the rounds' noise: 0 with one round
+            spread = rounds_spread(times[v])
+            out.append(RunMeasurement(*v, seconds=statistics.median(times[v]), rounds=len(times[v]),
+                                      spread=spread if math.isfinite(spread) else 0.0))
+    return tuple(out)
 
 
 def _preload_env_module(wl: Workload) -> None:
@@ -276,7 +333,7 @@ def _preload_env_module(wl: Workload) -> None:
 
 
 def _main() -> int:
-    from pearl_core.composer.profiling import profile_runtime
+    from pearl_core.composer.runs import profile_runtime
 
     request = json.loads(sys.stdin.read())
     parent = int(request.get("parent", os.getppid()))
@@ -292,7 +349,7 @@ def _main() -> int:
 
     out = run_variants([tuple(v) for v in request["variants"]], run, rounds=int(request["rounds"]),
                        lower_bounds=floors, budget_s=request.get("budget_s"))
-    print(json.dumps(out), flush=True)
+    print(json.dumps([r.to_dict() for r in out]), flush=True)
     return 0
 
 

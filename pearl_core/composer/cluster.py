@@ -503,7 +503,8 @@ def place_for_plan(cluster: ClusterSpec, plan: Any, *, replay_ratio: float = 0.5
     if actor_step_s is None:
         host = plan.spec.get("host")
         row = plan.matrix.row(host) if host in plan.matrix.devices else None
-        given = row.config.get("actor_step_s") if row is not None else None
+        given = (row.costs.actor_step_s if row.costs is not None else row.config.get("actor_step_s")  # older plans
+                 ) if row is not None else None
         if isinstance(given, (int, float)) and not isinstance(given, bool) and given > 0:
             actor_step_s = float(given)
         else:

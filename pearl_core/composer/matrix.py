@@ -14,6 +14,12 @@ it runs (W), and where the number came from (``"profiled"``, ``"analytic"``,
 (e.g. an RM and learner that do not fit one FPGA together); the row's
 ``notes`` say why.
 
+A row the composer measured on the host may also carry :class:`DeviceCosts`: the named
+measurements behind its cells (an actor's step, one message, the learner at each thread count,
+each host variant's calibration run as a :class:`RunMeasurement`) that the host tuning
+(:mod:`pearl_core.composer.tuning`) reads field by field. A backend asked to measure one primitive
+answers a :class:`MeasureRequest` with a :class:`PrimitiveCost`.
+
 Unless :attr:`AssignmentMatrix.comm_inclusive` is set, cells are compute only:
 Algorithm 1 adds every communication term from the hardware spec's links.
 Co-located cells describe the two primitives running *together*, contention
@@ -32,7 +38,8 @@ from typing import Any, Iterator, Mapping
 from pearl_core.composer.fields import check_fields
 from pearl_core.errors import SpecError
 
-__all__ = ["AssignmentMatrix", "CELL_NAMES", "CO_CELLS", "CostCell", "DeviceRow", "RM_CELLS", "SOURCES"]
+__all__ = ["AssignmentMatrix", "CELL_NAMES", "CO_CELLS", "CostCell", "DeviceCosts", "DeviceRow", "MeasureRequest",
+           "PRIMITIVES", "PrimitiveCost", "RM_CELLS", "RunMeasurement", "SOURCES"]
 
 SOURCES = ("profiled", "analytic", "given")
 RM_CELLS = ("rm_sample", "rm_update", "rm_insert")
@@ -68,6 +75,170 @@ class CostCell:
         return {"latency_s": self.latency_s, "power_w": self.power_w, "source": self.source}
 
 
+def _seconds(owner: str, name: str, v: Any, *, optional: bool = False) -> float | None:
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise SpecError(f"{owner}.{name} = {v!r} is invalid; expected a finite number of seconds >= 0"
+                        + (" or None." if optional else "."))
+    return float(v)
+
+
+def _count(owner: str, name: str, v: Any, least: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < least:
+        raise SpecError(f"{owner}.{name} = {v!r} is invalid; expected an integer >= {least}.")
+    return v
+
+
+#: What a backend may be asked to measure (:class:`MeasureRequest`): an actor's time per experience, one
+#: learner step, the replay manager's sample/update/insert, the setting-2 worker loop, one message between processes.
+PRIMITIVES = ("actor_step", "learner", "replay", "worker_loop", "message_hop")
+
+
+@dataclass(frozen=True)
+class MeasureRequest:
+    """What the composer asks a backend to measure: one primitive at the threads the composer chose.
+
+    Attributes:
+        primitive: one of :data:`PRIMITIVES`.
+        threads: learner threads (``learner``, ``worker_loop``) or sum-tree threads (``replay``).
+        iterations, warmup: timed and untimed calls (medians).
+        budget_s: seconds the timing may take past its first calls (``None``: no bound).
+    """
+
+    primitive: str
+    threads: int = 1
+    iterations: int = 1000
+    warmup: int = 50
+    budget_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.primitive not in PRIMITIVES:
+            raise SpecError(f"MeasureRequest.primitive = {self.primitive!r}; expected one of {list(PRIMITIVES)}.")
+        _count("MeasureRequest", "threads", self.threads, 1)
+        _count("MeasureRequest", "iterations", self.iterations, 1)
+        _count("MeasureRequest", "warmup", self.warmup, 0)
+        _seconds("MeasureRequest", "budget_s", self.budget_s, optional=True)
+
+
+@dataclass(frozen=True)
+class PrimitiveCost:
+    """A backend's answer to a :class:`MeasureRequest`: median seconds of the primitive at the threads asked.
+
+    ``seconds`` is the whole primitive (``replay``: sample + update + insert; ``worker_loop``: all four
+    parts); the parts a primitive has are named fields (``None`` where it has no such part).
+    """
+
+    primitive: str
+    threads: int
+    seconds: float
+    sample_s: float | None = None
+    update_s: float | None = None
+    insert_s: float | None = None
+    learner_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.primitive not in PRIMITIVES:
+            raise SpecError(f"PrimitiveCost.primitive = {self.primitive!r}; expected one of {list(PRIMITIVES)}.")
+        _count("PrimitiveCost", "threads", self.threads, 1)
+        object.__setattr__(self, "seconds", _seconds("PrimitiveCost", "seconds", self.seconds))
+        for name in ("sample_s", "update_s", "insert_s", "learner_s"):
+            object.__setattr__(self, name, _seconds("PrimitiveCost", name, getattr(self, name), optional=True))
+
+
+@dataclass(frozen=True)
+class RunMeasurement:
+    """One host variant (protocol ``setting``, learner ``threads``) as the calibration ran it, or left it out.
+
+    Attributes:
+        seconds: median seconds per update of its runs; ``None`` when it was not run.
+        floor: the lower bound (its learner step alone) of a variant not run because it cannot win.
+        rounds: the rounds it ran (0: not run).
+        spread: its rounds' ``(max - min) / median`` (0 with one round).
+    """
+
+    setting: int
+    threads: int
+    seconds: float | None = None
+    floor: float | None = None
+    rounds: int = 0
+    spread: float = 0.0
+
+    def __post_init__(self) -> None:
+        owner = f"RunMeasurement(setting {self.setting}, {self.threads} thread(s))"
+        _count(owner, "setting", self.setting, 1)
+        _count(owner, "threads", self.threads, 1)
+        _count(owner, "rounds", self.rounds, 0)
+        for name in ("seconds", "floor"):
+            object.__setattr__(self, name, _seconds(owner, name, getattr(self, name), optional=True))
+        object.__setattr__(self, "spread", _seconds(owner, "spread", self.spread))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RunMeasurement":
+        return cls(**check_fields(cls, data))
+
+
+@dataclass(frozen=True)
+class DeviceCosts:
+    """The host's named measurements behind its row, read by :func:`~pearl_core.composer.tuning.host_variants`.
+
+    Attributes:
+        actor_step_s: an actor's seconds per experience.
+        msg_hop_s: one message between two processes.
+        learner_s: ``((threads, seconds of one learner step), ...)``, ascending threads.
+        threads_yield: the learner's threads yield to other processes (they may share the actors' cores).
+        worker_loop_threads: the learner threads the co-located cells were measured at as the setting-2 worker
+            runs them (its ``co_learner`` cell then holds the update and the insert too); ``None``: not so.
+        runs: the host variants' calibration runs.
+    """
+
+    actor_step_s: float
+    msg_hop_s: float
+    learner_s: tuple[tuple[int, float], ...] = ()
+    threads_yield: bool = False
+    worker_loop_threads: int | None = None
+    runs: tuple[RunMeasurement, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("actor_step_s", "msg_hop_s"):
+            object.__setattr__(self, name, _seconds("DeviceCosts", name, getattr(self, name)))
+        steps = tuple((_count("DeviceCosts", "learner_s threads", int(t) if isinstance(t, float) and t.is_integer()
+                                  else t, 1), _seconds("DeviceCosts", "learner_s", v)) for t, v in self.learner_s)
+        object.__setattr__(self, "learner_s", tuple(sorted(steps)))
+        if not isinstance(self.threads_yield, bool):
+            raise SpecError(f"DeviceCosts.threads_yield = {self.threads_yield!r}; expected True or False.")
+        if self.worker_loop_threads is not None:
+            _count("DeviceCosts", "worker_loop_threads", self.worker_loop_threads, 1)
+        runs = tuple(RunMeasurement.from_dict(r) if isinstance(r, Mapping) else r for r in self.runs)
+        if not all(isinstance(r, RunMeasurement) for r in runs):
+            raise SpecError(f"DeviceCosts.runs = {self.runs!r:.200}; expected RunMeasurement records.")
+        object.__setattr__(self, "runs", runs)
+
+    def learner_at(self, threads: int) -> float | None:
+        """Seconds of one learner step at ``threads``, or ``None`` when not measured."""
+        return next((v for t, v in self.learner_s if t == threads), None)
+
+    def run(self, setting: int, threads: int) -> RunMeasurement | None:
+        """The calibration record of variant ``(setting, threads)``, or ``None``."""
+        return next((r for r in self.runs if (r.setting, r.threads) == (int(setting), int(threads))), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"actor_step_s": self.actor_step_s, "msg_hop_s": self.msg_hop_s,
+                "learner_s": [list(p) for p in self.learner_s], "threads_yield": self.threads_yield,
+                "worker_loop_threads": self.worker_loop_threads, "runs": [r.to_dict() for r in self.runs]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "DeviceCosts":
+        values = check_fields(cls, data)
+        values["learner_s"] = tuple(tuple(p) for p in values.get("learner_s", ()))
+        values["runs"] = tuple(values.get("runs", ()))
+        return cls(**values)
+
+
+
 @dataclass(frozen=True)
 class DeviceRow:
     """One device's row of the matrix.
@@ -82,6 +253,7 @@ class DeviceRow:
             learner sharing the device.
         config: the tuning behind the cells (thread split, DP/UF, ...), JSON scalars.
         notes: why a cell is missing, and which inputs were assumed.
+        costs: the named measurements behind a measured host's cells (:class:`DeviceCosts`), or ``None``.
     """
 
     device: str
@@ -96,8 +268,13 @@ class DeviceRow:
     co_learner: CostCell | None = None
     config: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    costs: DeviceCosts | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.costs, Mapping):
+            object.__setattr__(self, "costs", DeviceCosts.from_dict(self.costs))
+        elif self.costs is not None and not isinstance(self.costs, DeviceCosts):
+            raise SpecError(f"DeviceRow {self.device!r}: costs = {self.costs!r:.200}; expected DeviceCosts or None.")
         for name in CELL_NAMES:
             v = getattr(self, name)
             if isinstance(v, Mapping):
@@ -130,6 +307,8 @@ class DeviceRow:
             out[name] = None if cell is None else cell.to_dict()
         out["config"] = dict(self.config)
         out["notes"] = list(self.notes)
+        if self.costs is not None:  # absent otherwise: rows without measurements serialise (and hash) as before
+            out["costs"] = self.costs.to_dict()
         return out
 
     @classmethod

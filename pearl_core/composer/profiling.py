@@ -1,9 +1,12 @@
 """Profiled cost cells for present devices, cached on disk.
 
 :func:`profiler_for` returns the ``profiler`` hook of :func:`~pearl_core.composer.costs.fill_matrix`.
-For each spec device that a backend *available here* detects, it asks that
-backend's :meth:`~pearl_core.backend.Backend.profile_cells` for measured cells
-and caches the row on disk. Devices the spec describes but this machine lacks
+For each spec device that a backend *available here* detects, it measures the
+device and caches the row on disk: the spec's host through
+:func:`~pearl_core.composer.hostprofile.profile_host` when its backend measures single
+primitives (``measure_primitive``: the composer chooses the threads and variants, the
+backend measures what it is asked), any other device (or a host whose backend does not)
+through the backend's ``profile_cells``. Devices the spec describes but this machine lacks
 get ``None``, so the analytic models answer for them (a what-if plan).
 
 A spec device is *present* when an available backend of its kind detects a
@@ -50,12 +53,12 @@ import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 import numpy as np
 
 from pearl_core.composer.backends import detected_devices
+from pearl_core.composer.cachepath import cache_dir
 from pearl_core.composer.costs import Profiler, blame, exceeds_fanout, limit_fanout, profiled_row
 from pearl_core.composer.matrix import DeviceRow
 from pearl_core.composer.plan import pearl_version
@@ -80,18 +83,9 @@ __all__ = [
 
 #: Version of the cache entries' layout and of what they measure; bump to invalidate old entries
 #: (2: the CPU rows carry calibration runs of the host variants; 3: time-bounded cells, frame-consistent
-#: synthetic fills, calibration runs only for the variants that can win).
-CACHE_FORMAT = 3
-
-
-def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
-    """Where profiled rows are cached (see the module docstring)."""
-    if override is not None:
-        return Path(override)
-    if os.environ.get("PEARL_CACHE_DIR"):
-        return Path(os.environ["PEARL_CACHE_DIR"]) / "profiles"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "pearl" / "profiles"
+#: synthetic fills, calibration runs only for the variants that can win; 4: the host's measurements are named
+#: records, ``DeviceRow.costs``, not config keys, and the composer measures the host primitive by primitive).
+CACHE_FORMAT = 4
 
 
 _default_cache_dir = cache_dir  # profiler_for's ``cache_dir`` argument shadows the function
@@ -151,9 +145,12 @@ def backend_settings(bname: str, backend: "Backend") -> dict[str, Any]:
 
 
 def _cache_key(bname: str, backend: "Backend", device: DeviceSpec, info: "DeviceInfo", wl: Workload,
-               iterations: int, settings: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+               iterations: int, settings: Mapping[str, Any], host: bool = False) -> tuple[str, dict[str, Any]]:
+    from pearl_core.composer.calibrate import calibration_settings
+
     inputs = {
         "format": CACHE_FORMAT,
+        "host_policy": calibration_settings() if host else None,  # the composer's calibration of the host
         "backend": bname,
         "backend_class": f"{type(backend).__module__}.{type(backend).__qualname__}",
         "backend_version": _backend_version(backend),
@@ -217,7 +214,8 @@ def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None
         except Exception as exc:  # noqa: BLE001 - re-raised, marked: fill_matrix empties this row only
             blame(exc, bname, "settings")
             raise
-        key, inputs = _cache_key(bname, backend, device, info, workload, iterations, settings)
+        host = device.name == spec.host and callable(getattr(backend, "measure_primitive", None))
+        key, inputs = _cache_key(bname, backend, device, info, workload, iterations, settings, host)
         path = folder / f"{key[:40]}.json"
         if use_cache and path.is_file():
             try:
@@ -226,7 +224,7 @@ def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None
                     return DeviceRow.from_dict(data["row"])
             except (OSError, ValueError, KeyError, TypeError, SpecError):
                 pass  # a damaged entry is measured again and overwritten
-        row = _measure(bname, backend, device, workload)
+        row = _measure(bname, backend, device, workload, host)
         if row is None:
             return None
         try:
@@ -236,21 +234,29 @@ def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None
             pass  # an unwritable cache costs a re-measurement next time, nothing else
         return row
 
-    def _measure(bname: str, backend: "Backend", device: DeviceSpec, workload: Workload) -> DeviceRow | None:
-        """``profile_cells`` (at the backend's widest fanout when the workload's is wider), checked."""
+    def _measure(bname: str, backend: "Backend", device: DeviceSpec, workload: Workload,
+                 host: bool) -> DeviceRow | None:
+        """The host policy or ``profile_cells`` (at the backend's widest fanout when the workload's is wider),
+        checked."""
         limit = exceeds_fanout(backend, workload)
         measured = workload if limit is None else dataclasses.replace(workload, fanout=limit)
         if progress is not None:
             progress(f"profiling {device.name} ({bname} backend, {iterations} iterations per cell) ...")
+        method = "measure_primitive" if host else "profile_cells"
         try:
             with measurement_session():  # one filled replay and one learner step per thread count for all cells
-                row = profiled_row(backend, device, measured, iterations=iterations, warmup=warmup)
+                if host:
+                    from pearl_core.composer.hostprofile import profile_host
+
+                    row = profile_host(bname, backend, device, measured, iterations=iterations, warmup=warmup)
+                else:
+                    row = profiled_row(backend, device, measured, iterations=iterations, warmup=warmup)
             if row is not None and (not isinstance(row, DeviceRow) or row.device != device.name):
-                raise SpecError(f"backend {bname!r}.profile_cells returned {row!r:.200} for {device.name!r}; "
+                raise SpecError(f"backend {bname!r}.{method} returned {row!r:.200} for {device.name!r}; "
                                 f"expected a DeviceRow with device={device.name!r}. Fix: return "
                                 f"DeviceRow({device.name!r}, ...) or None from profile_cells.")
         except Exception as exc:  # noqa: BLE001 - re-raised, marked: fill_matrix empties this row only
-            blame(exc, bname, "profile_cells")
+            blame(exc, bname, method)
             raise
         if row is None or limit is None:
             return row

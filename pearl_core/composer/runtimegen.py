@@ -177,7 +177,7 @@ def _registered_on_import(env_id: str) -> bool:
     """
     import gymnasium
 
-    from pearl_core.composer.profiling import cache_dir
+    from pearl_core.composer.cachepath import cache_dir
 
     key = f"{sys.executable}|{gymnasium.__version__}|{env_id}"
     path = cache_dir().parent / "registered-envs.json"

@@ -7,9 +7,10 @@ Data Storage, a learner process trains, batches and TD errors cross the LAQ and
 LDQ) or setting 2 (one worker process inserts, samples, trains and updates in
 turn), and how many torch threads the learner gets. :func:`host_variants`
 predicts the iteration time of each such *variant* from the host's profiled
-cells (:meth:`pearl_cpu` backend's ``profile_cells``: RM operations, the learner
-at each thread count, an actor's time per experience, one inter-process message)
-and picks the best by the plan's metric.
+cells and the row's named measurements (:class:`~pearl_core.composer.matrix.DeviceCosts`,
+measured by :mod:`pearl_core.composer.hostprofile`: RM operations, the learner at each
+thread count, an actor's time per experience, one inter-process message) and picks the
+best by the plan's metric.
 
 The model, per learner iteration (``BS`` experiences trained, ``BS_i`` new
 experiences inserted; ``s, u, n`` = RM sample / update / insert cells,
@@ -30,14 +31,14 @@ rows and batches, the actors' rows, weight publication, and three or more
 processes sharing a small machine's cores. On a 2-core VM that is most of an
 update at small models (the model above predicted 0.19 ms where setting 1
 measured 0.79 ms for DQN 64-64 at batch 32). So when the row has a
-calibration run of a variant (``run_s_setting_<s>_threads_<t>``: the CPU
-backend runs each variant as the runtime does for a few seconds,
+calibration run of a variant (a :class:`~pearl_core.composer.matrix.RunMeasurement` in
+``row.costs.runs``: the composer runs each variant as the runtime does for a few seconds,
 :func:`~pearl_core.composer.profiling.profile_runtime`), its measured seconds
 per update are the prediction (``bound = "run"``) and the model's figure is
 kept as :attr:`Variant.model_s`. ``pearl validate --sweep`` reports both. A
 variant the calibration left out because it cannot win
-(:mod:`pearl_core.composer.calibrate`: its learner step alone,
-``run_floor_setting_<s>_threads_<t>``, is slower than the best run by more than
+(:mod:`pearl_core.composer.calibrate`: its learner step alone, the record's
+``floor``, is slower than the best run by more than
 a tie) is predicted at that floor or the model's figure, the larger
 (``bound = "floor"``): a lower bound, not a measurement, and never the choice.
 
@@ -51,7 +52,7 @@ processes), then by the higher score. Learner
 threads range over ``1 .. C - n_actors`` (the actors keep their cores, the
 paper's rule; oversubscribing cores stalls torch's OpenMP threads, see
 :func:`host_variants`), or ``1 .. C`` where the learner's threads yield to the
-actors (``learner_threads_yield``: the native DQN step's help-first helper).
+actors (``DeviceCosts.threads_yield``: the native DQN step's help-first helper).
 """
 
 from __future__ import annotations
@@ -66,8 +67,7 @@ from pearl_core.composer.spec import DeviceSpec
 from pearl_core.composer.workload import Workload
 from pearl_core.runtime.config import Setting
 
-__all__ = ["NOISE_CAP", "TIE", "Variant", "host_variants", "pick_variant", "rounds_spread", "spread_key",
-           "variant_key"]
+__all__ = ["NOISE_CAP", "TIE", "Variant", "host_variants", "pick_variant", "rounds_spread"]
 
 
 @dataclass(frozen=True)
@@ -121,19 +121,10 @@ class Variant:
         return cls(**values)
 
 
-def variant_key(setting: int, threads: int) -> str:
-    """The host row's config key of a variant's calibration run: ``run_s_setting_<s>_threads_<t>``."""
-    return f"run_s_setting_{int(setting)}_threads_{int(threads)}"
-
-
-def spread_key(setting: int, threads: int) -> str:
-    """The config key of a variant's calibration noise: ``run_spread_setting_<s>_threads_<t>``."""
-    return f"run_spread_setting_{int(setting)}_threads_{int(threads)}"
-
-
 def rounds_spread(times: Sequence[float]) -> float:
     """``(max - min) / median`` of one candidate's rounds (seconds per update): their noise. 0 for a single
-    round; ``nan`` for none or a median that is not positive. The calibration's ``run_spread_...`` and
+    round; ``nan`` for none or a median that is not positive. :attr:`RunMeasurement.spread
+    <pearl_core.composer.matrix.RunMeasurement.spread>` and
     :attr:`~pearl_core.composer.validate.ValidationRow.spread` are this."""
     if not times:
         return math.nan
@@ -141,33 +132,17 @@ def rounds_spread(times: Sequence[float]) -> float:
     return (max(times) - min(times)) / m if m > 0 else math.nan
 
 
-def _learner_s(cfg: Mapping[str, Any], t: int) -> float | None:
-    v = cfg.get(f"learner_s_threads_{t}")
-    return float(v) if isinstance(v, (int, float)) else None
-
-
-def _profiled_threads(cfg: Mapping[str, Any], most: int) -> list[int]:
-    """The learner thread counts ``1 .. most`` the row has a measurement for, ascending.
-
-    Read from the row's keys, not by trying every count up to ``most``: a spec's
-    thread count bounds the loop only through what was profiled.
-    """
-    prefix = "learner_s_threads_"
-    counts = {int(k[len(prefix):]) for k in cfg if isinstance(k, str) and k.startswith(prefix)
-              and k[len(prefix):].isdecimal()}
-    return sorted(t for t in counts if 1 <= t <= most)
-
-
 def host_variants(device: DeviceSpec, row: DeviceRow, wl: Workload) -> tuple[Variant, ...]:
-    """Every (setting, learner threads) variant the host's profiled row can predict; empty without one."""
-    cfg = row.config
-    a, h = cfg.get("actor_step_s"), cfg.get("msg_hop_s")
-    if not isinstance(a, (int, float)) or not isinstance(h, (int, float)) or not row.can_rm:
+    """Every (setting, learner threads) variant the host's measured row can predict; empty without one
+    (a row without :class:`~pearl_core.composer.matrix.DeviceCosts`, or without the RM cells)."""
+    costs = row.costs
+    if costs is None or not row.can_rm:
         return ()
+    a, h = costs.actor_step_s, costs.msg_hop_s
     threads = int(device.threads or device.cores or 1)
     s, u, n = (getattr(row, c).latency_s for c in ("rm_sample", "rm_update", "rm_insert"))  # type: ignore[union-attr]
-    co = row.can_colocate and cfg.get("co_time_sliced") is True
-    if co:  # the worker loop as measured: sample, learner + update + insert (see the CPU backend)
+    co = row.can_colocate and costs.worker_loop_threads is not None
+    if co:  # the worker loop as measured: sample, learner + update + insert (see composer.hostprofile)
         cs = row.co_rm_sample.latency_s  # type: ignore[union-attr]
         c_rest = row.co_learner.latency_s  # type: ignore[union-attr]
     bs, bsi, na = wl.batch_size, int(wl.insert_batch or wl.n_actors), wl.n_actors
@@ -178,30 +153,28 @@ def host_variants(device: DeviceSpec, row: DeviceRow, wl: Workload) -> tuple[Var
     # threads than that is not a variant worth running: torch's OpenMP threads wait for each other
     # at every parallel region, so one that shares a core with a busy actor stalls the whole step,
     # even where the step profiled alone is faster with more threads.
-    # A learner whose threads yield to the actors (help-first, ``learner_threads_yield``) is the exception:
+    # A learner whose threads yield to the actors (help-first, ``threads_yield``) is the exception:
     # its variants that share the actors' cores are predicted too (their calibration runs decide).
-    most = threads if cfg.get("learner_threads_yield") is True else max(1, threads - na)
-    for t in _profiled_threads(cfg, most):
-        L = _learner_s(cfg, t)
-        if L is None:
+    most = threads if costs.threads_yield else max(1, threads - na)
+    for t, L in costs.learner_s:  # ascending; a spec's thread count bounds them only through what was measured
+        if t > most:
             continue
         rm_t = max(1, min(threads - na - t, bs))
         W_l, W_h = L + 2 * h, s + u + n + 2 * h
         terms1 = {"learner": W_l, "host": W_h, "actors": A / na, "cpu": (t * L + 2 * h + W_h + A) / threads}
-        W_w = (cs + c_rest + h) if (co and t == cfg.get("co_learner_threads")) else s + u + n + L + h
+        W_w = (cs + c_rest + h) if (co and t == costs.worker_loop_threads) else s + u + n + L + h
         terms2 = {"worker": W_w, "actors": A / na, "cpu": (W_w + (t - 1) * L + h + A) / threads}
         for setting, terms, busy, traffic in ((Setting.THROUGH_HOST, terms1, t + 1 + na, batch_bytes),
                                               (Setting.COLOCATED, terms2, t + na, 0)):
             bound = max(terms, key=terms.__getitem__)
             model = T = terms[bound]
-            run, spread = cfg.get(variant_key(setting, t)), 0.0
-            floor = cfg.get(f"run_floor_setting_{int(setting)}_threads_{t}")
-            if isinstance(run, (int, float)) and math.isfinite(run) and run > 0:
-                T, bound = float(run), "run"  # the variant as the runtime ran it (see the module docstring)
-                sp = cfg.get(spread_key(setting, t))
-                spread = float(sp) if isinstance(sp, (int, float)) and math.isfinite(sp) and sp >= 0 else 0.0
-            elif isinstance(floor, (int, float)) and math.isfinite(floor) and floor > 0:
-                T, bound = max(float(floor), model), "floor"  # not run: a lower bound above the best run
+            spread = 0.0
+            rec = costs.run(setting, t)
+            if rec is not None and rec.seconds is not None and rec.seconds > 0:
+                T, bound = rec.seconds, "run"  # the variant as the runtime ran it (see the module docstring)
+                spread = rec.spread
+            elif rec is not None and rec.floor is not None and rec.floor > 0:
+                T, bound = max(rec.floor, model), "floor"  # not run: a lower bound above the best run
             power = device.idle_power_w + (device.active_power_w - device.idle_power_w) * min(1.0, busy / threads)
             rm_threads = rm_t if setting == Setting.THROUGH_HOST else t
             out.append(Variant(setting, t, rm_threads, T, bs / T, power, traffic, bound, model, spread))

@@ -1,11 +1,12 @@
-"""The calibration runs' window and rounds: defaults, the environment overrides, bad values, the cache key."""
+"""The calibration runs' window and rounds: defaults, the environment overrides, bad values, the cache key.
+
+The composer owns them (``pearl_core.composer.calibrate``); the CPU backend only measures what it is asked."""
 
 import pytest
 
-import pearl_core
+from pearl_core.composer.calibrate import (CALIBRATE_BUDGET_S, CALIBRATE_MAX_UPDATES, CALIBRATE_ROUNDS,
+                                           CALIBRATE_WINDOW_S, CELL_BUDGET_S, calibration_settings, calibration_setup)
 from pearl_core.errors import InvalidOptionError
-from pearl_cpu.backend import (CALIBRATE_BUDGET_S, CALIBRATE_MAX_UPDATES, CALIBRATE_ROUNDS, CALIBRATE_WINDOW_S,
-                               CELL_BUDGET_S, calibration_setup)
 
 
 @pytest.fixture
@@ -38,14 +39,13 @@ def test_a_bad_value_says_what_was_found_and_the_fix(clean_env, name, value):
         calibration_setup()
     assert f"{name}={value!r}" in str(err.value) and "Fix:" in str(err.value)
     with pytest.raises(InvalidOptionError):  # the cache key reads them too: no profile under a bad value
-        pearl_core.get_backend("cpu").settings()
+        calibration_settings()
 
 
 def test_the_values_are_part_of_the_profile_cache_key(clean_env):
-    backend = pearl_core.get_backend("cpu")
-    default = backend.settings()
+    default = calibration_settings()
     assert default == {"calibrate_window_s": CALIBRATE_WINDOW_S, "calibrate_rounds": CALIBRATE_ROUNDS,
                        "calibrate_max_updates": CALIBRATE_MAX_UPDATES, "calibrate_budget_s": CALIBRATE_BUDGET_S,
                        "cell_budget_s": CELL_BUDGET_S}
     clean_env.setenv("PEARL_CALIBRATE_ROUNDS", "1")
-    assert backend.settings() != default
+    assert calibration_settings() != default
