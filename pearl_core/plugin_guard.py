@@ -187,7 +187,7 @@ class GuardedSumTree(SumTree):
     def _audit_total(self) -> None:
         """``total()`` against the sum of the leaves (one read of every leaf, every :data:`AUDIT_EVERY` samples)."""
         leaves = self.get(np.arange(self.capacity, dtype=np.int64))
-        found, want = self.total(), math.fsum(leaves)
+        found, want = self.total(), float(np.sum(leaves))
         if not abs(found - want) <= TOTAL_AUDIT_RTOL * max(found, want):
             raise _breach(self.owner, "total", f"returned {found!r} while its leaves sum to {want!r}",
                           f"the sum of the leaves (within a relative {TOTAL_AUDIT_RTOL:g})")
