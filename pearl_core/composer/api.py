@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pearl_core import validation
 from pearl_core.composer.algorithm import METRICS
+from pearl_core.composer.checkcache import check_trainer_once, learner_preflight
 from pearl_core.composer.composition import USER_SCRIPT_MODULE, Composition
 from pearl_core.composer.detect import detect_hardware
 from pearl_core.composer.plan import PlacementPlan
@@ -55,7 +56,7 @@ from pearl_core.composer.runtimegen import env_script, literal, refuse_while_loa
     write_program
 from pearl_core.composer.spec import HardwareSpec
 from pearl_core.envs import check_env_options, env_spaces
-from pearl_core.errors import ComposerError, InvalidValueError, SpecError, TrainerError
+from pearl_core.errors import ComposerError, InvalidValueError, SpecError
 from pearl_core.fileio import atomic_write
 from pearl_core.runtime.config import check_field
 
@@ -181,10 +182,11 @@ class Composer:
 
             check_vector_backend(vector_backend, env_id, env_kwargs, wrappers, label=f"{w}: vector_backend",
                                  error=ComposerError)
-        spaces = _env_spaces(env_id, w, env_kwargs, wrappers)
+        spaces = _env_spaces(env_id, w, env_kwargs, wrappers, self._facts_dir())
         if self._trainer is not None and (self._env_id, self._env_options) != (env_id, (env_kwargs, wrappers)):
             # The trainer was checked against the previous environment: check it against this one too.
-            _check_trainer(self._trainer, spaces, self._trainer_kwargs, "Composer.set_actors", env_id)
+            check_trainer_once(self._trainer, spaces, self._trainer_kwargs, "Composer.set_actors", env_id,
+                               self._facts_dir())
         self._env_id, self._spaces, self._env_options = env_id, spaces, (env_kwargs, wrappers)
         self._n_actors, self._envs_per_actor, self._insert_batch = n_actors, envs_per_actor, insert_batch
         self._envs_choice = None
@@ -242,7 +244,7 @@ class Composer:
             raise ComposerError(f"{w}: {exc}") from None
         if self._replay is not None:
             self._check_n_step(w, trainer, self._replay.n_step)
-        _check_trainer(trainer, self._spaces, trainer_kwargs, w, self._env_id)
+        check_trainer_once(trainer, self._spaces, trainer_kwargs, w, self._env_id, self._facts_dir())
         self._trainer, self._trainer_kwargs = trainer, dict(trainer_kwargs)
         self._learner = {"batch_size": batch_size, "replay_ratio": replay_ratio, "learning_starts": learning_starts,
                          "weight_sync_every": weight_sync_every, "random_steps": random_steps}
@@ -358,6 +360,12 @@ class Composer:
         choice = self._envs_choice.value if self._envs_choice is not None else 1
         return self._workload(self._envs_per_actor or choice)
 
+    def _facts_dir(self) -> "Path":
+        """Where what the composer learns by building the trainer and the env is kept: the profile cache."""
+        from pearl_core.composer.profiling import cache_dir
+
+        return cache_dir(self.cache_dir)
+
     def _workload(self, envs_per_actor: int) -> "Workload":
         from pearl_core.composer.workload import workload_for_env
 
@@ -367,7 +375,8 @@ class Composer:
                                 capacity=self._replay.capacity, fanout=self._replay.fanout,
                                 n_actors=self._n_actors, insert_batch=insert_batch,
                                 envs_per_actor=envs_per_actor, env_kwargs=self._env_options[0],
-                                env_wrappers=self._env_options[1], frame_storage=self._replay.frame_storage)
+                                env_wrappers=self._env_options[1], frame_storage=self._replay.frame_storage,
+                                spaces=self._spaces, facts_dir=self._facts_dir())
 
     def run(self, profile: bool = True, *, save: "str | os.PathLike[str] | None" = None,
             place: "Mapping[str, str] | None" = None, runnable: bool = False) -> Composition:
@@ -415,8 +424,10 @@ class Composer:
             key = config.to_json()  # the same run is checked once per composer (each probe builds on the device)
             preflight = self._preflights.get(key)
             if preflight is None:
-                preflight = self._preflights[key] = Preflight(config, registry=self.registry,
-                                                              emulated=self.emulated, trainer_cls=self._trainer)
+                remember = learner_preflight(self._facts_dir(), self._trainer, self._spaces, config, self.registry)
+                preflight = self._preflights[key] = Preflight(config, registry=self.registry, emulated=self.emulated,
+                                                              trainer_cls=self._trainer, remember=remember,
+                                                              spaces=self._spaces)
             choose = (lambda prim, dev: forced.get(prim, dev) == dev) if forced else None
             note = ", ".join(f"{k} on {v!r}" for k, v in forced.items())
             note = f"placements forced by the user ({note})" if note else ""
@@ -566,19 +577,12 @@ def print_plan(plan: "Composition | PlacementPlan") -> None:
 
 # ----------------------------------------------------------------------------- helpers
 def _env_spaces(env_id: str, where: str, kwargs: Mapping[str, Any] | None = None,
-                wrappers: Sequence[str] | None = None) -> tuple[Any, Any]:
-    try:
-        return env_spaces(env_id, kwargs=kwargs, wrappers=wrappers)
+                wrappers: Sequence[str] | None = None, facts_dir: "Path | None" = None) -> tuple[Any, Any]:
+    from pearl_core.composer.spacecache import remembered_spaces
+
+    try:  # an installed env's spaces are remembered across composes (no import of its package)
+        return remembered_spaces(facts_dir, env_id, kwargs, wrappers,
+                                 lambda: env_spaces(env_id, kwargs=kwargs, wrappers=wrappers))
     except SpecError as exc:
         raise ComposerError(f"{where}: {exc}") from exc
-
-
-def _check_trainer(trainer: type, spaces: tuple[Any, Any], kwargs: Mapping[str, Any], where: str,
-                   env_id: str | None) -> None:
-    from pearl_core.trainer_check import check_trainer
-
-    try:
-        check_trainer(trainer, spaces[0], spaces[1], **kwargs)
-    except TrainerError as exc:
-        raise ComposerError(f"{where}: trainer {trainer.__qualname__} does not fit {env_id!r}: {exc}") from exc
 

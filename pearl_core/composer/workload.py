@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -335,6 +337,8 @@ def workload_for_env(
     env_kwargs: Mapping[str, Any] | None = None,
     env_wrappers: Sequence[str] | None = None,
     frame_storage: str = "auto",
+    facts_dir: "str | os.PathLike[str] | None" = None,
+    spaces: tuple[Any, Any] | None = None,
 ) -> Workload:
     """Build a :class:`Workload` for a gymnasium environment and a trainer class.
 
@@ -344,7 +348,10 @@ def workload_for_env(
     of the action space) is instantiated with ``trainer_kwargs`` to read its
     layers. ``hidden_sizes`` (``(64, 64)`` or ``"64,64"``) is passed as
     :func:`pearl_core.algorithms.hidden_kwargs` says (``actor_hidden`` and
-    ``critic_hidden`` for the built-in DDPG, ``hidden_sizes`` otherwise).
+    ``critic_hidden`` for the built-in DDPG, ``hidden_sizes`` otherwise). With ``facts_dir`` the layers
+    are remembered there for this trainer's code, spaces and kwargs
+    (:mod:`pearl_core.composer.checkcache`), so a later call does not build the trainer. ``spaces``: the
+    environment's ``(observation_space, action_space)`` when the caller has them (the env is not built then).
 
     Raises:
         SpecError: unknown environment id, unsupported spaces, a trainer that
@@ -355,7 +362,7 @@ def workload_for_env(
 
     from pearl_core.replay.frames import frame_storage_fits, storage_row_bytes
 
-    obs_space, act_space = env_spaces(env_id, kwargs=env_kwargs, wrappers=env_wrappers)
+    obs_space, act_space = spaces or env_spaces(env_id, kwargs=env_kwargs, wrappers=env_wrappers)
     layout = StorageSpec.from_spaces(obs_space, act_space)
     frames = frame_storage == "on" or (frame_storage == "auto" and frame_storage_fits(layout))
     obs_bytes = int(math.prod(layout.obs_shape)) * layout.obs_dtype.itemsize
@@ -366,20 +373,34 @@ def workload_for_env(
         from pearl_core.algorithms.defaults import hidden_kwargs
 
         kwargs.update(hidden_kwargs(cls, hidden_layers(hidden_sizes)))
-    try:
-        instance = cls(obs_space, act_space, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - report any constructor failure the same way
-        raise SpecError(f"trainer {cls.__name__} cannot be built for {env_id!r} with {kwargs} "
-                        f"({type(exc).__name__}: {exc}).") from exc
-    layers = learner_layers(instance)
-    if not layers:
-        raise SpecError(f"trainer {cls.__name__} declares no nn.Linear/nn.Conv2d layers; the cost models need them.")
+    layers = _trainer_layers(cls, (obs_space, act_space), kwargs, env_id, facts_dir)
     return Workload(batch_size=batch_size, obs_bytes=obs_bytes, action_bytes=action_bytes, replay=replay,
                     capacity=capacity, fanout=fanout, n_actors=n_actors, insert_batch=insert_batch,
                     envs_per_actor=envs_per_actor, layers=layers, env_id=env_id, trainer=trainer_path(cls),
                     trainer_kwargs=_json_kwargs(kwargs), env_kwargs=dict(env_kwargs or {}),
                     env_wrappers=None if env_wrappers is None else tuple(env_wrappers),
                     stored_bytes=storage_row_bytes(layout, frames))
+
+
+def _trainer_layers(cls: type, spaces: tuple[Any, Any], kwargs: Mapping[str, Any], env_id: str,
+                    facts_dir: "str | os.PathLike[str] | None") -> tuple[LearnerLayer, ...]:
+    """The layers of ``cls(*spaces, **kwargs)``, remembered in ``facts_dir`` (when given) across calls."""
+    from pearl_core.composer.checkcache import remembered
+
+    def build() -> list[dict[str, Any]]:
+        try:
+            instance = cls(spaces[0], spaces[1], **kwargs)
+        except Exception as exc:  # noqa: BLE001 - report any constructor failure the same way
+            raise SpecError(f"trainer {cls.__name__} cannot be built for {env_id!r} with {dict(kwargs)} "
+                            f"({type(exc).__name__}: {exc}).") from exc
+        layers = learner_layers(instance)
+        if not layers:
+            raise SpecError(f"trainer {cls.__name__} declares no nn.Linear/nn.Conv2d layers; the cost models "
+                            "need them.")
+        return [dataclasses.asdict(layer) for layer in layers]
+
+    rows = remembered(None if facts_dir is None else Path(facts_dir), cls, spaces, kwargs, "layers", build)
+    return tuple(LearnerLayer(**row) for row in rows)
 
 
 def trainer_path(cls: type) -> str:

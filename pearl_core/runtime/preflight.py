@@ -20,7 +20,7 @@ composer reports them (a plan with problems is a *what-if* plan), and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from pearl_core.envs import env_spaces
 from pearl_core.placement import device_present, make_storage, make_tree
@@ -48,13 +48,21 @@ class Preflight:
         emulated: count emulated devices (the FPGA Emulation Device) as present.
         trainer_cls: the trainer class, when the caller holds it (a class defined in the
             user's script is not importable by ``config.trainer``'s path in this process).
+        remember: ``remember(plan, build)`` runs the learner's build ``build()`` (its refusal or
+            ``None``) or answers from what it remembers of an earlier one (the composer's
+            :func:`~pearl_core.composer.checkcache.learner_preflight`); default: always build.
+        spaces: the environment's ``(observation_space, action_space)`` when the caller has them
+            (default: built from ``config``'s environment when first needed).
     """
 
     def __init__(self, config: RunConfig, *, registry: "PluginRegistry | None" = None, emulated: bool = False,
-                 trainer_cls: type | None = None):
+                 trainer_cls: type | None = None,
+                 remember: "Callable[[RuntimePlan, Callable[[], str | None]], str | None] | None" = None,
+                 spaces: tuple[Any, Any] | None = None):
         self.config, self.registry, self.emulated = config, registry, bool(emulated)
         self.trainer_cls = trainer_cls
-        self._spaces: tuple[Any, Any] | None = None
+        self.remember = remember
+        self._spaces: tuple[Any, Any] | None = spaces
         self._cache: dict[tuple, str | None] = {}
 
     def _spaces_of_env(self) -> tuple[Any, Any]:
@@ -101,7 +109,8 @@ class Preflight:
 
         key = ("learner", plan.learner_device, repr(sorted(plan.learner_config().items())),
                tuple(sorted(plan.backends.items())))
-        return self._cached(key, check)
+        remember = self.remember
+        return self._cached(key, check if remember is None else (lambda: remember(plan, check)))
 
     def storage(self, plan: RuntimePlan) -> str | None:
         def check() -> str | None:
