@@ -169,6 +169,10 @@ def _length(values: Any) -> int:
     return int(np.shape(values)[0]) if np.ndim(values) == 1 else -1
 
 
+#: The attributes a :class:`GuardedSumTree` keeps itself; any other is the plugin tree's (read and written there).
+_GUARD_FIELDS = frozenset({"inner", "owner", "capacity", "fanout", "_samples"})
+
+
 class GuardedSumTree(SumTree):
     """A plugin's tree, every result checked against the contract (see the module docstring).
 
@@ -264,6 +268,19 @@ class GuardedSumTree(SumTree):
         if not ok or not (math.isfinite(out) and out >= 0):
             raise _breach(self.owner, "total", f"returned {out!r:.80}", "a finite float >= 0 (the sum of the leaves)")
         return float(out)
+
+    def __reduce_ex__(self, protocol: Any) -> tuple:  # pickled as what it is (``__class__`` answers the plugin's)
+        return GuardedSumTree, (self.inner, self.owner)
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # isinstance(tree, ThePluginsTree) holds, as for the plugin's own object
+        return type(self.inner)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _GUARD_FIELDS:
+            object.__setattr__(self, name, value)
+        else:  # a plugin setting (e.g. the CPU tree's ``threads``) belongs to the plugin's tree
+            setattr(self.inner, name, value)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name == "inner":  # pickling and half-built objects must not recurse

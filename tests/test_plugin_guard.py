@@ -260,3 +260,16 @@ def test_planning_with_a_hung_cost_model_ends_and_names_plugin_and_hook(monkeypa
         assert "analytic_cells did not return within its deadline" in note and "plugin 'brk'" in note
     finally:
         release.set()
+
+
+def test_a_guarded_tree_stands_in_for_the_plugins_tree():
+    """isinstance against the plugin's class holds, plugin settings are the plugin tree's, and it pickles."""
+    import pickle
+
+    tree = registry_with(ReferenceSumTree).get_backend("broken").make_sum_tree(16, 4)
+    assert isinstance(tree, ReferenceSumTree) and OWNER in repr(tree)
+    tree.update([2], [3.0])
+    tree.custom_setting = 7
+    assert tree.inner.custom_setting == 7 and tree.custom_setting == 7
+    again = pickle.loads(pickle.dumps(tree))
+    assert again.total() == 3.0 and again.owner == OWNER and isinstance(again, ReferenceSumTree)

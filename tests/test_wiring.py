@@ -132,7 +132,7 @@ def test_build_prioritized_replay_on_the_plans_backend():
                  stop=StopCriteria(max_env_steps=4000))
     r = build_replay(cfg, RuntimePlan(rm_backend="cpu", rm_threads=2), SPEC)
     assert isinstance(r, PrioritizedReplay) and r.alpha == 0.7
-    assert type(r.tree).__module__.startswith("pearl_cpu")  # the backend's tree, not the reference
+    assert type(r.tree.inner).__module__.startswith("pearl_cpu")  # the backend's tree (guarded), not the reference
     assert r.tree.fanout == 4 and r.tree.capacity == 64
     assert r.beta_steps == replay_beta_steps(cfg) == 1000
     assert replay_beta_steps(config(stop=StopCriteria(eval_return=1.0))) == 100_000
