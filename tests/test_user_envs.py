@@ -122,7 +122,7 @@ def test_calibration_runs_load_the_composing_script_for_its_trainer_and_env(tmp_
         renamed, path = user_script_workload(mine)
         assert path == str(script) and renamed.trainer == f"{runtimegen.USER_SCRIPT_MODULE}:TinyDQN"
         got = calibrate_host_variants(mine, [(2, 1)], window_s=3.0, rounds=1, max_updates=300)  # raised before
-        assert got and all(v > 0 for k, v in got.items() if k.startswith("run_s_"))  # the run happened
+        assert got and all(m.seconds > 0 for m in got)  # the run happened
     finally:
         gymnasium.registry.pop("PearlCalibratedCartPole-v0", None)
 
