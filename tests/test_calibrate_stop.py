@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -99,9 +100,25 @@ def test_killing_the_caller_stops_the_calibration_child_and_its_workers(sig):
 
 def test_a_timed_out_calibration_stops_its_child_cleanly():
     wl = workload_for_env(**WORKLOAD)
-    before, segments = _descendants(os.getpid()), set(list_segments())
-    with pytest.raises(PearlError, match="did not finish within 15 s"):
-        calibrate_host_variants(wl, [(2, 1)], window_s=120.0, rounds=1, timeout_s=15)
+    before = _descendants(os.getpid())
+    seen, done = set(), threading.Event()
+
+    def watch():  # every process of the calibration (the child, its fork server and workers)
+        while not done.is_set():
+            seen.update(_descendants(os.getpid()) - before)
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        with pytest.raises(PearlError, match="did not finish within 15 s"):
+            calibrate_host_variants(wl, [(2, 1)], window_s=120.0, rounds=1, timeout_s=15)
+    finally:
+        done.set()
+        watcher.join()
+    assert seen, "the calibration child was never seen"
     left = _wait_gone(_descendants(os.getpid()) - before, timeout=30)
     assert not left, f"processes outlived the timed-out calibration: {sorted((p, _cmdline(p)) for p in left)}"
-    assert not set(list_segments()) - segments, "the stopped run left shared memory behind"
+    # Only the calibration's own: other runs on the machine (other tests, other users) make segments meanwhile.
+    ours = [n for p in seen for n in list_segments(p)]
+    assert not ours, f"the stopped run left shared memory behind: {ours}"

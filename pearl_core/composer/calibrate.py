@@ -15,7 +15,8 @@ re-imported, and a run that crashes takes only the child with it.
 
 No orphan: when the caller times out, is interrupted (Ctrl-C) or fails, it stops
 the child with SIGTERM, which the runtime answers by ending its run cleanly
-(workers joined, shared memory unlinked) before the child exits; when the caller
+(workers joined, shared memory unlinked) before the child exits; a child that does not
+end within :data:`STOP_WAIT_S` is killed and the caller removes the shared memory it left; when the caller
 itself dies (SIGTERM or SIGKILL to it alone), Linux sends the child that SIGTERM
 (the parent-death signal). Either way the child starts no further run.
 
@@ -53,6 +54,7 @@ from pearl_core.composer.matrix import RunMeasurement
 from pearl_core.composer.tuning import rounds_spread
 from pearl_core.composer.workload import Workload
 from pearl_core.errors import InvalidOptionError, PearlError
+from pearl_core.runtime.shm import clean_orphans
 
 __all__ = ["CALIBRATE_BUDGET_S", "CALIBRATE_MAX_UPDATES", "CALIBRATE_MIN_ITERATIONS", "CALIBRATE_ROUNDS",
            "CALIBRATE_WINDOW_S", "CELL_BUDGET_S", "CONTEND_MARGIN", "PRUNE_MARGIN", "calibrate_host_variants",
@@ -168,6 +170,7 @@ def calibrate_host_variants(wl: Workload, variants: Iterable[tuple[int, int]], *
         if isinstance(exc, subprocess.TimeoutExpired):
             raise PearlError(f"the host variants' calibration runs did not finish within {timeout_s:.0f} s") from exc
         raise
+    _clean_after(proc)  # a child that crashed or was killed (out of memory) left its run's shared memory
     lines = [ln for ln in stdout.splitlines() if ln.startswith("[")]
     if proc.returncode != 0 or not lines:
         out = [ln for ln in (stderr or stdout).splitlines() if ln.strip()]
@@ -214,15 +217,25 @@ def _load_user_script() -> None:
 
 def _stop_child(proc: subprocess.Popen) -> None:
     """SIGTERM (the runtime in the child ends its run cleanly, then the child exits); SIGKILL only if it
-    is still there after :data:`STOP_WAIT_S`."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.communicate(timeout=STOP_WAIT_S)
-            return
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    proc.communicate()
+    is still there after :data:`STOP_WAIT_S`. Then the shared memory of a child that could not end its run
+    (named after its pid: segments, semaphores) is removed here, not left to the next run's start."""
+    try:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.communicate(timeout=STOP_WAIT_S)
+                return
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        proc.communicate()
+    finally:
+        _clean_after(proc)
+
+
+def _clean_after(proc: subprocess.Popen) -> None:
+    """Remove what a reaped child that did not end cleanly left in ``/dev/shm`` (named after its pid)."""
+    if proc.returncode is not None and proc.returncode != 0:  # reaped: its pid names only what it left
+        clean_orphans(owners=(proc.pid,))
 
 
 def learner_threads_yield(wl: Workload) -> bool:

@@ -25,7 +25,7 @@ import time
 from typing import Any, Protocol
 
 from pearl_core.errors import InvalidValueError, TransportError
-from pearl_core.runtime.shm import Layout, ShmArena, ShmBlock, track_semaphore, untrack_semaphore
+from pearl_core.runtime.shm import Layout, ShmArena, ShmBlock, track_semaphore
 
 __all__ = ["LOSS_GRACE_S", "MessageQueue", "PipeQueue", "SequencedQueue", "put_while"]
 
@@ -90,9 +90,9 @@ class PipeQueue:
         self._free = ctx.BoundedSemaphore(maxsize)
         self._rlock = threading.Lock()
         self._poller = None  # select.poll on the reader, made at the first poll(0) (see poll)
-        # The semaphore's name is marked as this process's, so a job killed outright leaves nothing the next
-        # run cannot find and remove (pearl_core.runtime.shm.clean_orphans).
-        self._marker = track_semaphore(self, self._free)
+        # The semaphore's name is marked as this process's (for as long as the semaphore exists), so a job
+        # killed outright leaves nothing the next run cannot find and remove (pearl_core.runtime.shm.clean_orphans).
+        track_semaphore(self._free)
 
     def __getstate__(self):
         return {"maxsize": self.maxsize, "_reader": self._reader, "_writer": self._writer, "_free": self._free}
@@ -101,7 +101,6 @@ class PipeQueue:
         self.__dict__.update(state)
         self._rlock = threading.Lock()
         self._poller = None
-        self._marker = None  # the creator's
 
     @property
     def reader(self):
@@ -113,7 +112,10 @@ class PipeQueue:
 
         Raises:
             queue.Full: no place within ``timeout`` (or at once if ``block`` is false).
+            OSError: the queue was closed in this process.
         """
+        if self._free is None:
+            raise OSError("PipeQueue.put: the queue is closed in this process")
         if not self._free.acquire(block, timeout if block else None):
             raise queue.Full
         try:
@@ -136,7 +138,8 @@ class PipeQueue:
             if not self._reader.poll(timeout if block else 0):
                 raise queue.Empty
             item = self._reader.recv()
-        self._free.release()
+        if self._free is not None:
+            self._free.release()
         return item
 
     def get_nowait(self) -> Any:
@@ -156,8 +159,8 @@ class PipeQueue:
         return self._reader.poll(timeout)
 
     def qsize(self) -> int:
-        """Unread messages (approximate while the other side is active; Linux)."""
-        return self.maxsize - self._free.get_value()
+        """Unread messages (approximate while the other side is active; Linux; 0 once closed)."""
+        return 0 if self._free is None else self.maxsize - self._free.get_value()
 
     def empty(self) -> bool:
         return not self._reader.poll(0)
@@ -182,11 +185,12 @@ class PipeQueue:
         self._reader.close()
 
     def close(self) -> None:
-        """Close both ends in this process (idempotent)."""
+        """Close both ends in this process (idempotent) and drop its semaphore: multiprocessing unlinks a named
+        semaphore, and PEARL its marker, when the last reference to it goes (at once, unless a ``Process``
+        object that was given this queue is still alive)."""
         self._reader.close()
         self._writer.close()
-        untrack_semaphore(self._marker, None)
-        self._marker = None
+        self._free = None
 
 
 class SequencedQueue:

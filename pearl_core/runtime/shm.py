@@ -22,11 +22,14 @@ messages (a slot number, a row count). Every piece is bounded:
 Segment names start with :data:`SHM_PREFIX` followed by the creating process id,
 so leaks are easy to find (``ls /dev/shm/pearl_*``). The named semaphores of the run's
 queues (multiprocessing's ``/dev/shm/sem.mp-*``, whose names carry no owner) get a
-marker ``pearl_<pid>_sem_<name>`` beside them (:func:`track_semaphore`). When a whole
+marker ``pearl_<pid>_sem_<name>`` beside them (:func:`track_semaphore`), which lives exactly
+as long as the semaphore object and is registered with multiprocessing's resource tracker
+like a segment (a marker is an empty POSIX shared-memory name). A host killed alone leaves
+nothing: its resource tracker unlinks the segments, semaphores and markers. When a whole
 job is killed outright (SIGKILL of the host, its fork server and its resource tracker)
-nobody unlinks them; :func:`clean_orphans`, called when the next parallel run starts,
-removes the segments and marked semaphores whose owner process is gone — never those
-of a live process.
+nobody unlinks them; :func:`clean_orphans`, called when the next parallel run starts (and
+by a parent that saw its child host die, e.g. the composer's calibration), removes the
+segments and marked semaphores whose owner process is gone — never those of a live process.
 
 Memory ordering: the cursors and the sequence counter are aligned ``int64``
 words written with single stores. On x86-64 (total store order) a reader that
@@ -103,39 +106,59 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def track_semaphore(owner: Any, sem: Any) -> str | None:
-    """Mark ``sem`` (a multiprocessing semaphore with a name in ``/dev/shm``) as this process's, while
-    ``owner`` lives: a marker file ``pearl_<pid>_sem_<name>``, removed by :func:`untrack_semaphore`
-    (or at ``owner``'s garbage collection / interpreter exit). Returns the marker's path (``None``: none made)."""
+def track_semaphore(sem: Any) -> str | None:
+    """Mark ``sem`` (a multiprocessing semaphore with a name in ``/dev/shm``) as this process's: a marker file
+    ``pearl_<pid>_sem_<name>`` that lives as long as the semaphore object (multiprocessing unlinks a named
+    semaphore when its object is collected; the marker goes in the same collection, so a marker never misses
+    a semaphore that is still there for longer than the two unlinks). The marker is registered with the
+    resource tracker, which removes it with the run's segments if this process is killed alone.
+    Returns the marker's path (``None``: none made)."""
     name = getattr(getattr(sem, "_semlock", None), "name", None)
     if not name or not os.path.isdir(SHM_DIR):
         return None
     pid = os.getpid()
-    path = os.path.join(SHM_DIR, f"{SHM_PREFIX}{pid}_{SEM_MARK}{name.lstrip('/')}")
+    marker = f"{SHM_PREFIX}{pid}_{SEM_MARK}{name.lstrip('/')}"
+    path = os.path.join(SHM_DIR, marker)
     try:
         os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600))
     except OSError:
         return None
-    weakref.finalize(owner, untrack_semaphore, path, pid)
+    weakref.finalize(sem, untrack_semaphore, path, pid, _tracker("register", marker))
     return path
 
 
-def untrack_semaphore(path: str | None, pid: int | None = None) -> None:
+def untrack_semaphore(path: str | None, pid: int | None = None, tracked: bool = False) -> None:
     """Remove a marker :func:`track_semaphore` made (in the process that made it; idempotent)."""
     if path is None or (pid is not None and os.getpid() != pid):
         return
     try:
         os.unlink(path)
     except OSError:
-        pass
+        return
+    if tracked:
+        _tracker("unregister", os.path.basename(path))
 
 
-def clean_orphans() -> list[str]:
+def _tracker(what: str, marker: str) -> bool:
+    """(Un)register a marker with multiprocessing's resource tracker as the shared-memory name it is."""
+    try:
+        from multiprocessing import resource_tracker
+
+        getattr(resource_tracker, what)("/" + marker, "shared_memory")
+        return True
+    except Exception:  # noqa: BLE001 - no tracker (e.g. at interpreter exit): clean_orphans still finds it
+        return False
+
+
+def clean_orphans(owners: Iterable[int] | None = None) -> list[str]:
     """Remove the PEARL segments and marked semaphores of processes that no longer exist.
 
     An entry of ``/dev/shm`` is removed only when its name is PEARL's (``pearl_<pid>_...``) and process
     ``<pid>`` is gone: a live owner's segments are never touched. For a semaphore marker the semaphore it
     names goes too. Linux only (``[]`` where ``/dev/shm`` does not exist); errors are skipped.
+
+    Args:
+        owners: only the entries of these pids (a parent cleaning after its child); default: every owner.
 
     Returns:
         The names removed (the caller logs them).
@@ -145,11 +168,14 @@ def clean_orphans() -> list[str]:
     except OSError:
         return []
     removed, alive = [], {}
+    only = None if owners is None else {int(p) for p in owners}
     for name in sorted(names):
         m = _OWNER_RE.match(name)
         if m is None:
             continue
         pid = int(m.group(1))
+        if only is not None and pid not in only:
+            continue
         if pid not in alive:
             alive[pid] = _alive(pid)
         if alive[pid]:
