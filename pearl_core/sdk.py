@@ -39,6 +39,11 @@ The names, by group:
   backend's ``measure_primitive`` to measure: one of :data:`PRIMITIVES` at given threads) and
   :class:`PrimitiveCost` (its answer); :class:`RunMeasurement` (one host variant's calibration run)
   and :class:`DeviceCosts` (a measured host's named measurements, ``DeviceRow.costs``).
+- **Model helpers** — kind-neutral figures of one learner step of the built-in trainers, for a
+  backend's analytic model (``analytic_cells``): :func:`learner_ops` (dispatched ops),
+  :func:`learner_bytes` (bytes moved), :func:`layer_passes` (layer evaluations) and
+  :data:`GEMM_EFFICIENCY` (achieved fraction of peak in small GEMMs). The core's own model is the
+  host CPU's (:mod:`pearl_core.composer.analytic`); a GPU's lives in its plugin (``pearl_cuda.model``).
 - **Measuring helpers** — ``profile_actor_step``, ``profile_learner``, ``profile_message_hop``,
   ``profile_replay_ops``, ``profile_worker_loop`` (time a primitive on a present device). The
   composer owns the policy (thread counts, host variants, calibration runs:
@@ -78,6 +83,7 @@ from pearl_core.sumtree import (
 
 if TYPE_CHECKING:  # what a type checker sees; at run time __getattr__ loads these on first use
     from pearl_core.algorithms.dqn import DQN
+    from pearl_core.composer.analytic import GEMM_EFFICIENCY, layer_passes, learner_bytes, learner_ops
     from pearl_core.composer.matrix import (
         CELL_NAMES,
         PRIMITIVES,
@@ -156,6 +162,11 @@ __all__ = [
     "PRIMITIVES",
     "PrimitiveCost",
     "RunMeasurement",
+    # Model helpers
+    "GEMM_EFFICIENCY",
+    "layer_passes",
+    "learner_bytes",
+    "learner_ops",
     # Measuring helpers
     "profile_actor_step",
     "profile_learner",
@@ -197,6 +208,8 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("LearnerLayer", "Workload"), "pearl_core.composer.workload"),
     **dict.fromkeys(("CELL_NAMES", "CostCell", "DeviceCosts", "DeviceRow", "MeasureRequest", "PRIMITIVES",
                      "PrimitiveCost", "RunMeasurement"), "pearl_core.composer.matrix"),
+    **dict.fromkeys(("GEMM_EFFICIENCY", "layer_passes", "learner_bytes", "learner_ops"),
+                    "pearl_core.composer.analytic"),
     **dict.fromkeys(("profile_actor_step", "profile_learner", "profile_message_hop", "profile_replay_ops",
                      "profile_worker_loop"), "pearl_core.composer.profiling"),
     **dict.fromkeys(("MessageQueue", "PipeQueue"), "pearl_core.runtime.queues"),

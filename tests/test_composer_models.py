@@ -22,7 +22,7 @@ from pearl_core.composer import (
     make_plan,
     workload_for_env,
 )
-from pearl_core.composer.analytic import cpu_row, gpu_row, learner_ops
+from pearl_core.composer.analytic import cpu_row, learner_ops
 from pearl_core.composer.costs import AnalyticCostModel, ProfiledCostModel, analytic_row, profiled_row
 from pearl_core.errors import SpecError
 from pearl_core.hookspecs import hookimpl
@@ -179,6 +179,8 @@ def test_one_free_cpu_thread_is_shared_and_each_cost_counted_once():
 
 
 def test_gpu_model_by_hand():
+    from pearl_cuda.model import gpu_row  # the GPU's model is the CUDA plugin's (CudaBackend.analytic_cells)
+
     dev = DeviceSpec("g", "cuda", 2**34, 30, 300, peak_flops=10e12, mem_bandwidth_Bps=1e12,
                      launch_latency_s=4e-6, mem_latency_s=5e-7)
     wl = Workload(batch_size=64, obs_bytes=16, action_bytes=8, capacity=4096, fanout=16, insert_batch=4,
@@ -283,10 +285,12 @@ def test_a_crashing_backend_model_is_recorded_not_fatal():
 
 
 def test_the_example_server_plan_uses_the_fpga_backend_model_without_any_accelerator():
+    import pearl_cuda.plugin
     import pearl_fpga.plugin
 
     reg = PluginRegistry(autoload=False)
     reg.register_plugin(pearl_fpga.plugin, name="fpga")
+    reg.register_plugin(pearl_cuda.plugin, name="cuda")  # the GPU's model is the CUDA plugin's
     spec = HardwareSpec.load(ROOT / "examples" / "hardware" / "cpu-gpu-fpga.toml", registry=reg)
     wl = workload_for_env("CartPole-v1", 32, hidden_sizes=(64, 64))
     plan = make_plan(spec, wl, "power_efficiency", registry=reg)

@@ -1,8 +1,9 @@
 """The paper's qualitative findings (Fig. 9 and 10), reproduced by the analytic models on the example server.
 
 Everything here is a what-if plan: ``examples/hardware/cpu-gpu-fpga.toml`` (Xeon host, H100 PCIe,
-Agilex FPGA) with no profiling, so every matrix cell is analytic (``gpu_row`` / ``cpu_row`` of
-:mod:`pearl_core.composer.analytic`, the FPGA backend's Eq. 2-6 model). The workloads are DQN on
+Agilex FPGA) with no profiling, so every matrix cell is analytic (``cpu_row`` of
+:mod:`pearl_core.composer.analytic`, the CUDA backend's ``pearl_cuda.model.gpu_row``, the FPGA backend's Eq. 2-6
+model). The workloads are DQN on
 CartPole-v1 with prioritized replay, MLP 64-64 ("small") or 256-256 ("large"). Each test compares
 numbers the models compute; none is pinned.
 
@@ -20,8 +21,9 @@ from types import MappingProxyType
 import pytest
 
 from pearl_core.composer import HardwareSpec, make_plan, workload_for_env
-from pearl_core.composer.analytic import gpu_learner, learner_ops
+from pearl_core.composer.analytic import learner_ops
 from pearl_core.plugins import PluginRegistry
+from pearl_cuda.model import gpu_learner
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_PATH = ROOT / "examples" / "hardware" / "cpu-gpu-fpga.toml"
@@ -32,10 +34,12 @@ CPU, GPU, FPGA = "xeon", "h100", "agilex"
 
 @pytest.fixture(scope="module")
 def registry() -> PluginRegistry:
+    import pearl_cuda.plugin
     import pearl_fpga.plugin
 
     reg = PluginRegistry(autoload=False)
     reg.register_plugin(pearl_fpga.plugin, name="fpga")
+    reg.register_plugin(pearl_cuda.plugin, name="cuda")
     return reg
 
 

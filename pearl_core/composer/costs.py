@@ -7,9 +7,15 @@ For each device, in order, the first source that answers wins:
 2. the backend of the device's kind, when it is an :class:`AnalyticCostModel`
    (defines ``analytic_cells(device, workload)``; the FPGA backend brings the
    paper's Eq. 2-6 model this way; the composer never imports a plugin);
-3. the core's analytic models for ``cpu`` and ``cuda`` (:mod:`.analytic`);
+3. the core's default model, the host CPU's (:mod:`.analytic`), for a device of kind ``cpu``
+   whose backend models nothing (the core's own host code paths; every other kind is its
+   backend's to model: the GPU model lives in the CUDA plugin, ``pearl_cuda.model``);
 4. otherwise an empty row whose notes say that nothing models this kind, so the
    device takes part in no feasible candidate.
+
+A backend may declare the extra :class:`~pearl_core.composer.spec.DeviceSpec` fields its model reads
+(``spec_fields``, e.g. the FPGA backend's resources): a device that lacks one gets an empty row whose
+note names the fields and the fix, and its model is not asked (:func:`missing_spec_fields`).
 
 Two rules apply to every row, whichever source answered:
 
@@ -25,8 +31,8 @@ Two rules apply to every row, whichever source answered:
   device, with a note naming the backend, the exception and the fix, and a
   logged warning; the other devices are planned as usual
   (:func:`failed_row`). The same holds for a profiler that raises: the
-  profiler of :mod:`.profiling` re-raises what ``profile_cells`` (or
-  ``settings``) raised, marked with :func:`blame`, and the row names that backend.
+  profiler of :mod:`.profiling` re-raises what ``measure_primitive``, the deprecated
+  ``profile_cells`` (or ``settings``) raised, marked with :func:`blame`, and the row names that backend.
 
 A backend is a cost model by having the methods, not by subclassing: the
 :class:`~pearl_core.backend.Backend` ABC knows nothing of the composer, and the
@@ -40,7 +46,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
-from pearl_core.composer.analytic import cpu_row, gpu_row
+from pearl_core.composer.analytic import cpu_row
 from pearl_core.composer.backends import backend_for_kind
 from pearl_core.composer.matrix import CO_CELLS, RM_CELLS, AssignmentMatrix, DeviceRow
 from pearl_core.composer.spec import DeviceSpec, HardwareSpec
@@ -50,7 +56,8 @@ from pearl_core.errors import SpecError
 if TYPE_CHECKING:
     from pearl_core.plugins import PluginRegistry
 
-__all__ = ["BLAME_ATTR", "AnalyticCostModel", "CostModel", "ProfiledCostModel", "Profiler", "analytic_row", "blame",
+__all__ = ["BLAME_ATTR", "PROFILE_CELLS_DEPRECATED", "AnalyticCostModel", "CostModel", "ProfiledCostModel", "Profiler",
+           "analytic_row", "blame", "missing_spec_fields",
            "exceeds_fanout", "failed_row", "fanout_note", "fill_matrix", "limit_fanout", "profiled_row",
            "row_for_device"]
 
@@ -65,7 +72,7 @@ class AnalyticCostModel(Protocol):
     """A backend that models a device of its kind as a hardware spec describes it (present or not)."""
 
     def analytic_cells(self, device: DeviceSpec, workload: Workload) -> DeviceRow | None:
-        """The device's row, with ``"analytic"`` cells, or ``None`` to leave it to the core's models.
+        """The device's row, with ``"analytic"`` cells, or ``None`` to leave it to the core's default model.
 
         Called even when the backend is unavailable here, so it must not touch a
         device. Cells are per-iteration seconds and watts of the RM operations,
@@ -79,7 +86,12 @@ class AnalyticCostModel(Protocol):
 
 @runtime_checkable
 class ProfiledCostModel(Protocol):
-    """A backend that measures a *present* device of its kind on synthetic data."""
+    """A backend that measures a *present* device of its kind on synthetic data, whole rows at a time.
+
+    Deprecated: the composer owns what is measured and asks ``measure_primitive`` for one primitive at a
+    time (:class:`~pearl_core.composer.hostprofile.MeasuringBackend`, :mod:`.deviceprofile`); a backend
+    with ``measure_primitive`` is never asked ``profile_cells`` (see :func:`profiled_row`).
+    """
 
     def profile_cells(self, device: DeviceSpec, workload: Workload, *, iterations: int = 1000,
                       warmup: int = 50) -> DeviceRow | None:
@@ -98,7 +110,7 @@ class ProfiledCostModel(Protocol):
 
 @runtime_checkable
 class CostModel(AnalyticCostModel, ProfiledCostModel, Protocol):
-    """A backend that is both cost models (the CPU and CUDA backends are)."""
+    """A backend that is both cost models (deprecated with :class:`ProfiledCostModel`)."""
 
 
 def analytic_row(backend: Any, device: DeviceSpec, workload: Workload) -> DeviceRow | None:
@@ -107,11 +119,32 @@ def analytic_row(backend: Any, device: DeviceSpec, workload: Workload) -> Device
     return None if method is None else method(device, workload)
 
 
+#: The note a row measured through the deprecated ``profile_cells`` carries (and the warning logged once per backend).
+PROFILE_CELLS_DEPRECATED = ("measured through the backend's profile_cells, which is deprecated: the composer now "
+                            "chooses what to measure and asks measure_primitive(device, workload, MeasureRequest) -> "
+                            "PrimitiveCost (docs/writing-a-plugin.md, 'Cost models'); profile_cells will be removed "
+                            "at the next major plugin contract. Fix: implement measure_primitive instead")
+_warned_profile_cells: set[str] = set()
+
+
 def profiled_row(backend: Any, device: DeviceSpec, workload: Workload, *, iterations: int = 1000,
                  warmup: int = 50) -> DeviceRow | None:
-    """``backend.profile_cells(...)``, or ``None`` when the backend has no such method."""
+    """``backend.profile_cells(...)``, or ``None`` when the backend has no such method.
+
+    ``profile_cells`` is deprecated (:data:`PROFILE_CELLS_DEPRECATED`): still called for a backend that has
+    no ``measure_primitive``, with a warning logged once per backend class and the note on the row it returns.
+    """
     method = getattr(backend, "profile_cells", None)
-    return None if method is None else method(device, workload, iterations=iterations, warmup=warmup)
+    if method is None:
+        return None
+    who = f"{type(backend).__module__}.{type(backend).__qualname__}"
+    if who not in _warned_profile_cells:
+        _warned_profile_cells.add(who)
+        _log.warning("backend %s (%s): %s.", getattr(backend, "name", "?"), who, PROFILE_CELLS_DEPRECATED)
+    row = method(device, workload, iterations=iterations, warmup=warmup)
+    if isinstance(row, DeviceRow) and PROFILE_CELLS_DEPRECATED not in row.notes:
+        row = dataclasses.replace(row, notes=(*row.notes, PROFILE_CELLS_DEPRECATED))
+    return row
 
 
 def row_for_device(spec: HardwareSpec, device: DeviceSpec, workload: Workload, *,
@@ -136,6 +169,15 @@ def _source_row(spec: HardwareSpec, device: DeviceSpec, workload: Workload, bnam
             return failed_row(device, who, method, exc)
     if backend is not None:
         try:
+            missing = missing_spec_fields(bname, backend, device)
+        except SpecError as exc:
+            return failed_row(device, bname, "spec_fields", exc)
+        if missing:
+            return DeviceRow(device.name, device.kind, notes=(
+                f"backend {bname!r} reads field(s) {missing} of this device to model it (its spec_fields), but the "
+                f"spec leaves them out. Fix: add them to the device's [[device]] table "
+                f"(docs/hardware-spec.md).",))
+        try:
             row = analytic_row(backend, device, workload)
             if row is not None:
                 row = _checked(row, device, f"backend {bname!r}.analytic_cells")
@@ -145,10 +187,25 @@ def _source_row(spec: HardwareSpec, device: DeviceSpec, workload: Workload, bnam
             return row
     if device.kind == "cpu":
         return cpu_row(device, workload, is_host=device.name == spec.host)
-    if device.kind == "cuda":
-        return gpu_row(device, workload)
     hint = f"backend {bname!r} has no analytic model" if backend is not None else f"no backend for kind {device.kind!r}"
     return DeviceRow(device.name, device.kind, notes=(f"no cost model for this device: {hint}",))
+
+
+def missing_spec_fields(bname: str, backend: Any, device: DeviceSpec) -> list[str]:
+    """The fields of ``device`` that ``backend`` declares it reads (``spec_fields``) and the spec leaves out.
+
+    A backend declares the extra :class:`~pearl_core.composer.spec.DeviceSpec` fields its model needs (the FPGA
+    backend: its resources, ``dsp_blocks``, ``ram_blocks``, ...); the core reads none of them itself.
+
+    Raises:
+        SpecError: ``spec_fields`` is not a tuple of DeviceSpec field names.
+    """
+    fields = getattr(backend, "spec_fields", ())
+    known = {f.name for f in dataclasses.fields(DeviceSpec)}
+    if not isinstance(fields, (tuple, list)) or not all(isinstance(f, str) and f in known for f in fields):
+        raise SpecError(f"backend {bname!r}: spec_fields = {fields!r:.200} is invalid; expected a tuple of "
+                        f"DeviceSpec field names (e.g. ('clock_hz',)), from {sorted(known)}.")
+    return [f for f in fields if getattr(device, f) is None]
 
 
 #: Attribute of an exception naming ``(backend name, method)`` that raised it (set by :func:`blame`).

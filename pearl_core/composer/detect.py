@@ -8,7 +8,10 @@ what the available backends report lives here::
     spec = detect_hardware()        # every available backend's devices, default links
 
 Fields a backend does not report (power, bandwidth, latencies) come from
-conservative per-kind defaults and are listed in each device's ``assumed``.
+conservative defaults and are listed in each device's ``assumed``: the host CPU's are the
+core's, an accelerator's are its backend's ``spec_defaults`` (else generic ones). The fields a
+backend declares it reads (``spec_fields``, e.g. an FPGA's resources) are taken from the
+device's ``details`` when it reports them.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from pearl_core.errors import SpecError
 if TYPE_CHECKING:
     from pearl_core.plugins import PluginRegistry
 
-__all__ = ["cpu_model", "detect_hardware"]
+__all__ = ["backend_defaults", "cpu_model", "detect_hardware"]
 
 
 def detect_hardware(registry: "PluginRegistry | None" = None, *, emulated: bool = False) -> HardwareSpec:
@@ -48,11 +51,11 @@ def detect_hardware(registry: "PluginRegistry | None" = None, *, emulated: bool 
         registry: the plugin registry to ask; default the process-wide one.
     """
     devices: list[DeviceSpec] = []
-    for bname, _obj, info in detected_devices(registry):
+    for bname, obj, info in detected_devices(registry):
         if (info.details or {}).get("emulated") and not emulated:
             continue  # a functional emulator runs kernels but has no speed or resources to plan with
         try:
-            devices.append(_device_from_info(info, {d.name for d in devices}))
+            devices.append(_device_from_info(info, {d.name for d in devices}, bname, obj))
         except SpecError as exc:
             # e.g. an accelerator the backend cannot fully describe: nothing to plan with.
             warnings.warn(f"hardware detection leaves out {info.name!r} of backend {bname!r}: {exc} "
@@ -66,18 +69,38 @@ def detect_hardware(registry: "PluginRegistry | None" = None, *, emulated: bool 
 
 
 _KIND_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
-    # Conservative guesses, used only for detected devices; each is listed in DeviceSpec.assumed.
+    # Conservative guesses, used only for detected devices; each is listed in DeviceSpec.assumed. The host CPU's
+    # are the core's; an accelerator's come from its backend's ``spec_defaults``, else the generic ones.
     "cpu": {"idle_power_w": 2.0, "active_power_w": 6.0, "per_core_power": True,
             "mem_bandwidth_Bps": 5e9, "memory_bytes": 8 * 2**30},
-    "cuda": {"idle_power_w": 30.0, "active_power_w": 250.0, "mem_bandwidth_Bps": 500e9, "memory_bytes": 16 * 2**30},
 }
 _GENERIC_DEFAULT = {"idle_power_w": 20.0, "active_power_w": 75.0, "mem_bandwidth_Bps": 10e9, "memory_bytes": 4 * 2**30}
 
 
-def _default_device(name: str, kind: str, details: Mapping[str, Any], description: str) -> DeviceSpec:
-    defaults = dict(_KIND_DEFAULTS.get(kind, _GENERIC_DEFAULT))
+def backend_defaults(bname: str, backend: Any) -> dict[str, float] | None:
+    """A backend's ``spec_defaults`` for the devices it detects (the four figures of :data:`_GENERIC_DEFAULT`,
+    numbers > 0), or ``None`` when it declares none.
+
+    Raises:
+        SpecError: they are not such a mapping.
+    """
+    given = getattr(backend, "spec_defaults", None)
+    if given is None:
+        return None
+    if not isinstance(given, Mapping) or set(given) != set(_GENERIC_DEFAULT) or not all(
+            _is_num(v) and v > 0 for v in given.values()):
+        raise SpecError(f"backend {bname!r}: spec_defaults = {given!r:.200} is invalid; expected numbers > 0 for "
+                        f"exactly {sorted(_GENERIC_DEFAULT)}.")
+    return dict(given)
+
+
+def _default_device(name: str, kind: str, details: Mapping[str, Any], description: str,
+                    kind_defaults: Mapping[str, Any] | None = None, fields: tuple[str, ...] = ()) -> DeviceSpec:
+    defaults = dict(kind_defaults or _KIND_DEFAULTS.get(kind, _GENERIC_DEFAULT))
     per_core = defaults.pop("per_core_power", False)
     values: dict[str, Any] = {"name": name, "kind": kind, "description": description}
+    # The fields the backend reads to model its device (its ``spec_fields``), as its details give them.
+    values.update({f: details[f] for f in fields if details.get(f) is not None})
     assumed = []
     cores = details.get("cores")
     if _is_int(cores) and cores >= 1:
@@ -99,12 +122,15 @@ def _default_device(name: str, kind: str, details: Mapping[str, Any], descriptio
     return DeviceSpec(**values, assumed=tuple(assumed))
 
 
-def _device_from_info(info: Any, taken: set[str]) -> DeviceSpec:
+def _device_from_info(info: Any, taken: set[str], bname: str = "", backend: Any = None) -> DeviceSpec:
     name = re.sub(r"[^A-Za-z0-9_.:+-]", "_", str(info.name)) or str(info.kind)
     base, n = name, 1
     while name in taken:
         name, n = f"{base}_{n}", n + 1
-    return _default_device(name, info.kind, dict(info.details or {}), info.description)
+    fields = getattr(backend, "spec_fields", ())
+    fields = tuple(f for f in fields if isinstance(f, str)) if isinstance(fields, (tuple, list)) else ()
+    defaults = None if info.kind == "cpu" else backend_defaults(bname, backend)
+    return _default_device(name, info.kind, dict(info.details or {}), info.description, defaults, fields)
 
 
 def cpu_model() -> str:

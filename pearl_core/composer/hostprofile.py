@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from pearl_core.composer.spec import DeviceSpec
     from pearl_core.composer.workload import Workload
 
-__all__ = ["MeasuringBackend", "measured", "profile_host"]
+__all__ = ["MeasuringBackend", "checked_cost", "measured", "profile_host"]
 
 
 @runtime_checkable
@@ -59,7 +59,7 @@ class MeasuringBackend(Protocol):
     def measure_primitive(self, device: "DeviceSpec", workload: "Workload",
                           request: MeasureRequest) -> PrimitiveCost | None:
         """Median seconds of ``request.primitive`` at ``request.threads``; ``None`` when it cannot measure it
-        (the device is then left to ``profile_cells`` or the analytic models). Never chooses threads."""
+        (the device is then left to the analytic models). Never chooses threads."""
         ...
 
 
@@ -71,7 +71,15 @@ def measured(bname: str, backend: Any, device: "DeviceSpec", workload: "Workload
         SpecError: the backend answered something else (``None`` included: the host policy needs every
             primitive it asks for).
     """
-    got = backend.measure_primitive(device, workload, request)
+    return checked_cost(bname, request, backend.measure_primitive(device, workload, request))
+
+
+def checked_cost(bname: str, request: MeasureRequest, got: Any) -> PrimitiveCost:
+    """``got`` when it is a :class:`PrimitiveCost` of the primitive and threads asked, with the primitive's parts.
+
+    Raises:
+        SpecError: it is anything else (``None`` included), naming the backend and the request.
+    """
     parts = {"replay": ("sample_s", "update_s", "insert_s"),
              "worker_loop": ("sample_s", "learner_s", "update_s", "insert_s")}.get(request.primitive, ())
     if (not isinstance(got, PrimitiveCost) or (got.primitive, got.threads) != (request.primitive, request.threads)

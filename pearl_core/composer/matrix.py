@@ -127,6 +127,15 @@ class PrimitiveCost:
 
     ``seconds`` is the whole primitive (``replay``: sample + update + insert; ``worker_loop``: all four
     parts); the parts a primitive has are named fields (``None`` where it has no such part).
+
+    ``worker_loop`` is the setting-2 iteration as the device runs it, each part timed while the others
+    run: on the host one process does them one after another (the composer adds the update and the
+    insert to the co-located learner cell); on an accelerator they overlap (e.g. the learner on one CUDA
+    stream, the replay on another) and each part is its co-located cell.
+
+    Optional: ``power_w`` (watts drawn while it ran, e.g. read from the board; ``None``: the composer
+    derives it from the spec), ``details`` (what the backend tuned or found, JSON scalars by name: it goes
+    to the row's ``config``) and ``notes`` (one line each, to the row's notes).
     """
 
     primitive: str
@@ -136,6 +145,9 @@ class PrimitiveCost:
     update_s: float | None = None
     insert_s: float | None = None
     learner_s: float | None = None
+    power_w: float | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.primitive not in PRIMITIVES:
@@ -144,6 +156,23 @@ class PrimitiveCost:
         object.__setattr__(self, "seconds", _seconds("PrimitiveCost", "seconds", self.seconds))
         for name in ("sample_s", "update_s", "insert_s", "learner_s"):
             object.__setattr__(self, name, _seconds("PrimitiveCost", name, getattr(self, name), optional=True))
+        if self.power_w is not None:
+            if isinstance(self.power_w, bool) or not isinstance(self.power_w, (int, float)) or not (
+                    math.isfinite(self.power_w) and self.power_w >= 0):
+                raise SpecError(f"PrimitiveCost.power_w = {self.power_w!r} is invalid; expected a finite number of "
+                                "watts >= 0 or None.")
+            object.__setattr__(self, "power_w", float(self.power_w))
+        scalar = (str, int, float, bool, type(None))
+        if not isinstance(self.details, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, scalar) and not (isinstance(v, float) and not math.isfinite(v))
+                for k, v in self.details.items()):
+            raise SpecError(f"PrimitiveCost.details = {self.details!r:.200} is invalid; expected a mapping of str "
+                            "names to JSON scalars (str, int, finite float, bool, None).")
+        object.__setattr__(self, "details", MappingProxyType(dict(self.details)))
+        notes = (self.notes,) if isinstance(self.notes, str) else self.notes
+        if not isinstance(notes, (tuple, list)) or not all(isinstance(n, str) for n in notes):
+            raise SpecError(f"PrimitiveCost.notes = {self.notes!r:.200} is invalid; expected a tuple of str.")
+        object.__setattr__(self, "notes", tuple(notes))
 
 
 @dataclass(frozen=True)
@@ -381,7 +410,8 @@ class AssignmentMatrix:
         for dev, cells in table.items():
             unknown = sorted(set(cells) - set(CELL_NAMES))
             if unknown:
-                raise SpecError(f"matrix table, device {dev!r}: unknown cell(s) {unknown}; expected {list(CELL_NAMES)}.")
+                raise SpecError(f"matrix table, device {dev!r}: unknown cell(s) {unknown}; "
+                                f"expected {list(CELL_NAMES)}.")
             p = (power_w or {}).get(dev, 0.0)
             values = {name: CostCell(cells[name] * unit_s, p, "given") for name in CELL_NAMES if name in cells}
             rows.append(DeviceRow(dev, (kinds or {}).get(dev, "cpu"), **values))

@@ -214,7 +214,10 @@ def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None
         except Exception as exc:  # noqa: BLE001 - re-raised, marked: fill_matrix empties this row only
             blame(exc, bname, "settings")
             raise
-        host = device.name == spec.host and callable(getattr(backend, "measure_primitive", None))
+        measures = callable(getattr(backend, "measure_primitive", None))
+        host = device.name == spec.host and measures
+        # An accelerator is measured primitive by primitive too; a second device of the host's kind is modelled.
+        accel = measures and not host and device.kind != spec.device(spec.host).kind
         key, inputs = _cache_key(bname, backend, device, info, workload, iterations, settings, host)
         path = folder / f"{key[:40]}.json"
         if use_cache and path.is_file():
@@ -224,7 +227,7 @@ def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None
                     return DeviceRow.from_dict(data["row"])
             except (OSError, ValueError, KeyError, TypeError, SpecError):
                 pass  # a damaged entry is measured again and overwritten
-        row = _measure(bname, backend, device, workload, host)
+        row = _measure(bname, backend, device, workload, host, accel)
         if row is None:
             return None
         try:
@@ -235,26 +238,30 @@ def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None
         return row
 
     def _measure(bname: str, backend: "Backend", device: DeviceSpec, workload: Workload,
-                 host: bool) -> DeviceRow | None:
-        """The host policy or ``profile_cells`` (at the backend's widest fanout when the workload's is wider),
-        checked."""
+                 host: bool, accel: bool = False) -> DeviceRow | None:
+        """The host or accelerator policy, or the deprecated ``profile_cells`` (at the backend's widest fanout
+        when the workload's is wider), checked."""
         limit = exceeds_fanout(backend, workload)
         measured = workload if limit is None else dataclasses.replace(workload, fanout=limit)
         if progress is not None:
             progress(f"profiling {device.name} ({bname} backend, {iterations} iterations per cell) ...")
-        method = "measure_primitive" if host else "profile_cells"
+        method = "measure_primitive" if host or accel else "profile_cells"
         try:
             with measurement_session():  # one filled replay and one learner step per thread count for all cells
                 if host:
                     from pearl_core.composer.hostprofile import profile_host
 
                     row = profile_host(bname, backend, device, measured, iterations=iterations, warmup=warmup)
+                elif accel:
+                    from pearl_core.composer.deviceprofile import profile_device
+
+                    row = profile_device(bname, backend, device, measured, iterations=iterations, warmup=warmup)
                 else:
                     row = profiled_row(backend, device, measured, iterations=iterations, warmup=warmup)
             if row is not None and (not isinstance(row, DeviceRow) or row.device != device.name):
                 raise SpecError(f"backend {bname!r}.{method} returned {row!r:.200} for {device.name!r}; "
                                 f"expected a DeviceRow with device={device.name!r}. Fix: return "
-                                f"DeviceRow({device.name!r}, ...) or None from profile_cells.")
+                                f"DeviceRow({device.name!r}, ...) or None from {method}.")
         except Exception as exc:  # noqa: BLE001 - re-raised, marked: fill_matrix empties this row only
             blame(exc, bname, method)
             raise

@@ -1,4 +1,4 @@
-"""The CUDA backend: GPU sum tree (cupy kernels), GPU Data Storage, detection and profiled cost cells.
+"""The CUDA backend: GPU sum tree (cupy kernels), GPU Data Storage, detection, its analytic model and measurements.
 
 Importing this module touches no device; cupy is imported in
 :meth:`CudaBackend.availability` and later. The backend is available when cupy
@@ -15,7 +15,7 @@ from pearl_cuda.detect import list_gpus, probe
 from pearl_cuda.device import check_visible, cuda_ordinal
 
 if TYPE_CHECKING:
-    from pearl_core.sdk import DataStorage, DeviceRow, DeviceSpec, StorageSpec, Workload
+    from pearl_core.sdk import DataStorage, DeviceRow, DeviceSpec, MeasureRequest, PrimitiveCost, StorageSpec, Workload
 
 __all__ = ["CudaBackend", "probe_cuda"]
 
@@ -49,6 +49,9 @@ class CudaBackend(Backend):
     name = "cuda"
     device_kind = "cuda"
     torch_device_type = "cuda"
+    #: Conservative figures for a detected GPU that its details do not give (each listed in the spec's ``assumed``).
+    spec_defaults = {"idle_power_w": 30.0, "active_power_w": 250.0, "mem_bandwidth_Bps": 500e9,
+                     "memory_bytes": 16 * 2**30}
 
     def __init__(self) -> None:
         self._availability: Availability | None = None
@@ -99,11 +102,19 @@ class CudaBackend(Backend):
 
         return CudaStorage(spec, capacity, device=ordinal, **options)
 
-    def profile_cells(self, device: "DeviceSpec", workload: "Workload", *, iterations: int = 1000,
-                      warmup: int = 50) -> "DeviceRow | None":
-        """Measure RM ops, the learner (stream search) and both co-located on this GPU; see :mod:`pearl_cuda.profile`."""
+    def analytic_cells(self, device: "DeviceSpec", workload: "Workload") -> "DeviceRow":
+        """The GPU's analytic row (:func:`pearl_cuda.model.gpu_row`); touches no device, works without cupy."""
+        from pearl_cuda.model import gpu_row
+
+        return gpu_row(device, workload)
+
+    def measure_primitive(self, device: "DeviceSpec", workload: "Workload",
+                          request: "MeasureRequest") -> "PrimitiveCost | None":
+        """``request`` (``replay``, ``learner`` or ``worker_loop``) measured on this GPU; ``None`` when the backend
+        is unavailable here or for the host's primitives. The composer chooses what to ask
+        (:mod:`pearl_core.composer.deviceprofile`); see :mod:`pearl_cuda.profile`."""
         if not self.availability().available:
             return None
-        from pearl_cuda.profile import profile_device
+        from pearl_cuda.profile import measure
 
-        return profile_device(device, workload, iterations=iterations, warmup=warmup)
+        return measure(self, device, workload, request)

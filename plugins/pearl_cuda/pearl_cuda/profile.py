@@ -1,47 +1,46 @@
-"""Profiled cost cells for a present GPU (``CudaBackend.profile_cells``).
+"""Measured costs of a present GPU, one primitive at a time (``CudaBackend.measure_primitive``).
 
-For one GPU and one :class:`~pearl_core.composer.workload.Workload` it measures,
-on synthetic data like the paper's populator:
+The composer chooses what is measured (:mod:`pearl_core.composer.deviceprofile`: the replay, the
+learner and the setting-2 worker loop, and how many iterations of each) and asks this backend one
+:class:`~pearl_core.sdk.MeasureRequest` at a time; :func:`measure` answers each with a
+:class:`~pearl_core.sdk.PrimitiveCost`, measured on synthetic data like the paper's populator:
 
-* **RM alone** — the tree (``capacity``, ``fanout``) filled with
-  ``uniform(0.1, 10)`` priorities; ``rm_sample`` = one ``sample_device`` of
-  ``BS`` masses, ``rm_update`` = one ``update_device`` of ``BS`` pairs,
-  ``rm_insert`` = ``get_device`` + ``update_device`` of ``BS_i`` (device arrays,
-  parallelism = batch size as the paper prescribes). Uniform replay: sample =
-  drawing ``BS`` random indices on the device, update = insert = 0.
-* **Learner alone** — the paper's stream search: a
-  :class:`~pearl_cuda.learner.SyntheticLearner` with the workload's layers,
-  the batch split over ``S`` CUDA streams for ``S`` in a subset of ``[1, BS]``,
-  plus a CUDA graph (:func:`~pearl_cuda.learner.search_streams`); every time
-  and the winner go to ``config``. When the workload names its environment and
-  trainer, the runtime's real trainer is also timed on this GPU
-  (:func:`pearl_core.composer.profiling.profile_learner` with
-  ``device="cuda:N"``, numpy batch in, TD errors out, as the runtime runs it),
-  and **that** is the cell: the runtime's trainers do not split batches over
-  streams or replay graphs, so the tuned figure would flatter the plan. The
-  tuned figure is the cell only when no real trainer can be built.
-* **Co-located** (setting 2) — the learner step on its stream while the RM's
-  sample, update and insert run on another, each timed by CUDA events on its
-  own stream, so the cells include the contention. The co-located learner cell
-  is the alone cell scaled by the contention the synthetic learner saw.
+* ``replay`` — the tree (``capacity``, ``fanout``) filled with ``uniform(0.1, 10)`` priorities;
+  ``sample_s`` = one ``sample_device`` of ``BS`` masses, ``update_s`` = one ``update_device`` of ``BS``
+  pairs, ``insert_s`` = ``get_device`` + ``update_device`` of ``BS_i`` (device arrays, parallelism =
+  batch size as the paper prescribes). Uniform replay: sample = drawing ``BS`` random indices on the
+  device, update = insert = 0.
+* ``learner`` — the paper's stream search: a :class:`~pearl_cuda.learner.SyntheticLearner` with the
+  workload's layers, the batch split over ``S`` CUDA streams for ``S`` in a subset of ``[1, BS]``, plus
+  a CUDA graph (:func:`~pearl_cuda.learner.search_streams`); every time and the winner go to
+  ``details``. When the workload names its environment and trainer, the runtime's real trainer is also
+  timed on this GPU (:func:`pearl_core.sdk.profile_learner` with ``device="cuda:N"``, numpy batch in, TD
+  errors out, as the runtime runs it), and **that** is the cost: the runtime's trainers do not split
+  batches over streams or replay graphs, so the tuned figure would flatter the plan. The tuned figure
+  is the cost only when no real trainer can be built.
+* ``worker_loop`` — setting 2 on the GPU: the learner step on its stream while the replay's sample,
+  update and insert run on another, each timed by CUDA events on its own stream, so the parts include
+  the contention (they overlap: each part is its co-located cell). The learner part is the ``learner``
+  cost scaled by the contention the synthetic learner saw.
 
-Every cell is the median over ``iterations`` timed repetitions after ``warmup``;
-power is the board power from NVML read right after each cell's loop, or the
-spec's ``active_power_w`` when ``nvidia-ml-py`` is not importable.
-:func:`row_from_measurements` (host arithmetic, tested without a GPU) turns
-the numbers into a :class:`~pearl_core.composer.matrix.DeviceRow`.
+Each figure is the median over ``request.iterations`` timed repetitions after ``request.warmup``;
+``power_w`` is the board power from NVML read right after the primitive's loop, or the spec's
+``active_power_w`` when ``nvidia-ml-py`` is not importable. ``actor_step`` and ``message_hop`` are the
+host's primitives: answered ``None``. What one GPU and workload's measurements share (the filled tree,
+the synthetic learner and its stream search, the learner cost) is kept in a :class:`GpuSession` until a
+request for another device or workload comes.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from pearl_core.errors import InvalidValueError
-from pearl_core.sdk import CELL_NAMES, CostCell, DeviceRow
+from pearl_core.sdk import MeasureRequest, PrimitiveCost
 
-__all__ = ["device_ordinal", "median_s", "profile_device", "row_from_measurements", "time_calls"]
+__all__ = ["GpuSession", "device_ordinal", "measure", "median_s", "time_calls"]
 
 
 def device_ordinal(device: Any) -> int:
@@ -62,18 +61,6 @@ def median_s(samples: list[float]) -> float:
     return float(statistics.median(samples))
 
 
-def row_from_measurements(name: str, seconds: Mapping[str, float | None], watts: Mapping[str, float],
-                          config: Mapping[str, Any], notes: tuple[str, ...] = ()) -> DeviceRow:
-    """A ``"profiled"`` :class:`DeviceRow`: one cell per measured name (``None`` leaves it empty)."""
-    unknown = sorted(set(seconds) - set(CELL_NAMES))
-    if unknown:
-        raise InvalidValueError(f"row_from_measurements({name!r}): unknown cell names {unknown}; "
-                                f"expected names from {list(CELL_NAMES)}.")
-    cells = {c: CostCell(max(0.0, float(s)), max(0.0, float(watts.get(c, 0.0))), "profiled")
-             for c, s in seconds.items() if s is not None}
-    return DeviceRow(name, "cuda", **cells, config=dict(config), notes=notes)
-
-
 def time_calls(fn: Callable[[], Any], sync: Callable[[], Any], iterations: int, warmup: int) -> float:
     """Median wall seconds of ``fn(); sync()`` over ``iterations`` calls after ``warmup``."""
     for _ in range(warmup):
@@ -90,14 +77,20 @@ def time_calls(fn: Callable[[], Any], sync: Callable[[], Any], iterations: int, 
 
 def _rm_ops(tree: Any, wl: Any, cp: Any) -> dict[str, Callable[[], Any]]:
     """The three RM operations on device arrays, with fresh-looking inputs cycled from pools."""
+    import numpy as np
+
     bs, bsi = wl.batch_size, wl.insert_batch
-    rng = cp.random.default_rng(0)
+    rng = np.random.default_rng(0)  # drawn on the host once, uploaded once: nothing of it is timed
     pools = 8
     total = float(tree.total())
-    masses = [rng.random(bs, dtype=cp.float64) * total for _ in range(pools)]
-    upd = [(rng.integers(0, wl.capacity, bs, dtype=cp.int64), rng.random(bs, dtype=cp.float64) * 9.9 + 0.1)
+
+    def dev(a: Any) -> Any:
+        return cp.asarray(a)
+
+    masses = [dev(rng.random(bs) * total) for _ in range(pools)]
+    upd = [(dev(rng.integers(0, wl.capacity, bs, dtype=np.int64)), dev(rng.random(bs) * 9.9 + 0.1))
            for _ in range(pools)]
-    ins = [(rng.integers(0, wl.capacity, bsi, dtype=cp.int64), rng.random(bsi, dtype=cp.float64) * 9.9 + 0.1)
+    ins = [(dev(rng.integers(0, wl.capacity, bsi, dtype=np.int64)), dev(rng.random(bsi) * 9.9 + 0.1))
            for _ in range(pools)]
     state = {"i": 0}
 
@@ -115,67 +108,121 @@ def _rm_ops(tree: Any, wl: Any, cp: Any) -> dict[str, Callable[[], Any]]:
             "rm_insert": insert}
 
 
-def profile_device(device: Any, wl: Any, *, iterations: int = 1000, warmup: int = 50) -> DeviceRow:
-    """Measure every cell of ``device``'s row (see the module docstring). Needs cupy, torch and a GPU."""
-    import cupy as cp
-    import numpy as np
-    import torch
+class GpuSession:
+    """What the measurements of one GPU and one workload share, built on first use.
 
-    from pearl_cuda.detect import PowerMeter
-    from pearl_cuda.learner import SyntheticLearner, mlp_dims, search_streams
-    from pearl_cuda.sumtree import CudaSumTree
+    Args:
+        ordinal: the CUDA device.
+        workload: the :class:`~pearl_core.sdk.Workload` measured.
+        fallback_w: watts to report without NVML (the spec's ``active_power_w``).
+    """
 
-    ordinal = device_ordinal(device)
-    meter = PowerMeter(ordinal, getattr(device, "active_power_w", 0.0))
-    notes = [f"power from {meter.source}"]
-    seconds: dict[str, float | None] = {}
-    watts: dict[str, float] = {}
-    config: dict[str, Any] = {"ordinal": ordinal, "iterations": iterations}
-    learner_iters = max(10, min(iterations, 200))
-    with cp.cuda.Device(ordinal):
-        sync = cp.cuda.get_current_stream().synchronize
-        # ---- RM alone
-        tree = None
-        if wl.replay == "prioritized":
-            tree = CudaSumTree(wl.capacity, wl.fanout, device=ordinal)
-            tree.load(np.random.default_rng(0).uniform(0.1, 10.0, wl.capacity))
-            for cell, fn in _rm_ops(tree, wl, cp).items():
-                seconds[cell] = time_calls(fn, sync, iterations, warmup)
-                watts[cell] = meter.watts()
-        else:
-            rng = cp.random.default_rng(0)
-            seconds["rm_sample"] = time_calls(lambda: rng.integers(0, wl.capacity, wl.batch_size), sync,
-                                              iterations, warmup)
-            watts["rm_sample"] = meter.watts()
-            seconds["rm_update"] = seconds["rm_insert"] = 0.0
-            notes.append("uniform replay: no tree, update and insert cost nothing")
-        # ---- learner alone: stream search (+ CUDA graph)
-        dims, target_dims = mlp_dims(wl.layers)
-        learner = SyntheticLearner(dims, target_dims, wl.batch_size, device=f"cuda:{ordinal}")
-        timing = search_streams(learner, iterations=learner_iters, warmup=min(warmup, 20))
-        trainer_s = _real_trainer_s(wl, ordinal, learner_iters, min(warmup, 20), notes)
-        seconds["learner"] = trainer_s if trainer_s is not None else timing.best_s
-        watts["learner"] = meter.watts()
-        config["learner_cell_from"] = "trainer" if trainer_s is not None else "stream_search"
+    def __init__(self, ordinal: int, workload: Any, fallback_w: float):
+        from pearl_cuda.detect import PowerMeter
+
+        self.ordinal, self.wl = ordinal, workload
+        self.meter = PowerMeter(ordinal, fallback_w)
+        self.notes: list[str] = [f"power from {self.meter.source}"]
+        self._tree: Any = None
+        self._learner: Any = None
+        self.timing: Any = None
+        self.replay_cost: PrimitiveCost | None = None
+        self.learner_cost: PrimitiveCost | None = None
+
+    def tree(self) -> Any:
+        """The filled :class:`~pearl_cuda.sumtree.CudaSumTree` (prioritized replay), else ``None``."""
+        if self._tree is None and self.wl.replay == "prioritized":
+            import numpy as np
+
+            from pearl_cuda.sumtree import CudaSumTree
+
+            self._tree = CudaSumTree(self.wl.capacity, self.wl.fanout, device=self.ordinal)
+            self._tree.load(np.random.default_rng(0).uniform(0.1, 10.0, self.wl.capacity))
+        return self._tree
+
+    def replay(self, request: MeasureRequest) -> PrimitiveCost:
+        import cupy as cp
+
+        notes = list(self.notes)
+        with cp.cuda.Device(self.ordinal):
+            sync = cp.cuda.get_current_stream().synchronize
+            tree = self.tree()
+            if tree is not None:
+                parts = {cell: time_calls(fn, sync, request.iterations, request.warmup)
+                         for cell, fn in _rm_ops(tree, self.wl, cp).items()}
+                s, u, n = parts["rm_sample"], parts["rm_update"], parts["rm_insert"]
+            else:
+                rng = cp.random.default_rng(0)
+
+                def draw() -> Any:  # the runtime's uniform sample: BS random indices drawn on the device
+                    return rng.integers(0, self.wl.capacity, self.wl.batch_size)
+
+                s, u, n = time_calls(draw, sync, request.iterations, request.warmup), 0.0, 0.0
+                notes.append("uniform replay: no tree, update and insert cost nothing")
+        self.replay_cost = PrimitiveCost("replay", request.threads, s + u + n, sample_s=s, update_s=u, insert_s=n,
+                                         power_w=self.meter.watts(), details={"ordinal": self.ordinal,
+                                                                              "rm_parallelism": self.wl.batch_size},
+                                         notes=tuple(notes))
+        return self.replay_cost
+
+    def learner(self, request: MeasureRequest) -> PrimitiveCost:
+        from pearl_cuda.learner import SyntheticLearner, mlp_dims, search_streams
+
+        notes = list(self.notes)
+        dims, target_dims = mlp_dims(self.wl.layers)
+        self._learner = SyntheticLearner(dims, target_dims, self.wl.batch_size, device=f"cuda:{self.ordinal}")
+        timing = self.timing = search_streams(self._learner, iterations=request.iterations, warmup=request.warmup)
+        trainer_s = _real_trainer_s(self.wl, self.ordinal, request.iterations, request.warmup, notes)
+        details: dict[str, Any] = {"learner_cell_from": "trainer" if trainer_s is not None else "stream_search",
+                                   "learner_streams": timing.best_streams, "learner_cuda_graph": timing.use_graph,
+                                   "learner_dims": ",".join(map(str, dims))}
         if trainer_s is not None:
-            config["trainer_step_s"] = trainer_s
-        config.update({"learner_streams": timing.best_streams, "learner_cuda_graph": timing.use_graph,
-                       "learner_dims": ",".join(map(str, dims))})
-        config.update({f"learner_s_streams_{s}": v for s, v in timing.per_streams.items()})
+            details["trainer_step_s"] = trainer_s
+        details.update({f"learner_s_streams_{s}": v for s, v in timing.per_streams.items()})
         if timing.graph_s is not None:
-            config["learner_s_graph"] = timing.graph_s
-        notes.extend(timing.notes)
-        # ---- co-located: learner on one stream, RM ops on another, timed by events per stream
-        co = _colocated(tree, wl, learner, timing, cp, torch, learner_iters, min(warmup, 20))
-        if "co_learner" in co and timing.best_s > 0:  # contention ratio of the synthetic learner
-            config["co_learner_contention"] = co["co_learner"] / timing.best_s
-            co["co_learner"] = seconds["learner"] * max(1.0, config["co_learner_contention"])
+            details["learner_s_graph"] = timing.graph_s
+        seconds = trainer_s if trainer_s is not None else timing.best_s
+        self.learner_cost = PrimitiveCost("learner", request.threads, seconds, power_w=self.meter.watts(),
+                                          details=details, notes=(*notes, *timing.notes))
+        return self.learner_cost
+
+    def worker_loop(self, request: MeasureRequest) -> PrimitiveCost:
+        import cupy as cp
+        import torch
+
+        if self.learner_cost is None or self._learner is None:
+            self.learner(request)
+        with cp.cuda.Device(self.ordinal):
+            tree = self.tree()
+            co = _colocated(tree, self.wl, self._learner, self.timing, cp, torch, request.iterations,
+                            request.warmup)
+        details: dict[str, Any] = {}
+        learner_s = self.learner_cost.seconds  # type: ignore[union-attr]
+        if "co_learner" in co and self.timing.best_s > 0:  # contention ratio of the synthetic learner
+            details["co_learner_contention"] = co["co_learner"] / self.timing.best_s
+            co["co_learner"] = learner_s * max(1.0, details["co_learner_contention"])
         if tree is None:  # uniform replay: the index draw does not contend measurably; reuse the alone cells
-            co.update({"co_rm_sample": seconds["rm_sample"], "co_rm_update": 0.0, "co_rm_insert": 0.0})
-        for cell, s in co.items():
-            seconds[cell] = s
-            watts[cell] = meter.watts()
-    return row_from_measurements(getattr(device, "name", f"cuda:{ordinal}"), seconds, watts, config, tuple(notes))
+            alone = self.replay_cost or self.replay(MeasureRequest("replay", 1, request.iterations, request.warmup))
+            co.update({"co_rm_sample": alone.sample_s, "co_rm_update": 0.0, "co_rm_insert": 0.0})
+        s, u, n, ln = co["co_rm_sample"], co["co_rm_update"], co["co_rm_insert"], co.get("co_learner", learner_s)
+        return PrimitiveCost("worker_loop", request.threads, s + max(u + n, ln), sample_s=s, update_s=u, insert_s=n,
+                             learner_s=ln, power_w=self.meter.watts(), details=details, notes=tuple(self.notes))
+
+
+def measure(holder: Any, device: Any, wl: Any, request: MeasureRequest) -> PrimitiveCost | None:
+    """``request`` measured on ``device`` (see the module docstring); ``None`` for the host's primitives.
+
+    ``holder`` (the backend) keeps the :class:`GpuSession` of the last device and workload in
+    ``_gpu_session``, so the learner's stream search is not run again for the worker loop.
+    """
+    if request.primitive not in ("replay", "learner", "worker_loop"):
+        return None
+    ordinal = device_ordinal(device)
+    session = getattr(holder, "_gpu_session", None)
+    if session is None or session.ordinal != ordinal or session.wl != wl:
+        session = GpuSession(ordinal, wl, getattr(device, "active_power_w", 0.0))
+        holder._gpu_session = session
+    return getattr(session, request.primitive)(request)
 
 
 def _real_trainer_s(wl: Any, ordinal: int, iterations: int, warmup: int, notes: list[str]) -> float | None:

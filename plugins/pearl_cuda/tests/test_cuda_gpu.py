@@ -154,15 +154,19 @@ def test_the_core_replay_runs_its_device_face_on_the_gpu_with_no_host_sync():
     np.testing.assert_allclose(dev.priorities(np.arange(n)), host.priorities(np.arange(n)), rtol=1e-15)
 
 
-def test_profile_cells_gives_a_profiled_row():
+def test_measure_primitive_gives_the_gpu_row():
     import pearl_core
+    from pearl_core.composer.deviceprofile import profile_device
     from pearl_core.composer.workload import Workload
+    from pearl_core.sdk import MeasureRequest, PrimitiveCost
 
     from types import SimpleNamespace as NS
 
     wl = Workload(batch_size=64, obs_bytes=16, action_bytes=8, capacity=2**16, fanout=16, insert_batch=32)
-    row = pearl_core.get_backend("cuda").profile_cells(NS(name="cuda:0", index=0, active_power_w=300.0), wl,
-                                                      iterations=20, warmup=5)
+    gpu, backend = NS(name="cuda:0", kind="cuda", index=0, active_power_w=300.0), pearl_core.get_backend("cuda")
+    loop = backend.measure_primitive(gpu, wl, MeasureRequest("worker_loop", 1, 20, 5))  # any order: learner first
+    assert isinstance(loop, PrimitiveCost) and loop.learner_s > 0 and "co_learner_contention" in loop.details
+    row = profile_device("cuda", backend, gpu, wl, iterations=20, warmup=5)
     assert row.device == "cuda:0" and row.can_rm and row.can_learn and row.can_colocate
     assert all(c.source == "profiled" for _, c in row.cells() if c is not None)
     assert row.config["learner_streams"] >= 1
@@ -177,7 +181,7 @@ def test_detection_lists_the_gpu():
 
 @pytest.mark.filterwarnings("ignore:hardware detection leaves out")
 def test_composer_profiles_the_present_gpu(tmp_path):
-    """Detection puts the GPU in the spec; the composer's profiler measures it through profile_cells."""
+    """Detection puts the GPU in the spec; the composer's profiler measures it through measure_primitive."""
     from pearl_core.composer import workload_for_env
     from pearl_core.composer.detect import detect_hardware
     from pearl_core.composer.costs import fill_matrix

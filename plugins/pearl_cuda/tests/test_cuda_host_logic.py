@@ -1,12 +1,9 @@
 """Host-side logic of the CUDA plugin, tested on numpy / CPU torch (no GPU needed)."""
 
-import math
 import sys
 
-import numpy as np
 import pytest
 
-from pearl_core.composer.matrix import CELL_NAMES
 from pearl_core.composer.workload import LearnerLayer
 from pearl_core.errors import InvalidValueError
 from pearl_cuda import detect, learner, profile, transport
@@ -97,19 +94,7 @@ def test_transport_table():
     assert set(transport.TRANSPORTS) == {("cpu", "cuda"), ("cuda", "cpu"), ("cuda", "cuda")}
 
 
-# ---------------------------------------------------------------- profiled row arithmetic
-def test_row_from_measurements():
-    secs = {c: 1e-5 * (i + 1) for i, c in enumerate(CELL_NAMES)}
-    row = profile.row_from_measurements("cuda:0", secs, {c: 300.0 for c in CELL_NAMES}, {"learner_streams": 4})
-    assert row.kind == "cuda" and row.can_rm and row.can_learn and row.can_colocate
-    assert all(c.source == "profiled" and c.power_w == 300.0 for _, c in row.cells())
-    assert math.isclose(row.learner.latency_s, 4e-5) and row.config["learner_streams"] == 4
-    partial = profile.row_from_measurements("cuda:0", {"learner": 1e-3, "rm_sample": None}, {}, {})
-    assert partial.learner is not None and partial.rm_sample is None
-    with pytest.raises(ValueError, match="unknown cell"):
-        profile.row_from_measurements("cuda:0", {"bogus": 1.0}, {}, {})
-
-
+# ---------------------------------------------------------------- measurement helpers
 def test_device_ordinal():
     from types import SimpleNamespace as NS
 

@@ -11,6 +11,7 @@ from pearl_core.composer.costs import fill_matrix
 from pearl_core.composer.detect import detect_hardware
 from pearl_core.composer.workload import Workload
 from pearl_core.plugins import PluginRegistry
+from pearl_core.sdk import MeasureRequest
 from pearl_cuda import backend, detect
 
 
@@ -46,7 +47,8 @@ def test_unavailable_backend_lists_no_device_and_profiles_nothing(monkeypatch):
     b = backend.CudaBackend()
     assert b.availability().reason == "no CUDA device is visible"
     assert b.devices() == []
-    assert b.profile_cells(None, None) is None
+    assert b.measure_primitive(None, None, MeasureRequest("replay")) is None
+    assert not hasattr(b, "profile_cells")  # retired from this backend: the composer asks measure_primitive
     with pytest.raises(pearl_core.BackendUnavailableError, match="no CUDA device is visible"):
         b.make_sum_tree(1024, 16, threads=4)
 

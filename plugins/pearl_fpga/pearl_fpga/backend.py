@@ -61,6 +61,10 @@ class FpgaBackend(Backend):
     name = "fpga"
     device_kind = "fpga"
     torch_device_type = None  # torch does not run on an FPGA: the learner is the pipeline (device_trainer)
+    #: The hardware-spec fields the Eq. 2-6 model reads (the board's resources and clock): the composer asks
+    #: :meth:`analytic_cells` only for a device that has them all, and detection copies them from a device's details.
+    spec_fields = ("dsp_blocks", "ram_blocks", "ram_block_bits", "logic_ram_blocks", "logic_ram_block_bits",
+                   "clock_hz")
 
     def availability(self) -> Availability:
         _, problem = probe_runtime()
