@@ -2,7 +2,7 @@
 
 Its "device" is numpy on the host; everything else is what a real accelerator's
 plugin provides: a sum tree, a learner kernel (torch does not run on the kind),
-a Data Storage, a transport and a cost model.
+a Data Storage, a transport, a cost model and measurements.
 """
 
 from pearl_core.errors import InvalidOptionError
@@ -59,3 +59,8 @@ class NumpyExampleBackend(Backend):
         from pearl_example_numpy.costs import device_row
 
         return device_row(device, workload)
+
+    def measure_primitive(self, device, workload, request):
+        from pearl_example_numpy.measure import measure
+
+        return measure(workload, request)

@@ -188,3 +188,19 @@ def test_the_composer_plans_for_numpy0():
     assert plan.decision.learner_device == "np0"  # the fast device wins the learner
     rp = plan.runtime_plan()
     assert rp.learner_device == "numpy:0" and rp.backends.get("numpy") == "numpy-example"
+
+
+def test_it_measures_its_replay_manager_and_leaves_the_rest_to_its_model():
+    from pearl_core.composer.deviceprofile import profile_device
+    from pearl_core.sdk import MeasureRequest, PrimitiveCost
+
+    spec, wl = _spec_and_workload()
+    dev = spec.devices[1]
+    cost = backend().measure_primitive(dev, wl, MeasureRequest("replay", 1, iterations=20, warmup=2))
+    assert isinstance(cost, PrimitiveCost) and cost.primitive == "replay"
+    assert 0 < cost.sample_s and 0 < cost.update_s and 0 < cost.insert_s
+    assert backend().measure_primitive(dev, wl, MeasureRequest("learner", 1, 5, 0)) is None
+    # the composer's policy for a present accelerator: measured replay, modelled learner and co-located cells
+    row = profile_device("numpy-example", backend(), dev, wl, iterations=20, warmup=2)
+    assert (row.rm_sample.source, row.learner.source, row.co_learner.source) == ("profiled", "analytic", "analytic")
+    assert any("did not measure ['learner', 'worker_loop']" in note for note in row.notes)

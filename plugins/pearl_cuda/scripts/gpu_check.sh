@@ -11,7 +11,7 @@
 #               `--no-index --find-links DIR`.
 #   2. tests    pytest plugins/pearl_cuda: nvcc compile checks, host logic, and the GPU tests
 #               (conformance kit on every update strategy, bit-for-bit vs the numpy emulation,
-#               device face with cupy and torch, setting-2 replay, GPU Data Storage, profile_cells, detection).
+#               device face with cupy and torch, setting-2 replay, GPU Data Storage, measure_primitive, detection).
 #   3. composed composer plans run end to end (scripts/composed_plan_check.py): Composer(hardware=None),
 #               placements forced with composer.run(place=...), RuntimeGen, the generated program run for
 #               3000 env steps; (a) setting 2 with RM, Data Storage and learner on the GPU, (b) setting 1

@@ -5,7 +5,7 @@
 For the detected GPU it builds a :class:`~pearl_core.composer.DeviceSpec` (memory and name from
 torch; peak fp32 FLOP/s and memory bandwidth from the table below for known models, else the
 analytic model's defaults, said so in the table), predicts one learner step with
-:func:`pearl_core.composer.analytic.gpu_learner` (eager, and with ``cuda_graphs`` on) and measures
+:func:`pearl_cuda.model.gpu_learner` (eager, and with ``cuda_graphs`` on) and measures
 the built-in DQN's ``update_policy`` on ``cuda:0`` (eager, as the runtime trains: median over
 ``--updates`` updates after ``--warmup``), for batch 32/128/512 and MLP 64-64 and 256-256. It also
 counts the CUDA kernels of one step with ``torch.profiler`` (the model's ``K``) and times the CUDA
@@ -162,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         return NO_GPU_EXIT
 
     from pearl_core.composer import workload_for_env
-    from pearl_core.composer.analytic import gpu_kernels, gpu_learner, learner_ops
+    from pearl_core.sdk import learner_ops
+    from pearl_cuda.model import gpu_kernels, gpu_learner
 
     dev, about = describe_gpu()
     lines = ["", "## GPU learner: predicted (analytic gpu_row model) vs measured", "",
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
              "(eager, `update_policy` on cuda:0, TD errors read back every update); graph: the CUDA plugin's "
              "captured synthetic step of the same layers (no batch copies)",
              "- model: eager = o + max(ops x dispatch_us, K x (gap + mem_latency) + work); "
-             "graphs = graph_launch_us + K x (gap + mem_latency) + work (pearl_core/composer/analytic.py)", "",
+             "graphs = graph_launch_us + K x (gap + mem_latency) + work (plugins/pearl_cuda/pearl_cuda/model.py)", "",
              "| MLP | batch | predicted eager (us) | measured eager (us) | eager ratio | predicted graph (us) "
              "| measured graph (us) | K model / measured kernels | ops |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]

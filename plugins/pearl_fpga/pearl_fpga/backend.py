@@ -5,8 +5,10 @@ kernels (``pearl_fpga/kernels/*.cl``) execute on the Intel FPGA Emulation Device
 when the ``pearl-fpga[emulator]`` extra is installed, else on an OpenCL CPU
 device; both are CPUs underneath. The composer's FPGA cells therefore always
 come from the analytic model (:mod:`pearl_fpga.model`, the paper's Eq. 2-6):
-this backend deliberately has no ``profile_cells``, so an emulator timing can
-never be reported as an FPGA timing.
+this backend deliberately has no ``measure_primitive``, so an emulator timing can
+never be reported as an FPGA timing. The model reads the board's resources from the hardware spec, which
+the backend declares (:attr:`FpgaBackend.spec_fields`): a device without them is not modelled (its row's
+note names the missing fields).
 """
 
 from __future__ import annotations
