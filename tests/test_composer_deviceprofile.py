@@ -205,4 +205,5 @@ def test_primitive_cost_details_are_frozen_and_notes_a_tuple():
     assert cost.power_w == 3.0 and isinstance(cost.power_w, float) and cost.notes == ("a",)
     with pytest.raises(TypeError):
         cost.details["streams"] = 5  # type: ignore[index]
+    assert hash(cost) == hash(PrimitiveCost("learner", 1, 1e-5, power_w=3, details={"streams": 4}, notes=("a",)))
     assert MeasureRequest("worker_loop").threads == 1

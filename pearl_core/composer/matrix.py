@@ -146,7 +146,7 @@ class PrimitiveCost:
     insert_s: float | None = None
     learner_s: float | None = None
     power_w: float | None = None
-    details: Mapping[str, Any] = field(default_factory=dict)
+    details: Mapping[str, Any] = field(default_factory=dict, hash=False)  # a read-only mapping: not hashable
     notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
