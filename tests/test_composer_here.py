@@ -82,3 +82,20 @@ def test_only_the_device_detection_matched_is_the_real_one():
     moved = DeviceSpec("acc:0", "acc", 2**34, 30.0, 300.0, mem_bandwidth_Bps=1e12, index=3)
     why = not_detected(moved, reg)
     assert why is not None and "index 3" in why and "set 0" in why
+
+
+def test_a_plan_on_a_what_if_device_is_refused_even_where_its_device_string_is_present():
+    from pearl_core.composer.here import whatif_refusals
+
+    reg = _registry()
+    spec = _spec(_acc("h100_whatif"))  # acc:0 by order, and acc:0 is present here: it must not pass as the card
+    assert spec.device("h100_whatif").device_string == "acc:0"
+    composer = types.SimpleNamespace(spec=spec, registry=reg)
+    on_card = types.SimpleNamespace(rm_device="host", learner_device="h100_whatif", ds_device="h100_whatif")
+    lines = whatif_refusals(composer, on_card)
+    assert len(lines) == 1 and lines[0].startswith("h100_whatif: ") and "what-if device" in lines[0]
+    on_host = types.SimpleNamespace(rm_device="host", learner_device="host", ds_device="host")
+    assert whatif_refusals(composer, on_host) == []
+    named = _spec(_acc("card", detected_as="acc:0"))
+    real = types.SimpleNamespace(rm_device="host", learner_device="card", ds_device="host")
+    assert whatif_refusals(types.SimpleNamespace(spec=named, registry=reg), real) == []

@@ -405,7 +405,7 @@ class Composer:
             ComposerError: bad ``place``, no feasible choice, or (``runnable``) no
                 runnable one, with every reason.
         """
-        from pearl_core.composer.here import fit_threads_here, runnable_plan
+        from pearl_core.composer.here import fit_threads_here, runnable_plan, whatif_refusals
         from pearl_core.composer.plan import make_plan
         from pearl_core.composer.profiling import measurement_session, profiler_for
         from pearl_core.runtime.preflight import Preflight
@@ -436,6 +436,8 @@ class Composer:
                                  choose=choose, constraint=note)
                 runtime_plan = plan.runtime_plan(**self._actor_fields())
                 refusals = preflight.problems(runtime_plan)
+                if runnable:  # a what-if device is refused even where a device of its string is present
+                    refusals = refusals or whatif_refusals(self, plan)
                 if refusals and runnable:
                     plan, runtime_plan, refusals = runnable_plan(self, plan, wl, preflight, choose, note)
             except SpecError as exc:

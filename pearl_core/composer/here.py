@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from pearl_core.runtime.config import RuntimePlan
     from pearl_core.runtime.preflight import Preflight
 
-__all__ = ["fit_threads_here", "not_detected", "runnable_plan"]
+__all__ = ["fit_threads_here", "not_detected", "runnable_plan", "whatif_refusals"]
 
 
 def runnable_plan(composer: Any, plan: "PlacementPlan", wl: "Workload", preflight: "Preflight",
@@ -66,6 +66,17 @@ def runnable_plan(composer: Any, plan: "PlacementPlan", wl: "Workload", prefligh
                      constraint=why)
     runtime_plan = best.runtime_plan(**composer._actor_fields())  # noqa: SLF001
     return best, runtime_plan, preflight.problems(runtime_plan)
+
+
+def whatif_refusals(composer: Any, plan: "PlacementPlan") -> list[str]:
+    """One line per device of ``plan`` (the host aside) that detection does not match here
+    (:func:`not_detected`): a what-if device, even where a device of its string is present."""
+    out = []
+    for name in dict.fromkeys((plan.rm_device, plan.learner_device, plan.ds_device)):
+        why = None if name == composer.spec.host else not_detected(composer.spec.device(name), composer.registry)
+        if why is not None:
+            out.append(f"{name}: {why}")
+    return out
 
 
 def not_detected(device: Any, registry: Any = None) -> str | None:
