@@ -17,11 +17,22 @@ times on the segment's process tree (found in ``/proc``)::
                                              -> clean stop with a checkpoint; the soak resumes
     sighup        SIGHUP the host (its pid, or its process group like a closed terminal)
                                              -> the same (the workers ignore it; the host stops the run)
+    enospc        the disk fills: every fsync of the host (logs) or only a checkpoint's fails with ENOSPC
+                                             -> FileWriteError / CheckpointWriteError (or a HostError naming
+                                                it) with the path and the fix; the last whole checkpoint is kept
+    transport-drop  the LAQ is a FaultyTransport (the CPU backend's make_transport) that loses one message
+                                             -> TransportError naming it, after a checkpoint
+    checkpoint-kill SIGKILL the host while it writes a checkpoint (its temp file exists)
+                                             -> the previous whole checkpoint is kept; the next start removes
+                                                the temp file and resumes from it
 
-Every segment ends one of four ways: a learner kill, a SIGINT, a SIGHUP, or its
-env-step budget (a normal finish); each of the four, in a seeded order, ends a
-setting-1 segment and then a setting-2 one, so eight segments cover every
-(ending, setting) pair. Actor faults come on top, one or more per segment, at seeded times. A
+The ENOSPC and transport faults are installed disarmed in the segment's host
+(``benchmarks/soak_faults.py``) and armed by the soak's SIGUSR1 at the planned time.
+Every segment ends one of seven ways: a learner kill, a SIGINT, a SIGHUP, a full
+disk, a lost message, a kill during a checkpoint write, or its env-step budget (a
+normal finish); each of the seven, in a seeded order, ends a setting-1 segment and
+then a setting-2 one, so fourteen segments cover every (ending, setting) pair
+(``--endings`` picks the kinds and their order). Actor faults come on top, one or more per segment, at seeded times. A
 SIGINT is sometimes sent while the workers are still starting. Workers are told
 apart by the shared memory they map (``/proc/<pid>/maps``: an actor maps its own
 ring ``dcq<i>``, the learner the batch ring or every actor's ring), and the
@@ -50,6 +61,12 @@ After each segment the soak checks, and counts:
   checkpoint could be written);
 * orphans: every process seen under the segment (fork server, resource tracker,
   actors, learner) must be gone within 30 s of its exit (then killed, by pid);
+* temp files: no ``.*.tmp`` of an atomic write left in the run directory, except
+  the one of a checkpoint write killed by a checkpoint-kill, which the next
+  segment's start must remove (and the checkpoint must be the previous whole one);
+* explained losses: a full disk or a kill during a checkpoint write loses the
+  env steps logged after the last whole checkpoint; that progress is reported
+  as explained by the error, not as lost;
 * leaks: ``/dev/shm/pearl_*`` segments (``SHM_PREFIX``) named after, or mapped
   by, any of those processes, and multiprocessing semaphores
   (``/dev/shm/sem.mp-*``) they mapped, still there after it exits (then unlinked).
@@ -97,10 +114,25 @@ N_ACTORS = 2
 ENVS_PER_ACTOR = 2
 METRICS_EVERY = 250
 MAX_RESTARTS = 1_000_000
-ENDINGS = ("learner-kill", "sigint", "sighup", "budget")
-FAULT_KINDS = ("actor-kill", "actor-stop", "learner-kill", "sigint", "sighup")
+ENDINGS = ("learner-kill", "sigint", "sighup", "budget", "enospc", "transport-drop", "checkpoint-kill")
+FAULT_KINDS = ("actor-kill", "actor-stop", "learner-kill", "sigint", "sighup", "enospc", "transport-drop",
+               "checkpoint-kill")
+#: Ending faults armed inside the host (benchmarks/soak_faults.py) by SIGUSR1 at the planned time.
+ARMED = ("enospc", "transport-drop")
+#: Every ending fault (the run ends because of it).
+ENDING_FAULTS = ("learner-kill", "sigint", "sighup", "enospc", "transport-drop", "checkpoint-kill")
+#: How a segment ended by each of these must end: its status (the error's type name) and what the error says.
+EXPECTED_ERROR = {"enospc": (("FileWriteError", "CheckpointWriteError", "HostError"),
+                             ("ENOSPC", "No space left", "disk is full")),
+                  "transport-drop": (("TransportError",), ("FaultyTransport",))}
+#: Ending faults whose error (or kill) accounts for the env steps logged after the last whole checkpoint.
+EXPLAINS_PROGRESS = ("enospc", "checkpoint-kill")
+#: Seconds a checkpoint kill waits for the next checkpoint write to begin.
+CHECKPOINT_KILL_WAIT_S = 30.0
 #: The endings by a stop signal to the host (a clean stop with a checkpoint).
 SIGNALS = {"sigint": signal.SIGINT, "sighup": signal.SIGHUP}
+#: Faults the soak sends to the host itself (no worker roles needed).
+HOST_FAULTS = (*SIGNALS, *ARMED, "checkpoint-kill")
 #: Seconds a segment may take to start (imports, fork server) on a loaded machine.
 STARTUP_ALLOWANCE_S = 240.0
 #: Seconds the processes of a finished segment get to disappear before they count as orphans.
@@ -122,7 +154,9 @@ def run_segment(spec_path: str) -> int:
     code = 6
     rt = None
     try:
-        from pearl_core.errors import ActorError, LearnerError, SpecError
+        import soak_faults
+
+        from pearl_core.errors import ActorError, LearnerError, PearlError, SpecError
         from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
         from pearl_core.runtime.parallel import ParallelRuntime
 
@@ -144,6 +178,7 @@ def run_segment(spec_path: str) -> int:
                            insert_batch=16, queue_size=4, learner_threads=1, rm_threads=1)
         kw = dict(progress=False, plot=False, tensorboard=False, metrics_every=METRICS_EVERY,
                   max_restarts=MAX_RESTARTS)
+        soak_faults.install(spec.get("armed"))  # disarmed until the soak's SIGUSR1
         try:
             rt = ParallelRuntime(cfg, plan, resume_from=spec["resume"], **kw)
         except SpecError as exc:
@@ -157,6 +192,9 @@ def run_segment(spec_path: str) -> int:
             code = 0
         except (LearnerError, ActorError) as exc:
             result.update(status=type(exc).__name__, error=str(exc)[:4000], exitcode=getattr(exc, "exitcode", None))
+            code = 3
+        except PearlError as exc:  # a full disk, a transport that lost a message: named, after a checkpoint
+            result.update(status=type(exc).__name__, error=str(exc)[:4000], armed=soak_faults.armed())
             code = 3
     except BaseException as exc:  # noqa: BLE001 - anything else is reported, not hidden
         import traceback
@@ -353,6 +391,7 @@ class Segment:
     stored: int | None = None
     lost: int = 0
     progress_lost: int = 0
+    progress_explained: bool = False  # its ending fault's error (or kill) accounts for the progress lost
     logged_env_steps: int = 0
     actor_restarts: list[int] = dataclasses.field(default_factory=list)
     runtime_faults: list[str] = dataclasses.field(default_factory=list)
@@ -364,6 +403,11 @@ class Segment:
     mid_checks: int = 0
     last_checked: tuple[int, int] | None = None  # (env steps, rows stored) of the last checkpoint checked during it
     stalled: bool = False  # the soak stopped it (SIGINT) after it made no progress
+    armed: str | None = None  # the fault installed in its host (soak_faults.KINDS), armed by SIGUSR1
+    explained: str = ""  # what its ending fault's error accounts for (progress or experiences it lost)
+    temps_left: list[str] = dataclasses.field(default_factory=list)  # atomic writes' temp files left in the run dir
+    killed_temp: str = ""  # the temp file of the checkpoint write a checkpoint kill interrupted
+    killed_ck_mtime: int | None = None  # the checkpoint's mtime when that write was interrupted
     start_deficit: int = 0
     checked_deficit: int = 0  # deficit at the last checkpoint checked during the segment
     end_lost: int = 0  # experiences lost past the last checkpoint checked during the segment
@@ -387,6 +431,7 @@ class Soak:
         self.load_start = os.getloadavg()
         self.started_at = _dt.datetime.now(_dt.timezone.utc)
         self.endings: list[str] = []
+        self.stale_temp = ""  # the temp file a checkpoint kill left, for the next start to remove
         self.stopped: dict[int, tuple[int, float]] = {}  # pid -> (start ticks, SIGCONT due)
 
     def elapsed(self) -> float:
@@ -394,11 +439,15 @@ class Soak:
 
     # -- planning ------------------------------------------------------------------------
     def next_ending(self) -> str:
-        """Endings in blocks of eight: each kind, in a seeded order, in setting 1 then in setting 2."""
+        """Endings in blocks: each kind, in a seeded order, in setting 1 then in setting 2 (``--endings``: the
+        kinds given, in that order, one segment each, round and round)."""
         if not self.endings:
-            block = list(ENDINGS)
-            self.rng.shuffle(block)
-            self.endings = [e for e in block for _ in (1, 2)]
+            if self.args.endings:
+                self.endings = list(self.args.endings)
+            else:
+                block = list(ENDINGS)
+                self.rng.shuffle(block)
+                self.endings = [e for e in block for _ in (1, 2)]
         return self.endings.pop(0)
 
     def plan(self, k: int, seconds: float, e0: int) -> tuple[Segment, list[Fault]]:
@@ -418,8 +467,12 @@ class Soak:
             else:
                 faults.append(Fault(k, "actor-stop", t, stop_for_s=rng.uniform(0.2, 2.0)))
             t += rng.expovariate(4.0 / seconds)
-        if ending == "learner-kill":
-            faults.append(Fault(k, "learner-kill", end_at))
+        if ending in ("learner-kill", "transport-drop", "checkpoint-kill"):
+            faults.append(Fault(k, ending, end_at))
+        elif ending == "enospc":
+            f = Fault(k, ending, end_at)
+            f.target = "logs" if rng.random() < 0.5 else "checkpoint"
+            faults.append(f)
         elif ending in SIGNALS:
             if rng.random() < 0.2:
                 faults.append(Fault(k, ending, rng.uniform(0.0, 1.5), phase="startup"))
@@ -428,6 +481,12 @@ class Soak:
         for f in faults:
             if f.kind in SIGNALS:
                 f.target = "host group" if rng.random() < 0.5 else "host"
+            elif f.kind == "enospc":
+                seg.armed = f"enospc-{f.target}"
+            elif f.kind == "transport-drop":
+                f.target, seg.armed = "LAQ", "transport-drop"
+            elif f.kind == "checkpoint-kill":
+                f.target = "host"
         return seg, faults
 
     # -- one segment -------------------------------------------------------------------------
@@ -440,7 +499,7 @@ class Soak:
         spec = {
             "result": str(seg_dir / "result.json"), "log_dir": str(self.run_dir), "resume": resume,
             "setting": seg.setting, "max_env_steps": seg.max_env_steps, "capacity": a.capacity,
-            "checkpoint_every": a.checkpoint_every, "seed": a.seed, "hidden": HIDDEN,
+            "checkpoint_every": a.checkpoint_every, "seed": a.seed, "hidden": HIDDEN, "armed": seg.armed,
         }
         (seg_dir / "spec.json").write_text(json.dumps(spec, indent=1))
         ck_before = _mtime(ck_path)
@@ -449,6 +508,9 @@ class Soak:
         log = open(seg_dir / "output.log", "w")
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        # The run rewrites metrics.csv when it starts (kept up to the checkpoint it resumes from): rows logged
+        # past that checkpoint by a killed segment are not this segment's training.
+        metrics_before = _inode(self.run_dir / "metrics.csv")
         t_start = time.monotonic()
         cmd = [sys.executable, str(Path(__file__).resolve()), "--segment", str(seg_dir / "spec.json")]
         proc = subprocess.Popen(cmd,
@@ -482,7 +544,8 @@ class Soak:
                 if t_workers is None and len(workers) >= 1 + N_ACTORS:
                     t_workers = now
                 e = tail_env_steps(metrics)
-                if t_train is None and e is not None and e > seg.start_env_steps:
+                if t_train is None and e is not None and e > seg.start_env_steps and \
+                        _inode(metrics) != metrics_before:
                     t_train = now
                 if e != last_e:
                     last_e, last_change = e, now
@@ -502,10 +565,10 @@ class Soak:
                     if base is None or now < base + f.at_s:
                         break
                     pending.pop(0)
-                    self._fire(f, proc, workers, table)
+                    self._fire(f, proc, workers, table, seg)
                     if f.fired and f.kind.startswith("actor"):
                         awaiting.append(f)
-                if not ended and any(f.fired and f.kind in ("learner-kill", *SIGNALS) for f in faults):
+                if not ended and any(f.fired and f.kind in ENDING_FAULTS for f in faults):
                     ended, ended_at = True, now
                 if ended and not slow_exit and now - ended_at > 2 * a.stall_seconds:
                     slow_exit = True  # a second SIGINT aborts the run at once
@@ -563,8 +626,29 @@ class Soak:
             self.ck_failed += 1
             seg.problems.append(f"the checkpoint did not resume: {seg.error[:500]}")
         seg.logged_env_steps = last_logged_env_steps(self.run_dir)
-        self._check_checkpoint(seg, ck_path, ck_before)
+        self._check_temps(seg)
+        explains = next((f.kind for f in faults if f.fired and f.kind in EXPLAINS_PROGRESS), None)
+        self._check_checkpoint(seg, ck_path, ck_before, explains)
         self._judge(seg, faults)
+
+    def _check_temps(self, seg: Segment) -> None:
+        """Temporary files of atomic writes left in the run directory: a leak, except the one of a checkpoint
+        write this segment's host was killed in, which the next start must remove (checked after it)."""
+        temps = sorted(p.name for p in self.run_dir.glob(".*.tmp"))
+        if self.stale_temp and self.stale_temp in temps:
+            seg.problems.append(f"the start did not remove {self.stale_temp}, the temp file of the checkpoint "
+                                "write killed in the previous segment")
+        elif self.stale_temp:
+            seg.explained = (seg.explained + "; " if seg.explained else "") + (
+                f"its start removed {self.stale_temp} (the killed checkpoint write's temp file)")
+        self.stale_temp = seg.killed_temp if seg.killed_temp in temps else ""
+        if seg.killed_temp and not self.stale_temp:
+            seg.problems.append(f"{seg.killed_temp}, the temp file of the killed checkpoint write, was not there "
+                                "after the kill")
+        seg.temps_left = [t for t in temps if t != self.stale_temp]
+        if seg.temps_left:
+            seg.problems.append(f"{len(seg.temps_left)} temp file(s) left in the run directory: "
+                                + ", ".join(seg.temps_left))
 
     def _workers(self, host: int, table) -> list[int]:
         """Children of the segment's fork server (or of the host, under spawn), helpers left out."""
@@ -595,13 +679,13 @@ class Soak:
             return {}, (f"roles unclear (learner(s) {learners}, oldest worker {oldest}, actor indices {actors})")
         return roles, ""
 
-    def _fire(self, f: Fault, proc: subprocess.Popen, workers: list[int], table) -> None:
+    def _fire(self, f: Fault, proc: subprocess.Popen, workers: list[int], table, seg: Segment) -> None:
         f.t_soak = round(self.elapsed(), 2)
         if proc.poll() is not None:
             f.note = "not injected: the segment ended first"
             return
-        live, why = ({}, "") if f.kind in SIGNALS else self._roles(workers, table)
-        if f.kind not in SIGNALS and not live:
+        live, why = ({}, "") if f.kind in HOST_FAULTS else self._roles(workers, table)
+        if f.kind not in HOST_FAULTS and not live:
             f.note = f"not injected: {why}"
             return
         try:
@@ -636,11 +720,44 @@ class Soak:
                     f.detail = f"{name} to the host"
                 if f.phase == "startup":
                     f.detail += ", while the workers were starting"
+            elif f.kind in ARMED:
+                f.pid = proc.pid
+                os.kill(proc.pid, signal.SIGUSR1)
+                f.detail = {"enospc-logs": "SIGUSR1: every fsync of the host fails with ENOSPC from now on",
+                            "enospc-checkpoint": "SIGUSR1: the fsync of a checkpoint write fails with ENOSPC",
+                            "transport-drop": "SIGUSR1: the LAQ (FaultyTransport) loses the next message the "
+                                              "host puts"}[seg.armed or ""]
+            elif f.kind == "checkpoint-kill":
+                if not self._checkpoint_kill(f, proc, seg):
+                    return
         except ProcessLookupError:
             f.note = "not injected: the process was gone"
             return
         f.fired = True
         f.fired_ns = time.time_ns()
+
+    def _checkpoint_kill(self, f: Fault, proc: subprocess.Popen, seg: Segment) -> bool:
+        """SIGKILL the host while it writes a checkpoint (its temporary file exists), once a whole checkpoint
+        exists to fall back on. Returns whether it was injected."""
+        ck = self.run_dir / "checkpoint.pt"
+        deadline = time.monotonic() + CHECKPOINT_KILL_WAIT_S
+        f.pid = proc.pid
+        while proc.poll() is None and time.monotonic() < deadline:
+            self._resume_stopped(time.monotonic())
+            temps = sorted(self.run_dir.glob(".checkpoint.pt.*.tmp")) if ck.exists() else []
+            if temps:
+                before = _mtime(ck)
+                os.kill(proc.pid, signal.SIGKILL)
+                if temps[0].exists():
+                    seg.killed_temp, seg.killed_ck_mtime = temps[0].name, before
+                    f.detail = f"SIGKILL to the host while it wrote {temps[0].name}"
+                else:
+                    f.detail = "SIGKILL to the host just after a checkpoint write ended (the temp file was gone)"
+                return True
+            time.sleep(0.002)
+        f.note = (f"not injected: no checkpoint write began within {CHECKPOINT_KILL_WAIT_S:g} s"
+                  if proc.poll() is None else "not injected: the segment ended first")
+        return False
 
     def _resume_stopped(self, now: float) -> None:
         for pid, (start, due) in list(self.stopped.items()):
@@ -722,7 +839,7 @@ class Soak:
                 pass
 
     # -- after a segment ---------------------------------------------------------------------
-    def _check_checkpoint(self, seg: Segment, ck_path: Path, before: int | None) -> None:
+    def _check_checkpoint(self, seg: Segment, ck_path: Path, before: int | None, explains: str | None) -> None:
         import numpy as np
 
         from pearl_core.replay.storage import TRANSITION_FIELDS
@@ -737,13 +854,15 @@ class Soak:
                 seg.problems.append(f"no checkpoint at all after logging {seg.logged_env_steps} env steps")
             return
         seg.ck_written = now != before
+        if seg.killed_temp and now != seg.killed_ck_mtime:
+            seg.problems.append("the checkpoint changed after its write was killed (expected the previous whole one)")
         if not seg.ck_written:  # the previous segment's checkpoint, already checked
             seg.ck_loaded = True
             p = self.prev or {}
             seg.env_steps, seg.updates, seg.stored = p.get("env_steps"), p.get("updates"), p.get("stored")
             if progressed:
                 seg.progress_lost = seg.logged_env_steps - (seg.env_steps or 0)
-                seg.problems.append(f"progress lost: the segment logged {seg.logged_env_steps} env steps but "
+                self._progress_lost(seg, explains, f"the segment logged {seg.logged_env_steps} env steps but "
                                     f"wrote no checkpoint (the last one holds {seg.env_steps})")
             return
         try:
@@ -793,7 +912,7 @@ class Soak:
                                 f"counted, {s} stored (deficit {seg.checked_deficit} before)")
         seg.progress_lost = max(0, seg.logged_env_steps - e)
         if seg.progress_lost:
-            seg.problems.append(f"progress lost: the segment logged {seg.logged_env_steps} env steps, its last "
+            self._progress_lost(seg, explains, f"the segment logged {seg.logged_env_steps} env steps, its last "
                                 f"checkpoint holds {e}")
         p = self.prev
         if p is not None:
@@ -819,6 +938,19 @@ class Soak:
         if seg.train_s and e > seg.start_env_steps and seg.status == "max_env_steps":
             self.rate = max(200.0, (e - seg.start_env_steps) / max(seg.train_s, 1.0))
 
+    @staticmethod
+    def _progress_lost(seg: Segment, explains: str | None, what: str) -> None:
+        """Progress lost is a problem, unless the segment's ending fault accounts for it: a full disk (no
+        checkpoint could be written) or a kill during a checkpoint write (the run resumes from the last
+        whole one) loses the env steps after the last whole checkpoint, and says so."""
+        if explains is None:
+            seg.problems.append(f"progress lost: {what}")
+            return
+        seg.progress_explained = True
+        why = "the disk was full (ENOSPC)" if explains == "enospc" else "the host was killed during a checkpoint write"
+        seg.explained = (seg.explained + "; " if seg.explained else "") + (
+            f"{seg.progress_lost} env steps of progress lost because {why}: {what}")
+
     def _judge(self, seg: Segment, faults: list[Fault]) -> None:
         """Did the segment end as it should, and which faults did it survive?
 
@@ -831,9 +963,17 @@ class Soak:
         """
         fired = [f for f in faults if f.fired]
         kinds = {f.kind for f in fired}
+        errs = [k for k in EXPECTED_ERROR if k in kinds]
         if "learner-kill" in kinds:
             seg.expected = "LearnerError"
             ended_ok = seg.status == "LearnerError" and "exited with code -9" in seg.error
+        elif errs:
+            statuses, words = EXPECTED_ERROR[errs[0]]
+            seg.expected = " or ".join(statuses)
+            ended_ok = seg.status in statuses and seg.returncode == 3 and any(w in seg.error for w in words)
+        elif "checkpoint-kill" in kinds:
+            seg.expected = "killed (SIGKILL) during a checkpoint write"
+            ended_ok = seg.returncode == -signal.SIGKILL
         elif kinds & set(SIGNALS):
             seg.expected = "interrupted"
             ended_ok = seg.status == "interrupted" and seg.returncode == 0
@@ -856,9 +996,9 @@ class Soak:
             seg.problems.append(f"{len(seg.leaked)} leaked shared-memory segment(s)")
         if seg.semaphores_left:
             seg.problems.append(f"{len(seg.semaphores_left)} leaked semaphore(s)")
-        clean = not seg.orphans and not seg.leaked and not seg.semaphores_left
-        ending = [f for f in fired if f.kind in ("learner-kill", *SIGNALS)]
-        ck_good = seg.ck_loaded is not False and not seg.progress_lost
+        clean = not seg.orphans and not seg.leaked and not seg.semaphores_left and not seg.temps_left
+        ending = [f for f in fired if f.kind in ENDING_FAULTS]
+        ck_good = seg.ck_loaded is not False and (not seg.progress_lost or seg.progress_explained)
         for f in fired:
             if f.kind == "actor-kill":
                 f.seen_by_runtime = any(f"(pid {f.pid}) exited with code -9" in r for r in seg.runtime_faults)
@@ -888,7 +1028,7 @@ class Soak:
         k = e0 = failed_starts = 0
         while not self.stopped_early:
             left = budget - self.elapsed()
-            if left <= 0:
+            if left <= 0 and not (a.endings and k < len(a.endings)):  # --endings: at least one round of them
                 break
             seconds = min(a.segment_seconds, max(6.0, left - 10.0))
             if e0 + 2_000 >= a.capacity - 1:
@@ -933,13 +1073,15 @@ class Soak:
         final = self.prev or {"env_steps": 0, "stored": 0}
         lost = sum(max(0, s.lost) for s in segs)
         extra_rows = sum(max(0, -s.lost) for s in segs)
-        progress_lost = sum(s.progress_lost for s in segs)
+        progress_lost = sum(s.progress_lost for s in segs if not s.progress_explained)
+        progress_explained = sum(s.progress_lost for s in segs if s.progress_explained)
         orphans = sum(len(s.orphans) for s in segs)
         leaked = sum(len(s.leaked) for s in segs)
         sems = sum(len(s.semaphores_left) for s in segs)
+        temps = sum(len(s.temps_left) for s in segs)
         bad = [s for s in segs if not s.ok]
-        failed = bool(lost or extra_rows or progress_lost or orphans or leaked or sems or self.ck_failed or bad
-                      or not segs)
+        failed = bool(lost or extra_rows or progress_lost or orphans or leaked or sems or temps or self.ck_failed
+                      or bad or not segs)
         load_end = os.getloadavg()
         cmd = " ".join(shlex.quote(x) for x in [".venv/bin/python", "benchmarks/soak.py", *sys.argv[1:]])
         dur = self.elapsed()
@@ -968,11 +1110,15 @@ class Soak:
         if extra_rows:
             L.append(f"| rows stored beyond the env steps counted | **{extra_rows}** |")
         L.append(f"| progress lost (env steps a segment logged past its last checkpoint) | **{progress_lost}** |")
+        L.append(f"| progress lost that the ending's error explains (ENOSPC: no checkpoint could be written; a kill "
+                 f"during a checkpoint write: resumed from the last whole one) | {progress_explained} |")
         L.append(f"| orphan processes | **{orphans}** |")
         L.append(f"| leaked shared-memory segments (`/dev/shm/pearl_*`) | **{leaked}** |")
         L.append(f"| checkpoints loaded OK / failed (after each segment, and after actor faults during it) | "
                  f"{self.ck_ok} / **{self.ck_failed}** |")
         L.append(f"| leaked semaphores (`/dev/shm/sem.mp-*` the segment's processes mapped) | **{sems}** |")
+        L.append(f"| temp files left in the run directory (atomic writes; a killed checkpoint write's until the next "
+                 f"start) | **{temps}** |")
         L.append(f"| verdict | **{'FAIL' if failed else 'PASS'}** |")
         if skipped:
             L.append("")
@@ -981,8 +1127,8 @@ class Soak:
             L += ["", f"Stopped early: {self.stopped_early}."]
         L += ["", "## Segments", ""]
         L.append("| # | setting | planned end | outcome | wall s | train s | env steps | stored | lost | progress lost "
-                 "| actor restarts | faults | checkpoint | problems |")
-        L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+                 "| actor restarts | faults | checkpoint | explained | problems |")
+        L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for s in segs:
             fs = [f for f in self.faults if f.segment == s.index and f.fired]
             kinds = ", ".join(f.kind for f in fs) or "-"
@@ -992,7 +1138,7 @@ class Soak:
             L.append(f"| {s.index} | {s.setting} | {s.ending} | {s.status} | {s.wall_s:.1f} | "
                      f"{'-' if s.train_s is None else f'{s.train_s:.1f}'} | {s.start_env_steps} -> {s.env_steps} | "
                      f"{s.stored} | {s.lost} | {s.progress_lost} | {s.actor_restarts or '-'} | {kinds} | {ck} | "
-                     f"{_cell('; '.join(s.problems)) or '-'} |")
+                     f"{_cell(s.explained) or '-'} | {_cell('; '.join(s.problems)) or '-'} |")
         L += ["", "## Faults injected", ""]
         L.append("| soak s | segment | setting | kind | target | pid | what | seen by the runtime | next checkpoint "
                  "| survived | note |")
@@ -1011,6 +1157,7 @@ class Soak:
                          f"faults: {fs}): " + "; ".join(s.problems) + ".")
                 L += [f"  * orphan {o}" for o in s.orphans]
                 L += [f"  * leaked `/dev/shm/{name}`" for name in [*s.leaked, *s.semaphores_left]]
+                L += [f"  * temp file `{name}` left in the run directory" for name in s.temps_left]
         keep = failed or bool(a.work_dir)
         L.append("")
         L.append(f"Segment logs, specs and results: `{self.work}`." if keep else
@@ -1029,6 +1176,13 @@ class Soak:
 def _mtime(path: Path) -> int | None:
     try:
         return path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return path.stat().st_ino
     except FileNotFoundError:
         return None
 
@@ -1061,10 +1215,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stall-seconds", type=float, default=60.0,
                     help="a segment that logs no new env step for this long is reported stalled and sent SIGINT")
     ap.add_argument("--work-dir", default=None, help="where segment logs and the run go (default: a new temp dir)")
+    ap.add_argument("--endings", default=None, type=lambda v: [e.strip() for e in v.split(",") if e.strip()],
+                    help="the segments' ending faults, in this order, one segment each, round and round, at least "
+                         "one round even past --minutes (default: every kind in a seeded order, each in setting 1 "
+                         "then 2): " + ", ".join(ENDINGS))
     ap.add_argument("--segment", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.segment:
         return run_segment(args.segment)
+    if args.endings is not None and (not args.endings or set(args.endings) - set(ENDINGS)):
+        ap.error(f"--endings {','.join(args.endings)}: expected a comma-separated list of " + ", ".join(ENDINGS))
     if args.capacity is None:
         args.capacity = max(300_000, int(args.minutes * 60 * 4000))
     if args.minutes <= 0 or args.segment_seconds <= 0 or args.checkpoint_every < 1:
