@@ -30,6 +30,7 @@ import dataclasses
 import difflib
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -97,15 +98,18 @@ def _newest(files) -> Path | None:
 
 
 def load_policy(path: str | os.PathLike, *, device: str = "cpu", observation_space: Any = None,
-                action_space: Any = None) -> "Policy":
+                action_space: Any = None, trust_modules: bool = False) -> "Policy":
     """Load the policy a PEARL run trained.
 
     Reads the checkpoint (:func:`find_checkpoint`: a run directory's latest, or the file given; which one
     is in :attr:`Policy.checkpoint`), imports the trainer class its run config names, builds it with the
     run's ``trainer_kwargs`` on ``device`` and loads the checkpoint's trainer state into it.
 
-    **Loading runs code**: the checkpoint names its trainer class, and importing that class's module runs
-    it, so load only checkpoints whose trainer you trust. The file itself is read with torch's restricted
+    **Loading can run code**: the checkpoint names its trainer class (and the env's ``module:`` and wrapper
+    paths), and importing a module runs it. Imported without asking: PEARL's own modules and modules this
+    process has already imported (your own package, once you ``import`` it). Any other module named by the
+    checkpoint is imported only with ``trust_modules=True`` (``pearl eval RUN --trust-checkpoint``); without
+    it the load is refused and nothing is imported. The file itself is read with torch's restricted
     unpickler (``weights_only=True``: tensors and plain values, never arbitrary objects).
 
     Args:
@@ -114,17 +118,21 @@ def load_policy(path: str | os.PathLike, *, device: str = "cpu", observation_spa
         observation_space, action_space: the environment's spaces; by default they are read from the
             run's environment (``make_env(config.env_id)`` with its ``env_kwargs`` and wrappers), which
             must then be creatable here.
+        trust_modules: import the modules the checkpoint names even when they are neither PEARL's own nor
+            imported already (see above).
 
     Raises:
         CheckpointNotFoundError: ``path`` does not exist, or the directory holds no checkpoint.
         NotACheckpointError: the file is not a readable PEARL checkpoint, or its trainer state does not
             load into the trainer it names.
         TrainerImportError: the trainer class cannot be imported here.
+        UntrustedCheckpointError: the checkpoint names modules to import that are not trusted (nothing was
+            imported).
         SpecError: the run's environment cannot be created to read its spaces.
     """
     import torch
 
-    from pearl_core.runtime.checkpoint import load_checkpoint, load_trainer_state
+    from pearl_core.runtime.checkpoint import check_modules, checkpoint_modules, load_checkpoint, load_trainer_state
     from pearl_core.runtime.wiring import build_trainer, load_trainer_class
 
     ck_path = find_checkpoint(path)
@@ -137,6 +145,10 @@ def load_policy(path: str | os.PathLike, *, device: str = "cpu", observation_spa
             f"a PEARL run (its log_dir's checkpoint.pt). Found: {found} Fix: pass a PEARL run's log_dir or its "
             "checkpoint.pt (or an earlier checkpoint of the run, if this one is damaged).") from exc
     cfg = ck.config
+    imported = [m for m in checkpoint_modules(cfg) if m in sys.modules]  # importing them again runs nothing
+    check_modules(ck, trust_modules=trust_modules, allowed=imported, path=ck_path,
+                  fix="import them first (import your package), or pass load_policy(path, trust_modules=True) "
+                      "(`pearl eval RUN --trust-checkpoint`)")
     try:
         cls = load_trainer_class(cfg.trainer)
     except SpecError as exc:

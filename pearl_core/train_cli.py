@@ -287,6 +287,9 @@ def eval_command(
                                     "greedy ones."),
     env_id: Optional[str] = typer.Option(None, "--env", help="Evaluate on another env with the same spaces "
                                          "(default: the run's)."),
+    trust_checkpoint: bool = typer.Option(False, "--trust-checkpoint", help="Import the modules the checkpoint "
+                                          "names (its trainer's, env's, wrappers') that are not PEARL's own. "
+                                          "Importing runs their code."),
 ) -> None:
     """Evaluate a trained run: mean ± std over seeded episodes, and optionally an mp4 per episode."""
     import pearl_core
@@ -297,7 +300,7 @@ def eval_command(
     try:
         if episodes < 1:
             raise SpecError(f"--episodes {episodes}; expected an int >= 1. Fix: e.g. --episodes 10.")
-        policy = pearl_core.load_policy(run)
+        policy = pearl_core.load_policy(run, trust_modules=trust_checkpoint)
         console.print(f"policy {escape(repr(policy))}", soft_wrap=True)
         if video is not None:
             mean, std, files = record_episodes(policy, video, n_episodes=episodes, seed=seed,

@@ -13,6 +13,7 @@ import math
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -24,7 +25,7 @@ from torch import nn
 from pearl_core import (CheckpointNotFoundError, ExportError, InvalidValueError, NotACheckpointError, Policy,
                         SpecError, TrainerImportError, evaluate_policy, load_policy)
 from pearl_core.envs import make_env
-from pearl_core.runtime.checkpoint import load_checkpoint, save_checkpoint
+from pearl_core.runtime.checkpoint import UntrustedCheckpointError, load_checkpoint, save_checkpoint
 from pearl_core.runtime.config import ReplayConfig, RunConfig, StopCriteria
 from pearl_core.runtime.serial import SerialRuntime
 from pearl_core.trainer import Trainer, UpdateResult
@@ -305,8 +306,31 @@ def test_a_trainer_that_cannot_be_imported_is_refused(root, tmp_path):
                                config=dataclasses.replace(ck.config, trainer=trainer), plan=ck.plan)
         with pytest.raises(TrainerImportError, match=rf"trained by '{trainer}', which cannot be imported here.*"
                                                      "Fix: install the package") as err:
-            load_policy(path)
+            load_policy(path, trust_modules=True)
         assert isinstance(err.value, ImportError)
+
+
+def test_a_module_the_checkpoint_names_is_imported_only_once_trusted_or_imported(root, tmp_path, monkeypatch):
+    ck = load_checkpoint(os.path.join(dqn_dir(root), "checkpoint.pt"))
+    policy = load_policy(dqn_dir(root))
+    module = f"pearl_policy_trust_probe_{os.getpid()}"
+    (tmp_path / f"{module}.py").write_text("import pathlib\npathlib.Path(__file__).with_name('ran').write_text('x')\n"
+                                           "from pearl_core.algorithms import DQN\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = save_checkpoint(tmp_path / "ck.pt", trainer=policy.trainer, state=ck.state, monitor=ck.monitor,
+                           config=dataclasses.replace(ck.config, trainer=f"{module}:DQN"), plan=ck.plan)
+    try:
+        with pytest.raises(UntrustedCheckpointError, match=rf"\['{module}'\].*Nothing was imported.*"
+                                                           r"load_policy\(path, trust_modules=True\).*--trust-check"):
+            load_policy(path)
+        assert not (tmp_path / "ran").exists() and module not in sys.modules  # nothing of it ran
+        trusted = load_policy(path, trust_modules=True)
+        assert (tmp_path / "ran").exists()
+        obs = np.stack([policy.observation_space.sample() for _ in range(4)])
+        np.testing.assert_array_equal(trusted.predict(obs), policy.predict(obs))
+        assert load_policy(path).checkpoint == path  # imported in this process already: importing runs nothing
+    finally:
+        sys.modules.pop(module, None)
 
 
 def test_state_that_does_not_fit_and_an_env_that_cannot_be_made(root, tmp_path):

@@ -86,9 +86,14 @@ def test_train_eval_video_policy_export_resume(name, work, monkeypatch):
     assert result["env_steps"] >= budget and (run_dir / "checkpoint.pt").is_file()
     assert (run_dir / "runtime.py").is_file()  # the program, kept with the run
 
-    # pearl eval, with a video per episode
+    # pearl eval, with a video per episode; a run that names a user's module needs it trusted (importing runs it)
     videos = work / f"{name}-videos"
-    evaluated = pearl("eval", str(run_dir), "--episodes", "3", "--video", str(videos), cwd=work)
+    user = ":" in env_id
+    if user:
+        refused = pearl("eval", str(run_dir), "--episodes", "1", cwd=work)
+        assert refused.returncode != 0 and "--trust-checkpoint" in refused.stdout + refused.stderr
+    trust = ("--trust-checkpoint",) if user else ()
+    evaluated = pearl("eval", str(run_dir), "--episodes", "3", "--video", str(videos), *trust, cwd=work)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert "3 episode(s)" in evaluated.stdout and "±" in evaluated.stdout
     import imageio_ffmpeg
@@ -101,7 +106,7 @@ def test_train_eval_video_policy_export_resume(name, work, monkeypatch):
     shown = float(evaluated.stdout.split("mean return ")[1].split(" ")[0])
 
     # the policy in Python: one observation, a batch, evaluate, export
-    policy = load_policy(run_dir)
+    policy = load_policy(run_dir, trust_modules=user)
     space = policy.observation_space
     space.seed(3)
     one = space.sample()
@@ -128,7 +133,7 @@ def test_train_eval_video_policy_export_resume(name, work, monkeypatch):
 
     # resume: the counters and logs continue in the run's directory
     episodes_before = rows(run_dir / "episodes.csv")
-    resumed = pearl("train", "--resume", str(run_dir), "--max-env-steps", str(2 * budget), "--quiet", cwd=work)
+    resumed = pearl("train", "--resume", str(run_dir), "--max-env-steps", str(2 * budget), "--quiet", *trust, cwd=work)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
     assert f"at {budget:,} env steps" in resumed.stdout
     again = json.loads((run_dir / "result.json").read_text())

@@ -397,13 +397,14 @@ def _pearls_own(module: str) -> bool:
 
 
 def check_modules(ck: Checkpoint, *, trust_modules: bool = False, allowed: "tuple[str, ...] | list[str]" = (),
-                  path: str | os.PathLike | None = None) -> None:
+                  path: str | os.PathLike | None = None, fix: str | None = None) -> None:
     """Refuse to resume a checkpoint whose config names modules to import that are not trusted.
 
     Importing a module runs its code, so a checkpoint from elsewhere could run anything
     through the trainer path, a ``module:EnvId`` or a wrapper path it names. Allowed
     without asking: PEARL's own modules (``pearl_core.*``) and ``allowed`` (e.g. the modules
     of the config a program or the caller gives). Anything else needs ``trust_modules=True``.
+    ``fix``: how the caller's user trusts them (default: resuming's ways).
 
     Raises:
         UntrustedCheckpointError: the modules, and the fix.
@@ -418,9 +419,9 @@ def check_modules(ck: Checkpoint, *, trust_modules: bool = False, allowed: "tupl
             f"{where} names modules to import that are not PEARL's own: {strange} (trainer {ck.config.trainer!r}, "
             f"env_id {ck.config.env_id!r}, env_wrappers {ck.config.env_wrappers}); importing a module runs its "
             "code, so a checkpoint from someone else could run anything. Nothing was imported. Fix: if you trust "
-            "the checkpoint and those modules, pass trust_modules=True (SerialRuntime.from_checkpoint(path, "
-            "trust_modules=True); `pearl train --resume RUN --trust-checkpoint`), or pass your own config "
-            "(from_checkpoint(path, config=...)), whose modules are then the ones imported.")
+            "the checkpoint and those modules, " + (fix or "pass trust_modules=True (SerialRuntime.from_checkpoint("
+            "path, trust_modules=True); `pearl train --resume RUN --trust-checkpoint`), or pass your own config "
+            "(from_checkpoint(path, config=...)), whose modules are then the ones imported") + ".")
 
 
 def _shapes(tree: Any, prefix: str = "") -> dict[str, tuple[tuple[int, ...], str]]:
