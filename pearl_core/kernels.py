@@ -327,7 +327,7 @@ def check_kernel_result(name: str, result: Any, batch: int) -> None:
         TypeError: ``result`` is not the name's result record, or a field has the wrong type.
         ValueError: a field has the wrong shape, dtype or value.
     """
-    want = KERNELS[name].result
+    want: type[Any] = KERNELS[name].result
     if not isinstance(result, want):
         raise TypeError(f"{name}: step() returned {type(result).__name__} {_short(result)}; expected a "
                         f"pearl_core.sdk.{want.__name__} record")

@@ -144,7 +144,7 @@ class Trainer(abc.ABC):
         """
 
     @abc.abstractmethod
-    def update_policy(self, batch, weights: np.ndarray) -> UpdateResult:
+    def update_policy(self, batch: Any, weights: np.ndarray) -> UpdateResult:
         """One gradient step on a replayed batch.
 
         Args:
