@@ -113,7 +113,8 @@ def report(rows: list[dict], a: Path, b: Path, started: str) -> str:
     lines = [f"# A/B: {a} (a) vs {b} (b), rounds interleaved", "",
              f"Started {started} UTC; {os.cpu_count()} cores; load average at the end "
              f"{os.getloadavg()[0]:.2f}.", "",
-             "| contestant | runs a/b | solved a | solved b | median solved-at a | b | median env steps/s a | b | b/a |",
+             "| contestant | runs a/b | solved a | solved b | median solved-at a | b "
+             "| median env steps/s a | b | b/a |",
              "|---|---|---|---|---|---|---|---|---|"]
     for c in dict.fromkeys(r["contestant"] for r in rows):
         ra = [r for r in rows if r["contestant"] == c and r["side"] == "a"]

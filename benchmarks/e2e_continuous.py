@@ -77,9 +77,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # e2e_common, also when this file is loaded by path
 
-from e2e_common import PEARL, drop_missing_peers, fmt, import_sbx, keep_run, machine, median  # noqa: E402
-from e2e_common import fraction_cell, parse_learner_threads, pick_contestants, report_head  # noqa: E402
-from e2e_common import speedup_cell, timed_learn, timed_pearl_run, warm_up_process  # noqa: E402
+from e2e_common import PEARL, drop_missing_peers, fmt, import_sbx, keep_run, machine, median
+from e2e_common import fraction_cell, parse_learner_threads, pick_contestants, report_head
+from e2e_common import speedup_cell, timed_learn, timed_pearl_run, warm_up_process
 
 PEERS = ("sb3", "sbx")  # other libraries, each optional
 CONTESTANTS = (*PEERS, *PEARL)

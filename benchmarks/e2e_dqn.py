@@ -70,9 +70,9 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # e2e_common, also when loaded by path
 
-from e2e_common import PEARL, drop_missing_peers, import_sbx, keep_run, machine, parse_learner_threads  # noqa: E402
-from e2e_common import fmt as _fmt, median as _median, pick_contestants, ratio_cells, report_head  # noqa: E402
-from e2e_common import timed_learn, timed_pearl_run, warm_up_process  # noqa: E402
+from e2e_common import PEARL, drop_missing_peers, import_sbx, keep_run, machine, parse_learner_threads
+from e2e_common import fmt as _fmt, median as _median, pick_contestants, ratio_cells, report_head
+from e2e_common import timed_learn, timed_pearl_run, warm_up_process
 PEERS = ("sb3-uniform", "sbx-uniform")  # other libraries, each optional
 CONTESTANTS = (*PEERS, *PEARL)
 

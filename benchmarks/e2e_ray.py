@@ -35,14 +35,14 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # e2e_common / e2e_dqn, also when loaded by path
 
-from e2e_common import keep_run, machine, median, report_head, timed_pearl_run, warm_up_process  # noqa: E402
-from e2e_common import fmt  # noqa: E402
+from e2e_common import keep_run, machine, median, report_head, timed_pearl_run, warm_up_process
+from e2e_common import fmt
 from e2e_dqn import BATCH, EPS_DECAY_STEPS, EVAL_EPISODES, EVAL_EVERY, GRADIENT_STEPS, SOLVED_RETURN, \
-    TRAIN_EVERY, cartpole_config, pearl_row  # noqa: E402
+    TRAIN_EVERY, cartpole_config, pearl_row
 
 CONTESTANTS = ("pearl-ray-per", "pearl-par2-per", "rllib-dqn")
-HEADER = ("| contestant | seed | solved at (env steps) | wall-to-solved s | env steps/s | updates/s | updates per env step "
-          "| wall s |")
+HEADER = ("| contestant | seed | solved at (env steps) | wall-to-solved s | env steps/s | updates/s "
+          "| updates per env step | wall s |")
 
 
 def start_cluster(workers: int, cpus: int):
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
              f"all on this machine; {args.actors} actors per contestant"]
     if "rllib-dqn" in names:
         try:
-            import ray.rllib  # noqa: F401
+            import ray.rllib
         except ImportError as exc:
             names.remove("rllib-dqn")
             notes.append(f"rllib-dqn skipped: {exc} (pip install 'ray[rllib]')")

@@ -93,7 +93,8 @@ def table(rows: list[tuple[str, float, bool]]) -> str:
         i = next((k for k, hi in enumerate(BUCKETS) if lead < hi), len(BUCKETS))
         counts[i][0] += 1
         counts[i][1] += ok
-    lines = [f"| predicted lead of the pick over the runner-up | workloads | pick right ({PICK_TOLERANCE:.0%}) | share |",
+    lines = ["| predicted lead of the pick over the runner-up | workloads "
+             f"| pick right ({PICK_TOLERANCE:.0%}) | share |",
              "|---|---:|---:|---:|"]
     for i, (n, ok) in enumerate(counts):
         share = f"{ok / n:.0%}" if n else "-"

@@ -126,13 +126,15 @@ def table(rows: list[dict]) -> str:
             "last evals / final mean return |")
     lines = [head, "|" + "---|" * 10]
     for r in rows:
-        solved = str(r["solved_at_env_steps"]) if r["solved_at_env_steps"] is not None else f"not solved ({r['env_steps']})"
+        solved = (str(r["solved_at_env_steps"]) if r["solved_at_env_steps"] is not None
+                  else f"not solved ({r['env_steps']})")
         tail = ", ".join(map(str, r["evals"][-4:])) if r["evals"] else f"{r['final_mean_return']:.1f}"
         lines.append(f"| {r['algo']} | {r['env']} | {r['replay']} | {r.get('runtime', 'serial')} | {r['seed']} | "
                      f"{solved} | {r['wall_s']:.0f} | {r['env_steps_per_s']:.0f} | {r['updates_per_s']:.0f} | {tail} |")
     by = {}
     for r in rows:
-        by.setdefault((r["algo"], r["replay"], r.get("runtime", "serial")), []).append(r["solved_at_env_steps"] is not None)
+        by.setdefault((r["algo"], r["replay"], r.get("runtime", "serial")), []).append(
+            r["solved_at_env_steps"] is not None)
     lines.append("")
     for (algo, replay, runtime), ok in by.items():
         lines.append(f"{algo} / {replay} / {runtime}: solved {sum(ok)}/{len(ok)}")

@@ -41,7 +41,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import peers as _peers  # noqa: E402  (benchmarks/peers.py, beside this file)
+import peers as _peers  # (benchmarks/peers.py, beside this file)
 
 OPS = ("sample", "update", "insert")
 FULL_CAPACITIES = (2**20, 10**6)
@@ -127,7 +127,7 @@ def pearl_contestants(wanted, fanouts, threads_list, skipped):
         import pearl_core
 
         records = list(pearl_core.list_backends())
-    except Exception as exc:  # the registry may not exist yet / be broken
+    except Exception as exc:  # noqa: BLE001 - the registry may not exist yet / be broken: reported as skipped
         records = None
         registry_error = f"{type(exc).__name__}: {exc}"
     names = []
@@ -161,7 +161,7 @@ def pearl_contestants(wanted, fanouts, threads_list, skipped):
             continue
         try:
             backend = pearl_core.get_backend(name)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a benchmark row records any backend's failure
             skipped.append((f"pearl {name}", f"get_backend failed: {type(exc).__name__}: {exc}"))
             continue
         emulated = [d.name for d in backend.devices() if (d.details or {}).get("emulated")]
@@ -180,7 +180,7 @@ def pearl_contestants(wanted, fanouts, threads_list, skipped):
             backend.make_sum_tree(8, 2, threads=1)
         except TypeError:
             takes_threads = False
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a benchmark row records any backend's failure
             skipped.append((f"pearl {name}", f"make_sum_tree(8, 2, threads=1) failed: {type(exc).__name__}: {exc}"))
             continue
         if takes_threads:
@@ -369,18 +369,27 @@ def parse_args(argv):
     p = argparse.ArgumentParser(
         description="Benchmark PEARL sum-tree backends against peer libraries (sample / update / insert).",
     )
-    p.add_argument("--quick", action="store_true", help="tiny smoke run (capacity 2^12, batches 32,256, fanout 16, 3 short reps, fast peers)")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny smoke run (capacity 2^12, batches 32,256, fanout 16, 3 short reps, fast peers)")
     p.add_argument("--out", metavar="FILE", help="also write the markdown report to FILE")
-    p.add_argument("--backends", default="all", help="comma list of PEARL backends, 'all' (every available one) or 'none'; 'reference' selects the O(capacity) oracle")
-    p.add_argument("--peers", default=None, help=f"comma list of peers from {','.join(_peers.PEER_NAMES)}, 'all' or 'none' (default: all; --quick: {','.join(QUICK_PEERS)})")
+    p.add_argument("--backends", default="all",
+                   help="comma list of PEARL backends, 'all' (every available one) or 'none'; "
+                        "'reference' selects the O(capacity) oracle")
+    p.add_argument("--peers", default=None,
+                   help=f"comma list of peers from {','.join(_peers.PEER_NAMES)}, 'all' or 'none' "
+                        f"(default: all; --quick: {','.join(QUICK_PEERS)})")
     p.add_argument("--fanouts", type=_int_list, default=None, help="PEARL fanouts (default 2,4,8,16,32; --quick: 16)")
-    p.add_argument("--batches", type=_int_list, default=None, help="batch sizes (default 32,256,1024,4096; --quick: 32,256)")
+    p.add_argument("--batches", type=_int_list, default=None,
+                   help="batch sizes (default 32,256,1024,4096; --quick: 32,256)")
     p.add_argument("--capacities", default=None, help="comma list, e.g. 2^20,10^6 (default; --quick: 2^12)")
-    p.add_argument("--threads", default="1,all", help="threads for PEARL backends that take them: comma list, 'all' = os.cpu_count() (default 1,all)")
+    p.add_argument("--threads", default="1,all",
+                   help="threads for PEARL backends that take them: comma list, 'all' = os.cpu_count() (default 1,all)")
     p.add_argument("--ops", default=",".join(OPS), help="comma list of sample,update,insert")
-    p.add_argument("--reps", type=int, default=None, help="repetitions per cell; the median is reported (default 5; --quick: 3)")
+    p.add_argument("--reps", type=int, default=None,
+                   help="repetitions per cell; the median is reported (default 5; --quick: 3)")
     p.add_argument("--min-time", type=float, default=None, help="seconds per repetition (default 0.2; --quick: 0.01)")
-    p.add_argument("--budget", type=float, default=660.0, help="seconds the timed part may take; --min-time shrinks to fit (default 660)")
+    p.add_argument("--budget", type=float, default=660.0,
+                   help="seconds the timed part may take; --min-time shrinks to fit (default 660)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
@@ -411,7 +420,8 @@ def parse_args(argv):
         args.peers_default_quick = q
     else:
         args.peers_default_quick = False
-        args.peers = [] if args.peers == "none" else list(_peers.PEER_NAMES) if args.peers == "all" else _name_list(args.peers)
+        args.peers = ([] if args.peers == "none" else list(_peers.PEER_NAMES) if args.peers == "all"
+                      else _name_list(args.peers))
     args.backends = None if args.backends == "all" else [] if args.backends == "none" else _name_list(args.backends)
     for name, vals in (("batches", args.batches), ("fanouts", args.fanouts), ("capacities", args.capacities)):
         if not vals or min(vals) < 1:
@@ -438,7 +448,8 @@ def main(argv=None):
     info = machine_info()
     rep.add("# PEARL replay-ops benchmark", "")
     rep.add(f"- date: {info['date']}")
-    rep.add(f"- command: `{shlex.join([os.path.basename(sys.executable)] + [sys.argv[0]] + (sys.argv[1:] if argv is None else list(argv)))}`")
+    command = [os.path.basename(sys.executable)] + [sys.argv[0]] + (sys.argv[1:] if argv is None else list(argv))
+    rep.add(f"- command: `{shlex.join(command)}`")
     rep.add(f"- CPU: {info['cpu']}; cores: {info['cores']}; memory: {info['memory']}")
     rep.add(f"- OS: {info['os']}; Python {info['python']}; load average at start: {info['load']}")
     rep.add(f"- versions: {info['versions']}")
@@ -451,7 +462,8 @@ def main(argv=None):
     if n_cells and projected > args.budget:
         min_time = args.budget / (n_cells * (args.reps + 0.3))
         rep.add(f"- note: {n_cells} cells x {args.reps} reps would take ~{projected:.0f} s; "
-                f"seconds per repetition lowered from {args.min_time} to {min_time:.3f} to fit --budget {args.budget:.0f} s")
+                f"seconds per repetition lowered from {args.min_time} to {min_time:.3f} "
+                f"to fit --budget {args.budget:.0f} s")
     rep.add(f"- method: median of {args.reps} repetitions of >= {min_time:.3g} s each (contestants interleaved); "
             f"items/s = batch x calls / elapsed; tree filled with uniform(0.1, 10) priorities")
     rep.add("")
@@ -475,7 +487,7 @@ def main(argv=None):
             _progress(f"[{fmt_capacity(capacity)}] building {c.label} ...")
             try:
                 c.build(capacity, prios)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a benchmark row records any contestant's failure
                 checks.append((fmt_capacity(capacity), c.label, f"build failed, skipped: {type(exc).__name__}: {exc}"))
                 continue
             live.append(c)
@@ -485,7 +497,7 @@ def main(argv=None):
         for c in list(live):
             try:
                 got = c.sample_check(masses)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a benchmark row records any contestant's failure
                 checks.append((fmt_capacity(capacity), c.label, f"sample failed, skipped: {type(exc).__name__}: {exc}"))
                 c.close()
                 live.remove(c)
@@ -509,8 +521,9 @@ def main(argv=None):
                 for c, call, cargs in prepared:
                     try:
                         n = calibrate(call, cargs, min_time)
-                    except Exception as exc:
-                        checks.append((fmt_capacity(capacity), c.label, f"{op} b={batch} failed: {type(exc).__name__}: {exc}"))
+                    except Exception as exc:  # noqa: BLE001 - a benchmark row records any contestant's failure
+                        checks.append((fmt_capacity(capacity), c.label,
+                                       f"{op} b={batch} failed: {type(exc).__name__}: {exc}"))
                         continue
                     plan.append((c, call, cargs, n))
                 times = {id(c): [] for c, *_ in plan}

@@ -151,7 +151,7 @@ def report(args, results: dict, alone: dict[int, float], started: str) -> str:
         f"- workload: DQN CartPole-v1, MLP 256-256, batch 64, prioritized (fanout 16), 0.5 updates per env "
         f"step, 1 actor, DCQ batch 32; actor slack {args.actor_slack or 'default'}",
         f"- {args.rounds} alternating rounds x {args.window:g} s per variant; medians",
-        f"- native step alone (update_policy on a filled replay, this process): "
+        "- native step alone (update_policy on a filled replay, this process): "
         + ", ".join(f"{t} thread(s) {_us(s)} us" for t, s in sorted(alone.items())),
         "",
         "| variant | per update us | updates/s | vs 1/(native alone, 1 thread) x threads | "

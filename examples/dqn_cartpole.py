@@ -4,7 +4,8 @@ Settings mirror stable-baselines3's tuned CartPole-v1 DQN (MLP 256-256, batch 64
 per env step, epsilon over 50k steps). Solved: 20 greedy episodes every 5k steps average >= 475; budget
 100k steps. Run `make demo`; arguments (e.g. --max-env-steps 2000) go to the generated program.
 """
-import subprocess, sys
+import subprocess
+import sys
 from pathlib import Path
 
 from pearl_core.algorithms import DQN

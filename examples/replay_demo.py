@@ -48,7 +48,8 @@ for _ in range(iters):
     stand_in_td = np.abs(sampled.batch.obs[:, 2])  # |pole angle| as a stand-in TD error
     replay.update_priorities(sampled.indices, stand_in_td)
 dt = time.perf_counter() - t0
-print(f"{iters} sample+update rounds of batch {batch}: {iters * batch / dt / 1e3:.0f}k items/s (incl. gathering the batch)")
+print(f"{iters} sample+update rounds of batch {batch}: {iters * batch / dt / 1e3:.0f}k items/s "
+      "(incl. gathering the batch)")
 
 uniform = UniformReplay(storage, rng=1)
 per_angle = np.mean([np.abs(replay.sample(batch).batch.obs[:, 2]).mean() for _ in range(50)])

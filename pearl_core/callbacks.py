@@ -195,7 +195,7 @@ def load_callbacks(specs: Sequence[Any], config: Any = None) -> list[Any]:
                 for part in name.split("."):
                     target = getattr(target, part)
                 obj = target()
-            except Exception as exc:  # noqa: BLE001 - a user's module raises any type
+            except Exception as exc:  # a user's module raises any type
                 raise SpecError(f"callback {spec!r} cannot be made ({type(exc).__name__}: {exc}). Fix: make "
                                 f"{module!r} importable (run from its directory) and {name!r} callable with no "
                                 "arguments.") from exc
@@ -216,7 +216,7 @@ def call(callbacks: Sequence[Any], hook: str, *args: Any) -> None:
             continue
         try:
             method(*args)
-        except Exception as exc:  # noqa: BLE001 - user code raises anything
+        except Exception as exc:  # user code raises anything
             name = type(cb).__name__
             raise CallbackError(f"callback {name}.{hook} raised {type(exc).__name__}: {exc}. The run was stopped "
                                 f"after a checkpoint of what is sound. Fix: fix {name}.{hook}, then resume the run "

@@ -329,7 +329,7 @@ def registered_id(env_id: str, gym: Any = None) -> str:
                             "the module that registers the env and its id), e.g. 'my_package.envs:MyEnv-v0'.")
         try:
             importlib.import_module(module)
-        except Exception as exc:  # noqa: BLE001 - a user's module raises any type on import
+        except Exception as exc:  # a user's module raises any type on import
             raise SpecError(f"environment {env_id!r} cannot be created: importing {module!r}, which should register "
                             f"{name!r}, failed ({type(exc).__name__}: {exc}). Fix: make {module!r} importable "
                             "(pip install it, or run from its directory with PYTHONPATH=.) and have it call "
@@ -382,7 +382,7 @@ def make_env(env_id: str, seed: int | None = None, *, kwargs: Mapping[str, Any] 
     except gym.error.DependencyNotInstalled as exc:
         raise SpecError(f"environment {env_id!r} cannot be created: it needs a package that is not installed "
                         f"({exc}). Fix: install that package (see the message) or choose another id.") from exc
-    except Exception as exc:  # noqa: BLE001 - environment constructors raise any type
+    except Exception as exc:  # environment constructors raise any type
         raise SpecError(f"environment {env_id!r} cannot be created ({type(exc).__name__}: {exc}). "
                         "Fix: check its keyword arguments and dependencies, or choose another id.") from exc
     try:
@@ -391,7 +391,7 @@ def make_env(env_id: str, seed: int | None = None, *, kwargs: Mapping[str, Any] 
     except SpecError:
         env.close()
         raise
-    except Exception as exc:  # noqa: BLE001 - a user's wrapper raises any type
+    except Exception as exc:  # a user's wrapper raises any type
         env.close()
         raise SpecError(f"environment {env_id!r}: wrapping it with {[p for p, _ in names]} failed "
                         f"({type(exc).__name__}: "

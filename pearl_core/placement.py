@@ -226,7 +226,7 @@ def learner_route(trainer_cls: type, device: str, config: Mapping[str, Any] | No
         return LearnerRoute(device, None, "torch", "cpu", None, kernels)
     try:
         factory = backend.device_trainer(trainer_cls, device, dict(config or {}))
-    except Exception as exc:  # noqa: BLE001 - a broken plugin is a refusal, not a crash
+    except Exception as exc:  # a broken plugin is a refusal, not a crash
         raise PlacementError(f"learner on {device!r}: backend {name!r}.device_trainer({trainer_cls.__qualname__}) "
                              f"raised {type(exc).__name__}: {exc}. Fix: report it to the plugin's authors, or place "
                              "the learner elsewhere.") from exc
@@ -290,7 +290,8 @@ def make_storage(spec: "StorageSpec", capacity: int, device: str, *, registry: "
 # --------------------------------------------------------------------------- transports
 def make_queue(role: str, maxsize: int, ctx: Any, device: str, *, registry: "PluginRegistry | None" = None,
                backends: Mapping[str, str] | None = None) -> Any:
-    """The LAQ (``role="laq"``) or LDQ (``"ldq"``) to a learner on ``device``: its backend's transport or a PipeQueue."""
+    """The LAQ (``role="laq"``) or LDQ (``"ldq"``) to a learner on ``device``: its backend's transport
+    or a PipeQueue."""
     from pearl_core.runtime.queues import PipeQueue
 
     name, backend = backend_for_device(device, "learner transport", registry=registry, backends=backends)

@@ -140,7 +140,7 @@ def adapt_backend(backend: Any, owner: str, api: tuple[int, int]) -> Any:
             tree = make(capacity, fanout, **options)
         except PearlError:
             raise
-        except Exception as exc:  # noqa: BLE001 - named as the plugin's fault
+        except Exception as exc:  # named as the plugin's fault
             raise _breach(owner, "make_sum_tree", f"raised {type(exc).__name__}: {exc}",
                           "bad arguments raise InvalidValueError (or InvalidOptionError), nothing else") from exc
         if not isinstance(tree, SumTree):
@@ -201,7 +201,7 @@ class GuardedSumTree(SumTree):
             return getattr(self.inner, method)(*args)
         except PearlError:
             raise
-        except Exception as exc:  # noqa: BLE001 - named as the plugin's fault
+        except Exception as exc:  # named as the plugin's fault
             raise _breach(self.owner, method, f"raised {type(exc).__name__}: {exc}",
                           "bad input to raise InvalidValueError, InvalidIndexError, InvalidDTypeError or "
                           "EmptyTreeError, and valid input to raise nothing") from exc

@@ -132,7 +132,7 @@ class PluginRegistry:
             version = dist.version if dist is not None else None
             try:
                 obj = ep.load()
-            except BaseException as exc:  # noqa: BLE001 - any import failure is recorded
+            except BaseException as exc:  # any import failure is recorded
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                     raise
                 self._record_failure(ep.name, dist_name, version, ep.value, exc)
@@ -181,7 +181,7 @@ class PluginRegistry:
 
         try:
             self._pm.register(plugin, name=name)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
             return self._record_failure(name, distribution, version, target, exc)
@@ -189,7 +189,7 @@ class PluginRegistry:
             for impl in self._pm.hook.pearl_register_backends.get_hookimpls():
                 if impl.plugin is plugin:
                     impl.function(register=register)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
             self._pm.unregister(plugin)
@@ -339,7 +339,7 @@ class PluginRegistry:
             )
         try:
             backend = self._instance(name)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise BackendUnavailableError(
                 f"backend {name!r} could not be created: {_describe(exc)}.", backend=name, cause=exc
             ) from exc

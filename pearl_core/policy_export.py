@@ -249,7 +249,7 @@ def _onnx(module: nn.Module, example: torch.Tensor) -> tuple[bytes, Any]:
     try:
         with _quiet():
             torch.onnx.export(module, (example,), buf, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - torch's exporter raises many types
+    except Exception as exc:  # torch's exporter raises many types
         raise ExportError(f"Policy.export(format='onnx'): torch.onnx.export failed ({type(exc).__name__}: "
                           f"{str(exc)[:300]}). Fix: export format='torchscript', or give the trainer an "
                           "export_module() that ONNX can export.") from exc

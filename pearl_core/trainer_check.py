@@ -76,12 +76,13 @@ def _check_class(trainer_cls: Any) -> None:
 
 
 def _construct(trainer_cls: type, observation_space, action_space, hparams: Mapping[str, Any]):
-    call = f"{_name(trainer_cls)}(observation_space={observation_space}, action_space={action_space}, **{dict(hparams)!r})"
+    call = (f"{_name(trainer_cls)}(observation_space={observation_space}, action_space={action_space}, "
+            f"**{dict(hparams)!r})")
     try:
         return trainer_cls(observation_space, action_space, **hparams)
     except TrainerError:
         raise
-    except Exception as exc:  # noqa: BLE001 - any constructor failure is reported with context
+    except Exception as exc:  # any constructor failure is reported with context
         try:
             sig = f" Its signature is __init__{inspect.signature(trainer_cls.__init__)}."
         except (TypeError, ValueError):
@@ -183,7 +184,7 @@ def _smoke_call(call: str, fn: Any, tail: str) -> Any:
     """``fn()``; any exception it raises becomes a :class:`TrainerError` ``"{call} raised {type}: {exc}{tail}"``."""
     try:
         return fn()
-    except Exception as exc:  # noqa: BLE001 - wrapped with context
+    except Exception as exc:  # wrapped with context
         raise TrainerError(f"{call} raised {type(exc).__name__}: {exc}{tail}") from exc
 
 

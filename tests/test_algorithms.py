@@ -1,4 +1,5 @@
-"""DQN (plain, double, dueling) and DDPG: shapes, per-sample TD errors, importance weights, exploration, targets, state."""
+"""DQN (plain, double, dueling) and DDPG: shapes, per-sample TD errors, importance weights, exploration, targets,
+state."""
 
 from __future__ import annotations
 
@@ -82,7 +83,8 @@ def test_double_dqn_picks_the_action_with_the_online_net():
         obs, nxt = torch.from_numpy(b.obs), torch.from_numpy(b.next_obs)
         q = t.q_net(obs).gather(1, torch.from_numpy(b.action)[:, None]).squeeze(1)
         a_star = t.q_net(nxt).argmax(1, keepdim=True)
-        y = torch.from_numpy(b.reward) + 0.5 * t.target_net(nxt).gather(1, a_star).squeeze(1) * torch.from_numpy(~b.done)
+        y = (torch.from_numpy(b.reward)
+             + 0.5 * t.target_net(nxt).gather(1, a_star).squeeze(1) * torch.from_numpy(~b.done))
     t.target_update_every = 10**6  # the first update must not overwrite the perturbed target
     t.updates = 1
     res = t.update_policy(b, np.ones(16, np.float32))

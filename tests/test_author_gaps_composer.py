@@ -9,12 +9,10 @@ import math
 import os
 import subprocess
 import sys
-import textwrap
 import types
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 

@@ -27,7 +27,8 @@ from pearl_core.runtime.shm import list_segments
 from conftest import proc_table
 
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; Linux's parent-death signal")]
+              pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                 reason="reads /proc; Linux's parent-death signal")]
 
 WORKLOAD = dict(env_id="CartPole-v1", batch_size=32, hidden_sizes=[16, 16], replay="uniform", capacity=5_000)
 

@@ -103,7 +103,8 @@ XEON, H100, AGILEX = ({"name": "xeon", "kind": "cpu"}, {"name": "h100", "kind": 
 
 def test_the_host_goes_to_the_node_with_the_plans_devices():
     c = ClusterSpec((NodeSpec("head", 2, driver=True), NodeSpec("w", 8, 1e-4, 1e9),
-                     NodeSpec("gpu", 8, 1e-4, 1e9, devices=("h100",)), NodeSpec("any-gpu", 8, 1e-4, 1e9, devices=("cuda",))))
+                     NodeSpec("gpu", 8, 1e-4, 1e9, devices=("h100",)),
+                     NodeSpec("any-gpu", 8, 1e-4, 1e9, devices=("cuda",))))
     assert place_host(c, [XEON, XEON, XEON]).name == "head"  # a CPU plan stays on the driver's node
     assert place_host(c, [XEON, H100, XEON]).name == "gpu"  # the first node with the learner's device
     kinds = ClusterSpec((NodeSpec("head", 2, driver=True), NodeSpec("g", 8, 1e-4, 1e9, devices=("cuda",))))

@@ -17,7 +17,6 @@ from pearl_core.composer.spec import DeviceSpec
 from pearl_core.composer.tuning import Variant, host_variants, pick_variant
 from pearl_core.composer.validate import ValidationReport, ValidationRow, measured_iteration_s
 from pearl_core.errors import SpecError
-from pearl_core.plugins import default_registry
 
 
 @pytest.fixture(scope="module")

@@ -109,14 +109,16 @@ def test_round_trip_through_a_dict_gives_an_equal_spec():
     (lambda t: t.replace("active_power_W = 300", "active_power_W = 5"), "active_power_w = 5"),
     # unknown kind (with a suggestion), unknown key (with a suggestion)
     (lambda t: t.replace('kind = "cuda"', 'kind = "cdua"'), "device 'gpu': kind = 'cdua' is unknown; expected one of"),
-    (lambda t: t.replace("memory_GiB = 24", "memory_Gib = 24"), "unknown field 'memory_Gib'; did you mean 'memory_GiB'?"),
+    (lambda t: t.replace("memory_GiB = 24", "memory_Gib = 24"),
+     "unknown field 'memory_Gib'; did you mean 'memory_GiB'?"),
     (lambda t: t.replace("memory_GiB = 24", "memory_GiB = 24\nmemory_bytes = 5"), "give the same quantity twice"),
     # duplicate names, links to unknown devices, duplicate links, missing host link
     (lambda t: t.replace('name = "gpu"', 'name = "host"'), "name 'host' is already used by device #1"),
     (lambda t: t.replace('b = "gpu"', 'b = "gpu0"'), "device 'gpu0' is not in the spec"),
     (lambda t: t + '\n[[link]]\na = "gpu"\nb = "host"\nlatency_us = 1\nbandwidth_GBps = 1\n',
      "link #3 ('gpu'-'host') repeats link #2"),
-    (lambda t: t.replace('a = "host"\nb = "gpu"', 'a = "gpu"\nb = "gpu"'), "device 'gpu' has no link to the host 'host'"),
+    (lambda t: t.replace('a = "host"\nb = "gpu"', 'a = "gpu"\nb = "gpu"'),
+     "device 'gpu' has no link to the host 'host'"),
     # FPGA fields on a GPU, type errors
     (lambda t: t.replace("memory_GiB = 24", "memory_GiB = 24\ndsp_blocks = 10"), "only apply to FPGAs"),
     (lambda t: t.replace("cores = 4", 'cores = "four"'), "cores = 'four' is invalid; expected an integer >= 1"),

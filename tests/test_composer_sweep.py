@@ -228,7 +228,8 @@ def test_cli_sweep_prints_the_table_writes_the_report_and_bounds_the_error(tmp_p
 
     def fake_run_sweep(points, **kwargs):  # the measuring part is tested above; this checks the command
         seen.update(kwargs, n=len(points))
-        return SweepReport((_result(_row("setting 1", 1.3e-3, 1.0e-3, True), _row("setting 2", 1.2e-3, 1.1e-3, False)),),
+        return SweepReport((_result(_row("setting 1", 1.3e-3, 1.0e-3, True),
+                                    _row("setting 2", 1.2e-3, 1.1e-3, False)),),
                            kwargs["window_s"], kwargs["repeats"], "test machine")
 
     monkeypatch.setattr(sweep, "run_sweep", fake_run_sweep)

@@ -79,7 +79,8 @@ def test_each_cpu_fpga_placement_composes_writes_and_trains(emulated_composer, t
     assert int(rp.setting) == (2 if rm == learner else 1)
     expect = {"cpu": "cpu", "fpga": "fpga:0"}
     kinds = {CPU: "cpu", FPGA: "fpga"}
-    assert (rp.rm_device, rp.learner_device, rp.storage_device) == tuple(expect[kinds[d]] for d in (rm, learner, storage))
+    assert (rp.rm_device, rp.learner_device, rp.storage_device) == tuple(
+        expect[kinds[d]] for d in (rm, learner, storage))
     program = RuntimeGen(plan, tmp_path / "runtime.py")
     result = _run_program(program, tmp_path, tmp_path / "counters")
     assert result["env_steps"] >= 1_000 and result["updates"] > 100

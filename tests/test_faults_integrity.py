@@ -679,7 +679,6 @@ def test_plan_outputs_are_all_or_nothing_and_keep_an_existing_png(tmp_path):
 
 
 def test_a_serial_run_refused_by_the_lock_restores_torch_threads(tmp_path):
-    import torch
 
     from pearl_core.runtime.runlock import RunLock
 

@@ -35,7 +35,7 @@ from pearl_core.composer import (
     make_plan,
 )
 from pearl_core.composer.runtimegen import USER_SCRIPT_MODULE, literal, render_program
-from pearl_core.errors import InvalidValueError, PearlError, SpecError
+from pearl_core.errors import InvalidValueError, SpecError
 from pearl_core.runtime import ParallelRuntime, SerialRuntime
 from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria, check_field
 from pearl_core.runtime.machine import ENVS_PER_CORE, check_machine, host_memory_bytes, row_bytes

@@ -60,11 +60,13 @@ CONFIGS = [
 
 def _moments(t):
     st = [t.optimizer.state[p] for p in t._params]
-    return [s[k].numpy().copy() for s in st for k in ("exp_avg", "exp_avg_sq")] + [np.array([float(s["step"])]) for s in st]
+    return ([s[k].numpy().copy() for s in st for k in ("exp_avg", "exp_avg_sq")]
+            + [np.array([float(s["step"])]) for s in st])
 
 
 @pytest.mark.parametrize("kw", CONFIGS)
-@pytest.mark.parametrize("engine,fused_adam", [("numpy", True), ("numpy", False), pytest.param("native", True, marks=needs_native)],
+@pytest.mark.parametrize("engine,fused_adam",
+                         [("numpy", True), ("numpy", False), pytest.param("native", True, marks=needs_native)],
                          ids=["numpy-torch-fused-adam", "numpy-numpy-adam", "native"])
 def test_engine_matches_torch_step_by_step(kw, engine, fused_adam, monkeypatch):
     """Every step from the same state (the candidate is loaded with the torch trainer's state

@@ -82,8 +82,9 @@ def test_two_backends_of_one_kind_are_reported_never_silently_chosen():
 
 def test_the_spec_backend_field_chooses_and_must_agree_per_kind():
     text = ('host = "cpu0"\n[[device]]\nname = "cpu0"\nkind = "cpu"\ncores = 2\nmemory_GiB = 4\nidle_power_W = 1\n'
-            'active_power_W = 2\nmem_bandwidth_GBps = 10\n[[device]]\nname = "n0"\nkind = "npu"\nmemory_GiB = 4\nidle_power_W = 1\n'
-            'active_power_W = 2\nmem_bandwidth_GBps = 10\nbackend = "{b0}"\n[[device]]\nname = "n1"\nkind = "npu"\nmemory_GiB = 4\n'
+            'active_power_W = 2\nmem_bandwidth_GBps = 10\n[[device]]\nname = "n0"\nkind = "npu"\nmemory_GiB = 4\n'
+            'idle_power_W = 1\nactive_power_W = 2\nmem_bandwidth_GBps = 10\nbackend = "{b0}"\n[[device]]\nname = "n1"\n'
+            'kind = "npu"\nmemory_GiB = 4\n'
             'idle_power_W = 1\nactive_power_W = 2\nmem_bandwidth_GBps = 10\nbackend = "{b1}"\n'
             + "".join(f'[[link]]\na = "cpu0"\nb = "{d}"\nlatency_us = 10\nbandwidth_GBps = 8\n' for d in ("n0", "n1")))
     reg = registry(backend("npu-a"), backend("npu-b"))

@@ -282,7 +282,8 @@ def test_the_composed_program_runs_its_actors_on_the_cluster(cluster, tmp_path):
                                     str(tmp_path / "runtime.py")])
     assert made.exit_code == 0, made.output
     for wrong, why in ((["--measure-links"], "no --ray ADDRESS"),
-                       (["--ray", c.address, "--measure-links", "--cluster", "lab.toml"], "both give the nodes' links")):
+                       (["--ray", c.address, "--measure-links", "--cluster", "lab.toml"],
+                        "both give the nodes' links")):
         lone = subprocess.run([sys.executable, "runtime.py", *wrong], capture_output=True, text=True, timeout=300,
                               cwd=tmp_path)
         assert lone.returncode == 2 and why in lone.stderr, lone.stderr[-2000:]

@@ -46,7 +46,8 @@ def test_errors():
 def test_check_indices_names_the_first_bad_index(indices, pos, shown):
     from pearl_core.sumtree import check_indices
 
-    with pytest.raises(InvalidIndexError, match=rf"indices\[{pos}\] = {shown} is out of range; expected 0 <= index < capacity = 8"):
+    with pytest.raises(InvalidIndexError,
+                       match=rf"indices\[{pos}\] = {shown} is out of range; expected 0 <= index < capacity = 8"):
         check_indices(indices, 8)
     ok = check_indices(np.array([0, 7, 3], np.uint8), 8)
     assert ok.dtype == np.int64 and ok.tolist() == [0, 7, 3]

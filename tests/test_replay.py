@@ -275,7 +275,8 @@ def test_bad_add_through_a_replay_changes_neither_storage_nor_tree():
 
 @pytest.mark.parametrize(
     ("indices", "error"),
-    [([0, 3], InvalidIndexError), ([-1], InvalidIndexError), ([0.0, 1.0], InvalidDTypeError), ([[0]], InvalidValueError)],
+    [([0, 3], InvalidIndexError), ([-1], InvalidIndexError), ([0.0, 1.0], InvalidDTypeError),
+     ([[0]], InvalidValueError)],
 )
 def test_gather_rejects_unfilled_or_malformed_indices(indices, error):
     storage = DataStorage(SPEC, 6)

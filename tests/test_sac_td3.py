@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 
-import pearl_core
 from pearl_core.algorithms import DDPG, DQN, SAC, TD3, default_trainer, hidden_kwargs
 from pearl_core.errors import SpecError
 from pearl_core.runtime.checkpoint import load_checkpoint

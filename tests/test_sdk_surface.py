@@ -93,7 +93,7 @@ def test_every_sdk_name_resolves_to_the_defining_modules_object():
     assert set(sdk._LAZY) <= set(sdk.__all__)
     assert set(sdk.__all__) <= set(dir(sdk))
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
-        sdk.Nope  # noqa: B018
+        sdk.Nope
 
 
 def test_the_sdk_type_checking_block_names_the_lazy_names():

@@ -35,7 +35,8 @@ class Toy(Trainer):
             self.action_kind = kind
         self.n = int(getattr(action_space, "n", 2))
         if layers:
-            self.net = nn.Sequential(nn.Linear(int(np.prod(observation_space.shape)), 8), nn.ReLU(), nn.Linear(8, self.n))
+            self.net = nn.Sequential(nn.Linear(int(np.prod(observation_space.shape)), 8), nn.ReLU(),
+                                     nn.Linear(8, self.n))
         else:
             self.w = nn.Parameter(torch.zeros(3))
             self.holder = nn.Module()

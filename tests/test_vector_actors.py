@@ -19,7 +19,7 @@ import faulty_envs  # noqa: F401 - registers the PearlFaulty/ environments
 from pearl_core.errors import ComposerError, DataError, SpecError
 from pearl_core.runtime.acting import Collector
 from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
-from pearl_core.runtime.vector import (VECTOR_BACKENDS, check_vector_backend, choose_vector_backend,
+from pearl_core.runtime.vector import (check_vector_backend, choose_vector_backend,
                                        envpool_available, make_vector_envs)
 
 needs_envpool = pytest.mark.skipif(not envpool_available(), reason="EnvPool is not installed")

@@ -171,7 +171,8 @@ def check_action_bounds(action_space, owner: str, *, env: str | None = None, act
             dim = k if len(shape) <= 1 else tuple(int(i) for i in np.unravel_index(k, shape))
             where = f"the action space of env {env!r}" if env else "the action space"
             raise SpecError(
-                f"{owner}: {where} {action_space}, dimension {dim} with bounds [{float(low[k])!r}, {float(high[k])!r}], "
+                f"{owner}: {where} {action_space}, dimension {dim} with bounds "
+                f"[{float(low[k])!r}, {float(high[k])!r}], "
                 f"{what.format(w=float(width[k]))}; expected finite bounds with 0 < high - low <= {top:.4g} in "
                 f"every dimension, because the {actor}'s outputs in [-1, 1] are scaled onto them. Fix: wrap the "
                 "environment with gymnasium.wrappers.RescaleAction(env, -1.0, 1.0) after giving it finite "

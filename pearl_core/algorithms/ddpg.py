@@ -106,7 +106,8 @@ class DDPG(NativeEngineThreads, CountedTrainer):
         self.tau = check_unit(tau, o, "tau", open_low=True)
         self.noise_std = check_unit(noise_std, o, "noise_std", high=10.0)
         self.noise_final = None if noise_final is None else check_unit(noise_final, o, "noise_final", high=10.0)
-        self.noise_decay_steps = check_positive(noise_decay_steps, o, "noise_decay_steps", allow_none=True, integer=True)
+        self.noise_decay_steps = check_positive(noise_decay_steps, o, "noise_decay_steps", allow_none=True,
+                                                integer=True)
         self.policy_delay = check_positive(policy_delay, o, "policy_delay", integer=True)
         self.max_grad_norm = check_positive(max_grad_norm, o, "max_grad_norm", allow_none=True)
 

@@ -185,7 +185,8 @@ class DQN(CountedTrainer):
         o = "DQN"
         if not isinstance(action_space, spaces.Discrete):
             raise SpecError(
-                f"DQN needs a Discrete action space; found {action_space}. Fix: use SAC, TD3 or DDPG for Box action spaces."
+                f"DQN needs a Discrete action space; found {action_space}. "
+                "Fix: use SAC, TD3 or DDPG for Box action spaces."
             )
         if not isinstance(observation_space, spaces.Box):
             raise SpecError(f"DQN needs a Box observation space; found {observation_space}.")

@@ -496,13 +496,13 @@ class Composer:
                 raise ComposerError(f"{w}: place[{key!r}] = {dev!r} is not a device of the spec {names}. Fix: {hint}.")
         return dict(place)
 
-    def RuntimeGen(self, composition: Composition,  # noqa: N802 - the paper's name
+    def RuntimeGen(self, composition: Composition,  # the paper's name
                    path: "str | os.PathLike[str]" = "runtime.py") -> Path:
         """The same as :func:`RuntimeGen` (``composer.RuntimeGen(composer.run(), path)`` reads as the paper)."""
         return RuntimeGen(composition, path)
 
 
-def RuntimeGen(composition: Composition, path: "str | os.PathLike[str]" = "runtime.py") -> Path:  # noqa: N802
+def RuntimeGen(composition: Composition, path: "str | os.PathLike[str]" = "runtime.py") -> Path:
     """Write the standalone training program of ``composition`` to ``path`` (atomically) and return the path.
 
     Args:

@@ -51,7 +51,7 @@ def backend_objects(registry: "PluginRegistry | None" = None, *,
     for name in reg.backend_names():
         try:
             # No public accessor returns an unavailable backend's object; see module docstring.
-            obj = reg._instance(name)  # noqa: SLF001
+            obj = reg._instance(name)
         except Exception:  # noqa: BLE001 - a broken backend class is reported elsewhere
             continue
         out.append((name, obj, bool(available.get(name, False))))

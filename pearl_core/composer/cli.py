@@ -337,7 +337,8 @@ def _compose(options: dict) -> Composition:
 
 
 def _profiler(options: dict, plan: PlacementPlan) -> "Profiler | None":
-    """The profiler of ``pearl plan``'s composition (``None`` with ``--no-profile``), for the ``--png-batches`` panels."""
+    """The profiler of ``pearl plan``'s composition (``None`` with ``--no-profile``), for the
+    ``--png-batches`` panels."""
     if not options["profile"]:
         return None
     from pearl_core.composer.profiling import profiler_for

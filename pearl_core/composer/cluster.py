@@ -165,8 +165,8 @@ class ClusterSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "") -> "ClusterSpec":
-        known = {"name", "cpus", "driver", "address", "devices", "latency_us", "latency_ms", "latency_s", "bandwidth_GBps",
-                 "bandwidth_MBps", "bandwidth_Bps"}
+        known = {"name", "cpus", "driver", "address", "devices", "latency_us", "latency_ms", "latency_s",
+                 "bandwidth_GBps", "bandwidth_MBps", "bandwidth_Bps"}
         nodes = []
         for i, raw in enumerate(data.get("node", ())):
             if not isinstance(raw, Mapping):
@@ -434,8 +434,8 @@ def place_actors(cluster: ClusterSpec, *, actor_step_s: float, iteration_s: floa
                         "or an int >= 1.")
     by = {n.name: n for n in cluster.nodes}
     if host is not None and host not in by:
-        raise SpecError(f"place_actors: host = {host!r} is not a node of the cluster {cluster.source or cluster.name!r} "
-                        f"(nodes: {sorted(by)}).")
+        raise SpecError(f"place_actors: host = {host!r} is not a node of the cluster "
+                        f"{cluster.source or cluster.name!r} (nodes: {sorted(by)}).")
     home = by[host] if host is not None else cluster.driver
     linked = [_link(n, home) for n in cluster.nodes]
     per_call = max(1, math.ceil(insert_batch / envs_per_actor)) * envs_per_actor  # experiences per call

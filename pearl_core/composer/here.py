@@ -44,7 +44,7 @@ def runnable_plan(composer: Any, plan: "PlacementPlan", wl: "Workload", prefligh
     ``composer`` is the :class:`~pearl_core.composer.api.Composer` composing."""
     from pearl_core.composer.plan import make_plan
 
-    probe = plan.runtime_plan(**composer._actor_fields())  # noqa: SLF001 - the composer's own helper
+    probe = plan.runtime_plan(**composer._actor_fields())  # the composer's own helper
     strings = {d.name: d.device_string for d in composer.spec.devices}
     whatif = {d.name for d in composer.spec.devices
               if d.name != composer.spec.host and not_detected(d, composer.registry) is not None}
@@ -64,7 +64,7 @@ def runnable_plan(composer: Any, plan: "PlacementPlan", wl: "Workload", prefligh
     why = "placements that can run here" + (f" and {note}" if note else "")
     best = make_plan(composer.spec, wl, composer.metric, registry=composer.registry, matrix=plan.matrix, choose=ok,
                      constraint=why)
-    runtime_plan = best.runtime_plan(**composer._actor_fields())  # noqa: SLF001
+    runtime_plan = best.runtime_plan(**composer._actor_fields())
     return best, runtime_plan, preflight.problems(runtime_plan)
 
 

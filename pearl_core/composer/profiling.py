@@ -211,7 +211,7 @@ def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None
         bname, backend, info = found
         try:
             settings = backend_settings(bname, backend)
-        except Exception as exc:  # noqa: BLE001 - re-raised, marked: fill_matrix empties this row only
+        except Exception as exc:  # re-raised, marked: fill_matrix empties this row only
             blame(exc, bname, "settings")
             raise
         measures = callable(getattr(backend, "measure_primitive", None))
@@ -262,7 +262,7 @@ def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None
                 raise SpecError(f"backend {bname!r}.{method} returned {row!r:.200} for {device.name!r}; "
                                 f"expected a DeviceRow with device={device.name!r}. Fix: return "
                                 f"DeviceRow({device.name!r}, ...) or None from {method}.")
-        except Exception as exc:  # noqa: BLE001 - re-raised, marked: fill_matrix empties this row only
+        except Exception as exc:  # re-raised, marked: fill_matrix empties this row only
             blame(exc, bname, method)
             raise
         if row is None or limit is None:

@@ -170,8 +170,8 @@ def _render_variants(plan: PlacementPlan, console: Console) -> None:
         table.add_column(col, justify="right")
     for v in plan.variants:
         mark = "* " if v == plan.variant else "  "
-        table.add_row(f"{mark}{int(v.setting)}", str(v.learner_threads), str(v.rm_threads), f"{v.predicted_s * 1e6:,.1f}",
-                      f"{v.throughput:,.0f}", f"{v.power_w:,.1f}", v.bound)
+        table.add_row(f"{mark}{int(v.setting)}", str(v.learner_threads), str(v.rm_threads),
+                      f"{v.predicted_s * 1e6:,.1f}", f"{v.throughput:,.0f}", f"{v.power_w:,.1f}", v.bound)
     console.print(table)
     if any(v.bound == "floor" for v in plan.variants):
         console.print("  [dim]bound 'floor': not run; its learner step alone is slower than the best run, so it "

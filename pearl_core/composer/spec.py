@@ -98,8 +98,8 @@ def _invalid(owner: str, key: str, value: Any, expected: str) -> SpecError:
     return SpecError(f"{owner}: {key} = {value!r} is invalid; expected {expected}.")
 
 
-def _check_rules(owner: str, values: Mapping[str, Any], rules: Mapping[str, tuple], keys: Mapping[str, str] | None = None,
-                 raw: Mapping[str, Any] | None = None) -> None:
+def _check_rules(owner: str, values: Mapping[str, Any], rules: Mapping[str, tuple],
+                 keys: Mapping[str, str] | None = None, raw: Mapping[str, Any] | None = None) -> None:
     for name, (ok, expected) in rules.items():
         v = values.get(name)
         if v is not None and not ok(v):
@@ -315,13 +315,14 @@ class HardwareSpec:
         where = f"{self.source}: " if self.source else ""
         devices = tuple(self.devices)
         if not devices:
-            raise SpecError(f"{where}the spec has no devices; expected at least one [[device]] of kind 'cpu' (the host).")
+            raise SpecError(f"{where}the spec has no devices; expected at least one [[device]] of kind 'cpu' "
+                            "(the host).")
         check_device_count(where, len(devices))
         seen: dict[str, int] = {}
         for i, d in enumerate(devices):
             if d.name in seen:
-                raise SpecError(f"{where}device #{i + 1}: name {d.name!r} is already used by device #{seen[d.name] + 1}; "
-                                "expected unique names.")
+                raise SpecError(f"{where}device #{i + 1}: name {d.name!r} is already used by "
+                                f"device #{seen[d.name] + 1}; expected unique names.")
             seen[d.name] = i
         # Fill indices per kind, then check (kind, index) is unique. A device's detected_as ("cuda:1") is its index
         # first: identity from detection, not spec order (a what-if device listed first takes no real one's index).
@@ -371,7 +372,8 @@ class HardwareSpec:
         for d in filled:
             if frozenset((d.name,)) not in pairs and d.mem_bandwidth_Bps is None:
                 raise SpecError(f"{where}device {d.name!r} has no within-device link; expected a [[link]] with "
-                                f"a = b = {d.name!r} (latency_us, bandwidth_GBps), or mem_bandwidth_GBps on the device.")
+                                f"a = b = {d.name!r} (latency_us, bandwidth_GBps), or mem_bandwidth_GBps "
+                                "on the device.")
             if d.name != host and frozenset((d.name, host)) not in pairs:
                 raise SpecError(f"{where}device {d.name!r} has no link to the host {host!r}; expected a [[link]] with "
                                 f"a = {host!r}, b = {d.name!r} (every device talks to the host runtime).")

@@ -247,7 +247,7 @@ class SweepReport:
 
     def to_markdown(self) -> str:
         twice = any(r.replicate is not None for r in self.results)
-        lines = [f"# Composer fidelity sweep", "",
+        lines = ["# Composer fidelity sweep", "",
                  f"- machine: {self.machine}", f"- started {self.started}, finished {self.finished}",
                  f"- each candidate ran {self.window_s:g} s per round, {self.repeats} alternating rounds "
                  "(A, B, A, B); measured = median of its rounds (seconds per learner update, steady state)",
@@ -312,7 +312,7 @@ def _composer_for(point: SweepPoint, hardware, metric: str, registry: "PluginReg
 
     composer = Composer(hardware, metric, registry=registry, cache_dir=cache_dir)
     composer.set_actors(point.env_id, point.n_actors, envs_per_actor=point.envs_per_actor)
-    trainer = default_trainer(composer._spaces[1])  # noqa: SLF001 - set by set_actors above
+    trainer = default_trainer(composer._spaces[1])  # set by set_actors above
     composer.set_train_function(trainer, point.batch_size, replay_ratio=point.replay_ratio,
                                 **hidden_kwargs(trainer, list(point.hidden)))
     composer.set_replay(point.replay)

@@ -60,5 +60,6 @@ def run_config_for(wl: Workload, *, seed: int = 0) -> "RunConfig":
         raise SpecError("profiling needs the workload's env_id and trainer (import path); this workload has "
                         f"env_id={wl.env_id!r}, trainer={wl.trainer!r}. Fix: build it with workload_for_env().")
     return RunConfig(env_id=wl.env_id, trainer=wl.trainer, trainer_kwargs=dict(wl.trainer_kwargs),
-                     env_kwargs=dict(wl.env_kwargs), env_wrappers=wl.env_wrappers, replay=ReplayConfig(wl.replay, capacity=wl.capacity, fanout=wl.fanout),
+                     env_kwargs=dict(wl.env_kwargs), env_wrappers=wl.env_wrappers,
+                     replay=ReplayConfig(wl.replay, capacity=wl.capacity, fanout=wl.fanout),
                      batch_size=wl.batch_size, seed=seed)

@@ -47,8 +47,9 @@ The first terms of each ``max`` are the processes' own critical paths (setting
 machine's CPU demand spread over its ``C`` hardware threads, which is what
 binds on a small machine. Power per variant interpolates the device's idle and
 active power by the threads kept busy. Scores within 3% of the best are ties
-(:data:`TIE`), or within the calibration rounds' spread (at most 10%), broken by the lower traffic (setting 2 moves no batch between
-processes), then by the higher score. Learner
+(:data:`TIE`), or within the calibration rounds' spread (at most 10%), broken
+by the lower traffic (setting 2 moves no batch between processes), then by
+the higher score. Learner
 threads range over ``1 .. C - n_actors`` (the actors keep their cores, the
 paper's rule; oversubscribing cores stalls torch's OpenMP threads, see
 :func:`host_variants`), or ``1 .. C`` where the learner's threads yield to the

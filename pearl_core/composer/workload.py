@@ -390,7 +390,7 @@ def _trainer_layers(cls: type, spaces: tuple[Any, Any], kwargs: Mapping[str, Any
     def build() -> list[dict[str, Any]]:
         try:
             instance = cls(spaces[0], spaces[1], **kwargs)
-        except Exception as exc:  # noqa: BLE001 - report any constructor failure the same way
+        except Exception as exc:  # report any constructor failure the same way
             raise SpecError(f"trainer {cls.__name__} cannot be built for {env_id!r} with {dict(kwargs)} "
                             f"({type(exc).__name__}: {exc}).") from exc
         layers = learner_layers(instance)
@@ -439,7 +439,8 @@ def hidden_layers(sizes: Sequence[int] | str) -> tuple[int, ...]:
         try:
             sizes = [int(s) for s in sizes.replace(" ", "").split(",") if s]
         except ValueError:
-            raise SpecError(f"hidden sizes {sizes!r} are invalid; expected comma-separated ints such as '64,64'.") from None
+            raise SpecError(f"hidden sizes {sizes!r} are invalid; "
+                            "expected comma-separated ints such as '64,64'.") from None
     out = tuple(int(s) for s in sizes)
     if not out or any(s < 1 for s in out):
         raise SpecError(f"hidden sizes {sizes!r} are invalid; expected one or more ints >= 1.")

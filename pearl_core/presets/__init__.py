@@ -252,7 +252,8 @@ def _parse(text: str, where: str, algo: str | None = None) -> dict[str, Any]:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{where} is not valid TOML ({exc}); expected TOML 1.0 in pearl_core/presets' format. Fix: "
-                        'correct the syntax there (e.g. key = "value"; tables as [presets."CartPole-v1".rlzoo]).') from exc
+                        'correct the syntax there (e.g. key = "value"; '
+                        'tables as [presets."CartPole-v1".rlzoo]).') from exc
     for key in doc:
         if key not in _TOP_KEYS:
             raise SpecError(f"{where}: top-level key {key!r} is unknown; expected only {list(_TOP_KEYS)}, found "
@@ -280,7 +281,8 @@ def _parse(text: str, where: str, algo: str | None = None) -> dict[str, Any]:
         for k in entry:
             if k not in _ENTRY_KEYS:
                 raise SpecError(f"{at}: key {k!r} is unknown; expected some of {list(_ENTRY_KEYS)}. Fix: rl-zoo "
-                                f'keys go in [presets."{key}".rlzoo], PEARL keywords in [presets."{key}".trainer_kwargs].')
+                                f'keys go in [presets."{key}".rlzoo], '
+                                f'PEARL keywords in [presets."{key}".trainer_kwargs].')
         match = entry.get("match", [])
         if not isinstance(match, list) or not all(isinstance(m, str) for m in match):
             raise SpecError(f"{at}: match = {match!r}; expected a list of id patterns. Fix: e.g. "
@@ -322,7 +324,8 @@ def _build(doc: Mapping[str, Any], key: str, env_id: str, where: str | None, lab
     mapped = map_entry(algo, raw, defaults, f'{label}, [presets."{key}".rlzoo]')
     extra = entry.get("trainer_kwargs")
     if extra is not None:
-        mapped["trainer_kwargs"].update(_check_trainer_kwargs(algo, extra, f'{label}, [presets."{key}".trainer_kwargs]'))
+        mapped["trainer_kwargs"].update(
+            _check_trainer_kwargs(algo, extra, f'{label}, [presets."{key}".trainer_kwargs]'))
     return Preset(algo=algo, env_id=env_id, source=_source_text(doc, key, where), trainer=TRAINERS[algo], entry=key,
                   status=entry.get("status", ""), rlzoo=raw, **mapped)
 

@@ -234,7 +234,8 @@ def _network(e: _Entry, kwargs: dict[str, Any]) -> tuple[int, ...]:
         e.not_applied.append(f"policy_kwargs activation_fn = {act}: PEARL's built-in MLPs use ReLU")
     for key, val in pk.items():
         why = ("SB3 uses it for gSDE exploration only (use_sde); PEARL's SAC has no gSDE and learns its log-std "
-               "as an output of the actor" if key == "log_std_init" else "PEARL's built-in networks have no such option")
+               "as an output of the actor" if key == "log_std_init"
+               else "PEARL's built-in networks have no such option")
         e.not_applied.append(f"policy_kwargs {key} = {val!r}: {why}")
     return actor
 

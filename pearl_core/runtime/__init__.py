@@ -14,8 +14,8 @@ and how) and return a :class:`~pearl_core.runtime.control.RunResult`.
 
 from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, Setting, StopCriteria
 
-__all__ = ["ParallelRuntime", "main", "RayRuntime", "ReplayConfig", "RunConfig", "RuntimePlan", "SerialRuntime", "Setting",
-           "StopCriteria"]
+__all__ = ["ParallelRuntime", "main", "RayRuntime", "ReplayConfig", "RunConfig", "RuntimePlan", "SerialRuntime",
+           "Setting", "StopCriteria"]
 
 
 def __getattr__(name):

@@ -9,15 +9,15 @@ import numpy  # noqa: F401
 import torch
 
 try:  # torch's optimizers import torch._dynamo on first use; absent or broken: load on demand
-    import torch._dynamo  # noqa: F401
+    import torch._dynamo
 except Exception:  # noqa: BLE001
     pass
 
-import pearl_core.algorithms  # noqa: F401,E402
-import pearl_core.replay  # noqa: F401,E402
-import pearl_core.runtime.actors  # noqa: F401,E402
-import pearl_core.runtime.learner  # noqa: F401,E402
-from pearl_core.plugins import kernel_lookup, reset_default_registry  # noqa: E402
+import pearl_core.algorithms
+import pearl_core.replay
+import pearl_core.runtime.actors
+import pearl_core.runtime.learner  # noqa: F401
+from pearl_core.plugins import kernel_lookup, reset_default_registry
 
 kernel_lookup("cpu")("dqn_mlp")  # the backend's BLAS scan, cached in this process, inherited by every worker
 # ... but not the plugin registry that lookup built: a worker discovers plugins as of its own start

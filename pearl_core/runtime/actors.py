@@ -147,14 +147,14 @@ def run_actor(spec: ActorSpec) -> None:
         _report(spec)
     except DataError as exc:  # bad data from the environment: the run ends, no restart
         _report(spec, str(exc))
-    except BaseException:  # report everything, including KeyboardInterrupt from user code
+    except BaseException:  # noqa: BLE001 - a worker reports any failure to the host, KeyboardInterrupt too
         _report(spec)
 
 
 def _report(spec: ActorSpec, data_error: str = "") -> None:
     try:
         spec.dcq.put(ActorFailed(spec.actor_id, traceback.format_exc(), data_error), timeout=5.0)
-    except Exception:
+    except Exception:  # noqa: BLE001 - the host may be gone; the worker exits 1 either way
         pass
     os._exit(1)
 

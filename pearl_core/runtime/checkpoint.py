@@ -199,7 +199,7 @@ def load_checkpoint(path: str | os.PathLike, *, weights_only: bool = True) -> Ch
     _check_is_file(path)
     try:
         payload = torch.load(path, map_location="cpu", weights_only=weights_only)
-    except Exception as exc:  # noqa: BLE001 - any read error becomes a clear message
+    except Exception as exc:  # any read error becomes a clear message
         detail, objects = _read_failure(exc)
         what = ("it holds Python objects that are not plain tensors, numbers, strings, lists or dicts (a trainer's "
                 "state_dict() must return only those)" if objects else

@@ -250,7 +250,8 @@ class StopMonitor:
             at, m = self._last_eval
             return StopDecision(
                 "eval_return",
-                f"greedy evaluation of {s.eval_episodes} episodes at {at} env steps averaged {m:.2f} >= {s.eval_return}",
+                f"greedy evaluation of {s.eval_episodes} episodes at {at} env steps averaged {m:.2f} "
+                f">= {s.eval_return}",
                 True,
             )
         if s.max_env_steps is not None and env_steps >= s.max_env_steps:

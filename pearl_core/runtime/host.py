@@ -466,7 +466,7 @@ class Host(HostFaults):
         self.eval_job = None
         try:
             steps, res, took = job.result()
-        except Exception as exc:  # noqa: BLE001 - environments and get_action raise anything
+        except Exception as exc:  # environments and get_action raise anything
             ev = self.session.evaluator
             raise HostStop(EvaluationError(
                 f"the greedy evaluation of the policy at env step {job.steps} failed "

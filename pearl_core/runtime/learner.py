@@ -175,7 +175,7 @@ class _Worker:
             state = self.trainer.state_dict()
             blob = None if nonfinite_in(state) is not None else dump_blob(
                 {"trainer": state, "replay": None, "updates": self.step.updates})
-        except Exception:
+        except Exception:  # noqa: BLE001 - a failed trainer's state_dict may raise anything; report without it
             blob = None
         put_while(self.spec.outbox, LearnerFailed(tb, blob, f"{type(exc).__name__}: {exc}"), lambda: not self.gone())
 
@@ -197,14 +197,14 @@ def _guard(cls, spec: LearnerSpec) -> None:
         quick_exit(0)
     except EOFError:  # the host closed its end: it is gone
         quick_exit(0)
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - a worker reports any failure to the host
         try:
             if worker is not None and hasattr(worker, "step"):
                 worker.fail(exc)
             else:
                 spec.outbox.put(LearnerFailed(traceback.format_exc(), None, f"{type(exc).__name__}: {exc}"),
                                 timeout=10.0)
-        except Exception:
+        except Exception:  # noqa: BLE001 - the host may be gone; the worker exits 1 either way
             pass
         os._exit(1)
 

@@ -142,7 +142,7 @@ def quick_exit(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except Exception:
+        except Exception:  # noqa: BLE001 - a closed, replaced or missing stream must not stop the exit
             pass
     os._exit(code)
 

@@ -113,7 +113,7 @@ def connect_ray(ray, address: str | None, timeout_s: float | None = None) -> boo
         return True
     except SpecError:
         raise
-    except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError here
+    except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError here
         where = f"the Ray cluster at {address!r}" if address is not None else "a local Ray"
         raise SpecError(f"cannot connect to {where}: {type(exc).__name__}: {str(exc).strip()[:300]}. "
                         f"{_FIX}.") from exc

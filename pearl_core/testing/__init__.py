@@ -16,8 +16,8 @@ the conformance suites a plugin subclasses:
 
 from pearl_core.testing.reference import ReferenceSumTree
 
-__all__ = ["ActorCriticKernelConformance", "DQNConvKernelConformance", "DQNKernelConformance", "ReferenceSumTree", "StorageConformance",
-           "SumTreeConformance", "TransportConformance", "strategies"]
+__all__ = ["ActorCriticKernelConformance", "DQNConvKernelConformance", "DQNKernelConformance", "ReferenceSumTree",
+           "StorageConformance", "SumTreeConformance", "TransportConformance", "strategies"]
 
 
 def __getattr__(name):

@@ -262,7 +262,8 @@ class SumTreeConformance:
         tree.update(np.arange(capacity), prio)
         ref.update(np.arange(capacity), prio)
         cum = ref.prefix_sums()
-        masses = np.concatenate([cum[:-1], np.nextafter(cum[:-1], 0), np.linspace(0, ref.total(), 5000, endpoint=False)])
+        masses = np.concatenate([cum[:-1], np.nextafter(cum[:-1], 0),
+                                 np.linspace(0, ref.total(), 5000, endpoint=False)])
         masses = masses[(masses >= 0) & (masses < ref.total())]
         assert_same_samples(tree, ref, masses, exact=True)
 
@@ -321,7 +322,8 @@ class SumTreeConformance:
             with pytest.raises(InvalidValueError, match="overflow") as info:
                 call(tree)
             after = _snapshot(tree)
-            np.testing.assert_array_equal(after[0], before[0], err_msg=f"leaves changed by a refused update: {info.value}")
+            np.testing.assert_array_equal(after[0], before[0],
+                                          err_msg=f"leaves changed by a refused update: {info.value}")
             assert after[1] == before[1] and np.isfinite(after[1]), f"total changed: {before[1]!r} -> {after[1]!r}"
         tree.update([5, 5], [big, 1.0])  # the repeated index keeps its last, small, priority
         ref.update([5, 5], [big, 1.0])

@@ -356,7 +356,8 @@ class StorageConformance:
         for name in TRANSITION_FIELDS:
             check_field(storage, name, "a new storage")
         empty = np.empty(0, np.int64)
-        for what, call in (("gather([])", lambda s: s.gather(empty)), ("gather_into([])", lambda s: s.gather_into(empty))):
+        for what, call in (("gather([])", lambda s: s.gather(empty)),
+                           ("gather_into([])", lambda s: s.gather_into(empty))):
             got, want, _ = run_both(storage, ref, f"{what} on a new storage", call)
             assert_same_batch(got, want, f"{what} on a new storage")
         _, _, exc = run_both(storage, ref, "gather([0]) on a new storage", lambda s: s.gather([0]))

@@ -93,7 +93,7 @@ def run_both(storage: DataStorage, ref: DataStorage, what: str, call: Callable[[
         before = _snapshot(storage)
         try:
             got = call(storage)
-        except Exception as got_exc:  # noqa: BLE001
+        except Exception as got_exc:
             if not isinstance(got_exc, type(exc)):
                 raise AssertionError(
                     f"{what}: raised {type(got_exc).__name__}: {got_exc}; expected {type(exc).__name__}, "
@@ -104,7 +104,7 @@ def run_both(storage: DataStorage, ref: DataStorage, what: str, call: Callable[[
                              f"storage raises ({exc})") from None
     try:
         got = call(storage)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise AssertionError(f"{what}: raised {type(exc).__name__}: {exc}; the host storage accepts "
                              "the call") from exc
     return got, want, None

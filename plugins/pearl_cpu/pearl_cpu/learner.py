@@ -92,7 +92,7 @@ def _typed(name: str) -> type:
         class DQNKernel(DQNMLPKernel):
             """:class:`~pearl_cpu._learner.DQNMLPKernel` with ``step(DQNStepArgs) -> DQNStepResult``."""
 
-            def step(self, a):  # noqa: ANN001, ANN201 - pearl_core.kernels.DQNKernel's
+            def step(self, a):  # pearl_core.kernels.DQNKernel's
                 h = a.adam
                 td, loss, q_mean = native_dqn(self, a.obs, a.actions, a.rewards, a.next_obs, a.done, a.weights,
                                               a.gamma, a.huber_delta, a.max_grad_norm, a.double_dqn, h.lr, h.beta1,
@@ -108,7 +108,7 @@ def _typed(name: str) -> type:
         class TD3Kernel(TD3MLPKernel):
             """:class:`~pearl_cpu._learner_ac.TD3MLPKernel` with ``step(ACStepArgs) -> ACStepResult``."""
 
-            def step(self, a):  # noqa: ANN001, ANN201 - pearl_core.kernels.TD3Kernel's
+            def step(self, a):  # pearl_core.kernels.TD3Kernel's
                 return ACStepResult(*native_td3(self, a.obs, a.actions, a.rewards, a.next_obs, a.done, a.weights,
                                                 a.discount, a.noise, a.actor_update, a.max_grad_norm, a.tau,
                                                 _hp(a.critic_adam), _hp(a.actor_adam)))
@@ -122,7 +122,7 @@ def _typed(name: str) -> type:
         class SACKernel(SACMLPKernel):
             """:class:`~pearl_cpu._learner_ac.SACMLPKernel` with ``step(SACStepArgs) -> SACStepResult``."""
 
-            def step(self, a):  # noqa: ANN001, ANN201 - pearl_core.kernels.SACKernel's
+            def step(self, a):  # pearl_core.kernels.SACKernel's
                 alpha = a.alpha_adam
                 return SACStepResult(*native_sac(self, a.obs, a.actions, a.rewards, a.next_obs, a.done, a.weights,
                                                  a.discount, a.eps_next, a.eps_pi, a.max_grad_norm, a.tau,

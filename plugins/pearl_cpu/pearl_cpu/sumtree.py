@@ -112,16 +112,16 @@ class CpuSumTree(SumTree):
                 setattr(self, name, getattr(impl, name))
 
     # -- the SumTree API (shadowed per instance by the bound native methods) --
-    def update(self, indices, priorities) -> None:  # noqa: D102 - see SumTree
+    def update(self, indices, priorities) -> None:  # see SumTree
         self._impl.update(indices, priorities)
 
-    def get(self, indices) -> np.ndarray:  # noqa: D102
+    def get(self, indices) -> np.ndarray:
         return self._impl.get(indices)
 
-    def sample(self, masses) -> np.ndarray:  # noqa: D102
+    def sample(self, masses) -> np.ndarray:
         return self._impl.sample(masses)
 
-    def total(self) -> float:  # noqa: D102
+    def total(self) -> float:
         return self._impl.total()
 
     # -- extras --------------------------------------------------------------

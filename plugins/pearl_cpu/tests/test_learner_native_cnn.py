@@ -92,7 +92,8 @@ def test_copies_and_pickles_train_on_their_own_arrays():
     for twin in (copy.deepcopy(nat), pickle.loads(pickle.dumps(nat))):
         assert twin.engine == "native" and isinstance(twin._engine, ConvDQNEngine) and twin._engine.t is twin
         before, mine = _params(twin), _params(nat)
-        np.testing.assert_array_equal(twin.get_action(batch.obs, explore=False), nat.get_action(batch.obs, explore=False))
+        np.testing.assert_array_equal(twin.get_action(batch.obs, explore=False),
+                                      nat.get_action(batch.obs, explore=False))
         twin.update_policy(*_batch(MINATAR, 32, 1))
         assert not np.array_equal(_params(twin)[0], before[0])  # the copy trained ...
         for a, b in zip(mine, _params(nat)):

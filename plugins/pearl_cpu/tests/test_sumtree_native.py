@@ -495,7 +495,7 @@ def test_concurrent_python_threads_are_serialised():
         try:
             for _ in range(30):
                 tree.update(rng.integers(0, cap, 20_000), rng.random(20_000) + 0.5)
-        except Exception as exc:  # pragma: no cover - reported below
+        except Exception as exc:  # pragma: no cover # noqa: BLE001 - any failure of a thread is reported below
             errors.append(exc)
 
     def reader(seed):
@@ -505,7 +505,7 @@ def test_concurrent_python_threads_are_serialised():
                 # writers keep every priority >= 0.5, so the total stays >= cap / 2
                 out = tree.sample(rng.random(20_000) * (cap * 0.5))
                 assert ((out >= 0) & (out < cap)).all()
-        except Exception as exc:  # pragma: no cover
+        except Exception as exc:  # pragma: no cover # noqa: BLE001 - any failure of a thread is reported below
             errors.append(exc)
 
     workers = [threading.Thread(target=f, args=(s,)) for s, f in enumerate([writer, reader, writer, reader])]

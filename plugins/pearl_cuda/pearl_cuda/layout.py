@@ -59,12 +59,12 @@ class TreeLayout:
         nodes.reverse()  # nodes[0] == 1 (the root)
         assert nodes[0] == 1, nodes
         # Slots per level: the root's level padded to F, level l+1 to n_l * F.
-        slots = [fanout] + [nodes[l] * fanout for l in range(levels)]
+        slots = [fanout] + [nodes[lvl] * fanout for lvl in range(levels)]
         offsets, pos = [], 0
         for s in slots:
             offsets.append(pos)
             pos += s
-        spans = tuple(fanout ** (levels - l) for l in range(levels))
+        spans = tuple(fanout ** (levels - lvl) for lvl in range(levels))
         return cls(capacity, fanout, levels, tuple(nodes), tuple(offsets), spans, pos)
 
     @property

@@ -48,7 +48,8 @@ def stream_candidates(batch_size: int, max_streams: int = MAX_STREAMS) -> tuple[
 def split_sizes(batch_size: int, streams: int) -> tuple[int, ...]:
     """Chunk sizes of a batch over ``streams`` streams: as equal as possible, larger first, all >= 1."""
     if not 1 <= streams <= batch_size:
-        raise InvalidValueError(f"split_sizes: streams = {streams}; expected an integer in [1, batch_size={batch_size}].")
+        raise InvalidValueError(f"split_sizes: streams = {streams}; "
+                                f"expected an integer in [1, batch_size={batch_size}].")
     q, r = divmod(batch_size, streams)
     return tuple(q + 1 if i < r else q for i in range(streams))
 

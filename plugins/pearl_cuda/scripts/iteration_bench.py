@@ -224,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
               "workloads": rows,
               "e2e_serial_dqn_cartpole_env_steps_per_s": None if e2e is None else e2e["env_steps_per_s"],
               "e2e": e2e}
-    lines = [f"\n## Learner iteration on {a.device} ({'DRY RUN on the CPU: checks the script only' if a.dry_run else gpu})"
+    where = "DRY RUN on the CPU: checks the script only" if a.dry_run else gpu
+    lines = [f"\n## Learner iteration on {a.device} ({where})"
              f", {report['date']}, commit {report['commit']}\n",
              "| workload | batch | leaves | device path | iteration us (median) | p90 us | host syncs / iteration |",
              "|---|---:|---:|---|---:|---:|---:|"]

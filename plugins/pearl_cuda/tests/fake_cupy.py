@@ -70,7 +70,7 @@ _NULL_STREAM = Stream(null=True)
 Stream.null = _NULL_STREAM
 
 
-def ExternalStream(ptr, device_id=-1):  # noqa: N802 - mirrors cupy.cuda.ExternalStream
+def ExternalStream(ptr, device_id=-1):  # mirrors cupy.cuda.ExternalStream
     return Stream()
 
 
@@ -102,7 +102,7 @@ def alloc_pinned_memory(nbytes):
     return bytearray(int(nbytes))
 
 
-class ndarray(np.ndarray):  # noqa: N801 - mirrors cupy.ndarray
+class ndarray(np.ndarray):  # mirrors cupy.ndarray
     def get(self, stream=None, order="C", out=None, blocking=True):
         _flush()
         if out is None:
@@ -232,8 +232,8 @@ class FakeKernel:
     def _descend(tree, off, levels, fanout, x):
         x = x.copy()
         j = np.zeros(x.shape[0], np.int64)
-        for l in range(1, levels + 1):
-            first = off[l] + j * fanout
+        for lvl in range(1, levels + 1):
+            first = off[lvl] + j * fanout
             partial = np.zeros_like(x)
             chosen = np.full(x.shape[0], -1)
             last = np.zeros(x.shape[0], np.int64)
@@ -302,8 +302,8 @@ class FakeKernel:
     def _pearl_update_block(self, tree, off, spans, levels, fanout, capacity, idx, prio, n, owner, err):
         self._pearl_update_claim(idx, n, capacity, owner, err)
         self._pearl_update_leaves(tree, off[levels], capacity, idx, prio, n, owner, err)
-        for l in range(int(levels) - 1, -1, -1):
-            self._pearl_update_level(tree, off, l, fanout, spans[l], capacity, idx, n)
+        for lvl in range(int(levels) - 1, -1, -1):
+            self._pearl_update_level(tree, off, lvl, fanout, spans[lvl], capacity, idx, n)
 
     _pearl_update_grid = _pearl_update_block
 

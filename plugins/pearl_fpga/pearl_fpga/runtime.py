@@ -63,7 +63,7 @@ def ensure_icd_env() -> str | None:
 def import_dpctl():
     """Import dpctl after :func:`ensure_icd_env` (raises ``ImportError`` when not installed)."""
     ensure_icd_env()
-    import dpctl  # noqa: PLC0415 - imported lazily on purpose: importing the plugin touches no device
+    import dpctl  # imported lazily on purpose: importing the plugin touches no device
 
     return dpctl
 
@@ -136,7 +136,7 @@ class DpctlRuntime(Runtime):
         writing this plugin, so this path has never executed on hardware.
         """
         dpctl = import_dpctl()
-        import dpctl.program as dpp  # noqa: PLC0415
+        import dpctl.program as dpp
 
         queue = dpctl.SyclQueue(filter_string, property="in_order")
         rt = cls(queue, f"{queue.sycl_device.name} (offline image {image}; untested)", emulated=False)
@@ -166,7 +166,7 @@ class DpctlRuntime(Runtime):
             return self._kernels[key]
         prog = getattr(self, "_image", None) or self._programs.get(key[:2])
         if prog is None:
-            import dpctl.program as dpp  # noqa: PLC0415
+            import dpctl.program as dpp
 
             prog = self._programs[key[:2]] = dpp.create_program_from_source(self.queue, source, options)
         kern = self._kernels[key] = prog.get_sycl_kernel(name)
@@ -205,7 +205,7 @@ class PyOpenCLRuntime(Runtime):
     """The same surface over pyopencl (for oclgrind and pocl checks; not used by the backend)."""
 
     def __init__(self, context=None):
-        import pyopencl as cl  # noqa: PLC0415
+        import pyopencl as cl
 
         self.cl = cl
         self.ctx = context or cl.create_some_context(interactive=False)
