@@ -7,8 +7,8 @@
   :data:`~pearl_core.hookspecs.PLUGIN_API_VERSION` when the plugin is registered.
 * **Older hooks**: a backend whose plugin declares an older minor is called without the
   keyword options later minors added (:data:`~pearl_core.hookspecs.OPTIONS_SINCE`).
-* **Deadlines**: the cost models ``analytic_cells`` and ``profile_cells`` run in a thread under a
-  deadline (:data:`HOOK_DEADLINES_S`, or ``PEARL_PLUGIN_DEADLINE_S``); one that does not return
+* **Deadlines**: the cost models ``analytic_cells``, ``measure_primitive`` and ``profile_cells`` run in a
+  thread under a deadline (:data:`HOOK_DEADLINES_S`, or ``PEARL_PLUGIN_DEADLINE_S``); one that does not return
   raises :class:`~pearl_core.errors.PluginTimeoutError` naming the plugin and hook, and is not
   called again (the composer then plans without that row, saying why).
 * **Checked trees**: ``make_sum_tree`` returns a :class:`GuardedSumTree`, which checks what the
@@ -37,9 +37,13 @@ __all__ = ["DEADLINE_ENV", "GuardedSumTree", "HOOK_DEADLINES_S", "adapt_backend"
            "with_deadline"]
 
 #: Seconds a backend's cost-model hook may take before the composer gives up on it.
-HOOK_DEADLINES_S = {"analytic_cells": 60.0, "profile_cells": 1800.0}
-#: A guarded tree checks ``total()`` against the sum of its leaves at its first sample and every this many after.
-AUDIT_EVERY = 256
+HOOK_DEADLINES_S = {"analytic_cells": 60.0, "measure_primitive": 600.0, "profile_cells": 1800.0}
+#: A guarded tree audits its first :data:`AUDIT_FIRST` samples and one in :data:`AUDIT_EVERY` after: ``total()``
+#: against the sum of its leaves, and the priorities of the leaves sampled (none zero). Every sample is checked
+#: for its type, shape and index range; the audits read every leaf, so they are spaced to cost the hot path
+#: about a microsecond per sample at 2^20 leaves (every sample audited would cost ~35 us there).
+AUDIT_FIRST = 16
+AUDIT_EVERY = 4096
 #: The relative difference between ``total()`` and the leaves' sum that the audit tolerates (float drift).
 TOTAL_AUDIT_RTOL = 1e-6
 #: Environment variable that overrides every deadline of :data:`HOOK_DEADLINES_S` (seconds, > 0).
@@ -189,7 +193,7 @@ class GuardedSumTree(SumTree):
         self._samples = 0
 
     def _audit_total(self) -> None:
-        """``total()`` against the sum of the leaves (one read of every leaf, every :data:`AUDIT_EVERY` samples)."""
+        """``total()`` against the sum of the leaves (one read of every leaf; see :data:`AUDIT_EVERY`)."""
         leaves = self.get(np.arange(self.capacity, dtype=np.int64))
         found, want = self.total(), float(np.sum(leaves))
         if not abs(found - want) <= TOTAL_AUDIT_RTOL * max(found, want):
@@ -247,13 +251,16 @@ class GuardedSumTree(SumTree):
                           f"accepts (all in [0, total()] with total() = {total!r})", "leaf indices") from exc
         out = self._array("sample", out, np.int64, _length(masses))
         self._samples += 1
-        if self._samples % AUDIT_EVERY == 1:
+        audit = self._samples <= AUDIT_FIRST or self._samples % AUDIT_EVERY == 0
+        if audit:
             self._audit_total()
         if out.size:
             if out.min() < 0 or out.max() >= self.capacity:
                 bad = int(np.argmax((out < 0) | (out >= self.capacity)))
                 raise _breach(self.owner, "sample", f"returned index {int(out[bad])} at position [{bad}]",
                               f"indices in [0, {self.capacity})")
+            if not audit:
+                return out
             prio = self._call("get", out)
             if not isinstance(prio, np.ndarray) or prio.shape != out.shape or not (prio > 0).all():
                 bad = int(np.argmin(np.asarray(prio) > 0)) if np.shape(prio) == out.shape else 0

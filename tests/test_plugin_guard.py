@@ -218,6 +218,23 @@ def test_a_cost_model_that_never_returns_is_cut_at_its_deadline(monkeypatch):
         release.set()
 
 
+def test_a_measurement_that_never_returns_is_cut_at_its_deadline(monkeypatch):
+    release = threading.Event()
+
+    def measure_primitive(self, device, workload, request):
+        release.wait(30)  # "never" returns within the test
+
+    monkeypatch.setenv("PEARL_PLUGIN_DEADLINE_S", "0.3")
+    backend = registry_with(measure_primitive=measure_primitive).get_backend("broken")
+    try:
+        start = time.monotonic()
+        with pytest.raises(PluginTimeoutError, match=r"measure_primitive did not return within its deadline"):
+            backend.measure_primitive(None, None, None)
+        assert time.monotonic() - start < 2
+    finally:
+        release.set()
+
+
 def test_a_cost_model_within_its_deadline_returns_and_raises_as_before(monkeypatch):
     def analytic_cells(self, device, workload):
         if device == "bad":
