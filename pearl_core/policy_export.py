@@ -74,6 +74,11 @@ class BoxActor(nn.Module):
     (``"raw"``), or ``tanh`` of its first ``d`` outputs (``"mean"``: a squashed Gaussian's mean, SAC).
     """
 
+    low: torch.Tensor  # buffers, registered in __init__
+    high: torch.Tensor
+    mid: torch.Tensor
+    span: torch.Tensor
+
     def __init__(self, net: nn.Module, space: Any, squash: str):
         super().__init__()
         low = np.asarray(space.low, dtype=np.float32)
@@ -248,7 +253,8 @@ def _onnx(module: nn.Module, example: torch.Tensor) -> tuple[bytes, Any]:
     buf = io.BytesIO()
     try:
         with _quiet():
-            torch.onnx.export(module, (example,), buf, **kwargs)
+            # torch.onnx.export writes to a binary file object too; its annotation names only paths
+            torch.onnx.export(module, (example,), buf, **kwargs)  # type: ignore[arg-type]
     except Exception as exc:  # torch's exporter raises many types
         raise ExportError(f"Policy.export(format='onnx'): torch.onnx.export failed ({type(exc).__name__}: "
                           f"{str(exc)[:300]}). Fix: export format='torchscript', or give the trainer an "

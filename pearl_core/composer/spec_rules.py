@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeGuard
 
 from pearl_core.errors import SpecError
 
@@ -61,7 +61,7 @@ MAX_NAME_CHARS = 64
 MAX_DEVICES = 64
 
 
-def _real(v: Any) -> bool:
+def _real(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 

@@ -221,7 +221,7 @@ class FrameStorage(DataStorage):
 
     def _stack_frames(self, stack: np.ndarray) -> list[int]:
         """Pool indices holding ``stack``'s frames: an equal earlier ``next_obs`` stack's, or new ones."""
-        key = zlib.crc32(memoryview(stack).cast("B"))
+        key = zlib.crc32(stack.data.cast("B"))
         slot = self._recent.get(key)
         if slot is not None:
             idx = self._index[slot, self._frames:]

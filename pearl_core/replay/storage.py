@@ -15,13 +15,16 @@ from __future__ import annotations
 import dataclasses
 import operator
 from collections import abc
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
 from pearl_core.errors import InvalidDTypeError, InvalidValueError, SpecError
 from pearl_core.replay.memory import allocate_fields
 from pearl_core.sumtree import check_indices
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["STEPS_DTYPE", "TRANSITION_FIELDS", "Batch", "DataStorage", "StorageSpec", "check_filled_indices",
            "copy_rows", "discount_table", "discounts", "load_storage_state", "transition_rows"]
@@ -37,7 +40,8 @@ class Batch:
     The dataclass fields ARE the transition schema (:data:`TRANSITION_FIELDS`):
     every buffer, slot, checkpoint and message that holds transitions iterates
     them instead of naming them one by one. Arrays sampled from a replay manager
-    are copies (or the caller's own ``out`` arrays), never views of the storage.
+    are copies (or the caller's own ``out`` arrays), never views of the storage. A device batch
+    (``sample_device``) holds torch tensors on the device instead of numpy arrays.
 
     Attributes:
         obs: ``(B, *obs_shape)`` of ``obs_dtype``.
@@ -59,12 +63,12 @@ class Batch:
     (both read it from the trainer built from the same config).
     """
 
-    obs: np.ndarray
-    action: np.ndarray
-    reward: np.ndarray
-    next_obs: np.ndarray
-    done: np.ndarray
-    steps: np.ndarray | None = None
+    obs: np.ndarray | torch.Tensor
+    action: np.ndarray | torch.Tensor
+    reward: np.ndarray | torch.Tensor
+    next_obs: np.ndarray | torch.Tensor
+    done: np.ndarray | torch.Tensor
+    steps: np.ndarray | torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.steps is None and isinstance(self.reward, np.ndarray):
@@ -78,7 +82,8 @@ class Batch:
         """A batch over the transition fields of ``arrays`` (extra keys are ignored; no copy).
 
         A mapping without ``steps`` (one-step rows) gets ones, as :class:`Batch` does."""
-        return cls(*(arrays[name] for name in TRANSITION_FIELDS[:-1]), arrays.get("steps"))
+        fields = {name: arrays[name] for name in TRANSITION_FIELDS[:-1]}
+        return cls(**fields, steps=arrays.get("steps"))
 
 
 #: The fields of one transition, in :meth:`DataStorage.add` order. Defined once, by :class:`Batch`.
@@ -101,7 +106,7 @@ def discount_table(gamma: float, max_steps: int) -> np.ndarray:
     return out.astype(np.float32)
 
 
-def discounts(steps, gamma: float) -> np.ndarray:
+def discounts(steps, gamma: float) -> np.ndarray | None:
     """Per-row ``float32`` ``gamma ** steps`` of a host ``steps`` array (``None``: every row one step).
 
     Returns ``None`` for ``steps is None`` so a caller can keep its scalar-``gamma`` path.

@@ -89,7 +89,7 @@ class PipeQueue:
         self._reader, self._writer = ctx.Pipe(duplex=False)
         self._free = ctx.BoundedSemaphore(maxsize)
         self._rlock = threading.Lock()
-        self._poller = None  # select.poll on the reader, made at the first poll(0) (see poll)
+        self._poller: select.poll | None = None  # select.poll on the reader, made at the first poll(0) (see poll)
         # The semaphore's name is marked as this process's (for as long as the semaphore exists), so a job
         # killed outright leaves nothing the next run cannot find and remove (pearl_core.runtime.shm.clean_orphans).
         track_semaphore(self._free)

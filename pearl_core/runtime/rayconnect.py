@@ -42,21 +42,22 @@ _FIX = ("Fix: start the cluster (`ray start --head` on its head node, `ray start
 
 def connect_timeout(timeout_s: float | None = None) -> float:
     """The connect deadline: ``timeout_s``, else ``$PEARL_RAY_CONNECT_TIMEOUT_S``, else :data:`CONNECT_TIMEOUT_S`."""
+    value: object = timeout_s
     if timeout_s is None:
         raw = os.environ.get(CONNECT_TIMEOUT_ENV, "").strip()
         if not raw:
             return CONNECT_TIMEOUT_S
         try:
-            timeout_s = float(raw)
+            value = float(raw)
         except ValueError:
-            timeout_s = raw  # refused below
+            value = raw  # refused below
         where = f"${CONNECT_TIMEOUT_ENV}"
     else:
         where = "connect_timeout_s"
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not (
-            math.isfinite(timeout_s) and timeout_s > 0):
-        raise SpecError(f"{where} = {timeout_s!r}; expected seconds > 0 (default {CONNECT_TIMEOUT_S:g}).")
-    return float(timeout_s)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            math.isfinite(value) and value > 0):
+        raise SpecError(f"{where} = {value!r}; expected seconds > 0 (default {CONNECT_TIMEOUT_S:g}).")
+    return float(value)
 
 
 def _host_port(address: str) -> tuple[str, int] | None:

@@ -239,6 +239,7 @@ class RunLock:
                             "directory this process can create and write. Fix: choose another log_dir.") from exc
         path = log_dir / LOCK_NAME
         owner = _owner_record()
+        fd: int | None
         for attempt in range(_TRIES * 10):
             try:
                 fd = _open(path, os.O_RDWR | os.O_CREAT)

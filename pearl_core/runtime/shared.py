@@ -164,7 +164,7 @@ class WeightBuffer:
 
     def close(self) -> None:
         self._views = {}
-        self._seq = None
+        self._seq = None  # type: ignore[assignment]  # closed: a later use fails loudly
         self.block.close()
 
 
@@ -282,7 +282,7 @@ class Heartbeat:
     __slots__ = ("_view", "_i", "_n")
 
     def __init__(self, words: np.ndarray, worker: int):
-        self._view = memoryview(words)
+        self._view = words.data
         self._i = worker
         self._n = int(words[worker]) >> 37
 

@@ -498,5 +498,5 @@ class SlotRing:
 
     def close(self) -> None:
         self._slots = []
-        self._cursor = None
+        self._cursor = None  # type: ignore[assignment]  # closed: a later use fails loudly
         self.block.close()

@@ -55,7 +55,7 @@ def capacities(draw, fanout: int | None = None, max_capacity: int = 5000) -> int
     """Capacities ``>= 1``: tiny ones, powers of ``fanout`` and their neighbours."""
     choices = [st.integers(1, min(70, max_capacity))]
     if fanout is not None:
-        powers = []
+        powers: list[int] = []
         p = 1
         while p <= max_capacity:
             powers.extend(c for c in (p - 1, p, p + 1) if 1 <= c <= max_capacity)
