@@ -18,6 +18,9 @@ import pytest
 from pearl_core.runtime.shm import list_segments
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The shared test helpers (cpu_backend, faulty_envs, runtime_support): on sys.path through pyproject's
+# ``pythonpath``; a script a test runs in a fresh interpreter puts this folder on its own path.
+HELPERS = os.path.join(HERE, "helpers")
 
 # The CPU backend's calibration runs (each host variant run for real while profiling) are checked here for
 # their mechanism, not their figures: one round of 1 s each instead of the default three of 3 s (about a

@@ -58,7 +58,7 @@ def plan_for(kind) -> RuntimePlan:
                        queue_size=4)
 
 
-def config(log_dir, steps=160, trainer="test_runtime_support:LinearQ", **kw) -> RunConfig:
+def config(log_dir, steps=160, trainer="runtime_support:LinearQ", **kw) -> RunConfig:
     base = dict(env_id="CartPole-v1", trainer=trainer, batch_size=16, learning_starts=32, train_every=16,
                 replay_ratio=0.5, replay=ReplayConfig(capacity=2048), stop=StopCriteria(max_env_steps=steps),
                 log_dir=str(log_dir))
@@ -225,7 +225,7 @@ class _Stop(KeyboardInterrupt):
 def test_lock_is_released_when_the_run_fails(tmp_path, monkeypatch, caplog, kind, fault):
     d = tmp_path / "run"
     if fault == "raise":
-        cfg = config(d, steps=400, trainer="test_runtime_support:FailingLearner", trainer_kwargs={"fail_at": 5})
+        cfg = config(d, steps=400, trainer="runtime_support:FailingLearner", trainer_kwargs={"fail_at": 5})
         expected = Exception  # LearnerError (parallel; the serial runtime's own wrapping may vary)
     else:
         cfg, expected = config(d, steps=400), _Stop

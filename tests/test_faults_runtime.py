@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import faulty_envs
-from conftest import HERE, child_pids
+from conftest import HELPERS, child_pids
 from faulty_envs import env_id
 from pearl_core.errors import (
     ActorError,
@@ -439,7 +439,7 @@ def _alive(pids):
 def test_sigint_with_a_frozen_learner_ends_within_seconds_with_a_checkpoint(tmp_path, setting):
     marker, log_dir = str(tmp_path / "frozen"), str(tmp_path / "run")
     script = tmp_path / "frozen.py"
-    script.write_text(FROZEN.format(here=HERE, marker=marker, log_dir=log_dir, setting=setting))
+    script.write_text(FROZEN.format(here=HELPERS, marker=marker, log_dir=log_dir, setting=setting))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 180
@@ -488,7 +488,7 @@ STDIN_SCRIPT = textwrap.dedent(
 
 def test_a_script_from_stdin_is_refused_before_any_worker_starts(tmp_path):
     log_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-"], input=STDIN_SCRIPT.format(here=HERE, log_dir=str(log_dir)),
+    proc = subprocess.run([sys.executable, "-"], input=STDIN_SCRIPT.format(here=HELPERS, log_dir=str(log_dir)),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "SpecError: the parallel runtime cannot start its workers: the main module's file is '<stdin>'" \

@@ -524,7 +524,7 @@ def test_serial_td3_on_pendulum_with_3_step_returns(tmp_path):
 
 
 # ------------------------------------------------------------------------------ parallel runtime
-from test_runtime_support import FixedPolicy  # noqa: E402  (the tests' deterministic policy)
+from runtime_support import FixedPolicy  # noqa: E402  (the tests' deterministic policy)
 
 
 class FixedNStep(FixedPolicy):

@@ -23,6 +23,7 @@ import pytest
 from pearl_core.errors import ActorError, SpecError
 from pearl_core.runtime.checkpoint import load_checkpoint
 from pearl_core.runtime.config import RunConfig, RuntimePlan
+from conftest import HELPERS, HERE
 from test_runtime_parallel import assert_replays_the_serial_run, config, owed, run_serial  # its tiny runs
 
 ray = pytest.importorskip("ray", reason="the Ray runtime's tests need the extra: pip install 'pearl-core[ray]'")
@@ -31,9 +32,10 @@ from pearl_core.runtime.rayrun import RayRuntime  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-# The worker processes import the trainers of tests/test_runtime_support.py.
-RUNTIME_ENV = {"env_vars": {"PYTHONPATH": os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}}
+ROOT = os.path.dirname(HERE)  # the repository (conftest's HERE is tests/)
+# The worker processes import the trainers of tests/helpers/runtime_support.py.
+_PATH = os.pathsep.join([HELPERS, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+RUNTIME_ENV = {"env_vars": {"PYTHONPATH": _PATH}}
 def ray_runtime(cfg, plan, **kw) -> RayRuntime:
     return RayRuntime(cfg, plan, progress=False, plot=False, tensorboard=False, runtime_env=RUNTIME_ENV,
                       stall_timeout_s=120, **kw)
@@ -140,7 +142,7 @@ def test_a_cluster_spec_gives_the_running_nodes_their_links(cluster, tmp_path):
     spec = tmp_path / "lab.toml"
     spec.write_text('[[node]]\nname = "me"\ncpus = 1\ndriver = true\n[[node]]\nname = "slow"\ncpus = 1\n'
                     f'latency_us = 2000\nbandwidth_MBps = 50\naddress = "{address.pop()}"\n')
-    this_machine = os.path.join(os.path.dirname(HERE), "examples", "hardware", "this-machine.toml")
+    this_machine = os.path.join(ROOT, "examples", "hardware", "this-machine.toml")
     args = ["plan", "-H", this_machine, "-b", "64", "--hidden", "32,32", "--ray", c.address, "--ray-actors", "3"]
     res = CliRunner().invoke(app, [*args, "--cluster", str(spec)])
     assert res.exit_code == 0, res.output
@@ -166,7 +168,7 @@ def test_actors_pinned_to_the_nodes_named(cluster, tmp_path):
 def test_one_actor_agrees_with_the_serial_oracle(cluster, tmp_path):
     """One actor with a deterministic policy replays the serial run exactly: same rows, same counters."""
     plan = RuntimePlan(n_actors=1, envs_per_actor=2, insert_batch=16)
-    trainer = "test_runtime_support:FixedPolicy"
+    trainer = "runtime_support:FixedPolicy"
     ser = run_serial(config(tmp_path, "serial", trainer), plan)
     par = ray_runtime(config(tmp_path, "ray", trainer), plan).run()
     assert_replays_the_serial_run(ser, par, tmp_path, "ray", ("env_steps", "return"))
@@ -177,7 +179,7 @@ def test_one_actor_agrees_with_the_serial_oracle(cluster, tmp_path):
 
 def test_a_lost_actor_process_is_restarted_and_nothing_inserted_is_lost(cluster, tmp_path, caplog):
     marker = tmp_path / "killed"
-    cfg = config(tmp_path, trainer="test_runtime_support:KillOnce", steps=768)
+    cfg = config(tmp_path, trainer="runtime_support:KillOnce", steps=768)
     cfg = RunConfig.from_dict({**cfg.to_dict(), "trainer_kwargs": {"kill_at": 200, "marker": str(marker)}})
     plan = RuntimePlan(n_actors=2, envs_per_actor=1, insert_batch=8)
     rt = ray_runtime(cfg, plan)
@@ -192,7 +194,7 @@ def test_a_lost_actor_process_is_restarted_and_nothing_inserted_is_lost(cluster,
 
 
 def test_an_actor_that_raises_ends_the_run_with_an_error_and_a_checkpoint(cluster, tmp_path):
-    cfg = config(tmp_path, trainer="test_runtime_support:RaisingActor", steps=2048)
+    cfg = config(tmp_path, trainer="runtime_support:RaisingActor", steps=2048)
     cfg = RunConfig.from_dict({**cfg.to_dict(), "trainer_kwargs": {"raise_at": 300}})
     rt = ray_runtime(cfg, RuntimePlan(n_actors=1, envs_per_actor=2, insert_batch=16))
     with pytest.raises(ActorError, match=r"Ray actor 0 \(on node [0-9a-f]+\) failed .*actor exploded"):
@@ -236,7 +238,7 @@ def test_the_host_runs_on_the_node_named_and_ctrl_c_reaches_it(cluster, tmp_path
 
 def test_an_error_on_the_host_node_comes_back_as_itself(cluster, tmp_path):
     _, workers = cluster
-    cfg = config(tmp_path, trainer="test_runtime_support:RaisingActor", steps=2048)
+    cfg = config(tmp_path, trainer="runtime_support:RaisingActor", steps=2048)
     cfg = RunConfig.from_dict({**cfg.to_dict(), "trainer_kwargs": {"raise_at": 300}})
     rt = ray_runtime(cfg, RuntimePlan(n_actors=1, envs_per_actor=2, insert_batch=16), host_node=workers[0])
     with pytest.raises(ActorError, match=r"Ray actor 0 \(on node [0-9a-f]+\) failed .*actor exploded"):
@@ -277,7 +279,7 @@ def test_the_composed_program_runs_its_actors_on_the_cluster(cluster, tmp_path):
     from pearl_core.cli import app
 
     c, workers = cluster
-    spec = os.path.join(os.path.dirname(HERE), "examples", "hardware", "this-machine.toml")
+    spec = os.path.join(ROOT, "examples", "hardware", "this-machine.toml")
     made = CliRunner().invoke(app, ["compose", "-H", spec, "--no-profile", "--hidden", "32,32", "-o",
                                     str(tmp_path / "runtime.py")])
     assert made.exit_code == 0, made.output

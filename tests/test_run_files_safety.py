@@ -266,7 +266,7 @@ def test_full_disk_while_checkpointing_is_a_pearl_error_naming_the_errno(tmp_pat
     from pearl_core.runtime.config import RunConfig, RuntimePlan, StopCriteria
     from pearl_core.runtime.control import RunState, StopMonitor
 
-    cfg = RunConfig(env_id="CartPole-v1", trainer="test_runtime_support:LinearQ", log_dir=str(tmp_path),
+    cfg = RunConfig(env_id="CartPole-v1", trainer="runtime_support:LinearQ", log_dir=str(tmp_path),
                     stop=StopCriteria(max_env_steps=100))
     path = tmp_path / "checkpoint.pt"
     path.write_bytes(b"previous")

@@ -20,7 +20,7 @@ from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, Stop
 from pearl_core.runtime.parallel import ParallelRuntime
 
 from cpu_backend import needs_cpu_backend
-from test_runtime_support import LinearQ
+from runtime_support import LinearQ
 
 pytestmark = [needs_cpu_backend, pytest.mark.usefixtures("no_leaks")]
 

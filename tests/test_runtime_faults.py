@@ -23,7 +23,7 @@ from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, Stop
 from pearl_core.runtime.checkpoint import load_checkpoint
 from pearl_core.runtime.parallel import ActorError, LearnerError, ParallelRuntime
 from pearl_core.runtime.shm import list_segments
-from conftest import HERE, child_pids
+from conftest import HELPERS, child_pids
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -45,7 +45,7 @@ def runtime(cfg, plan=PLAN, **kw) -> ParallelRuntime:
 
 def test_killed_actor_is_restarted_and_the_run_completes(tmp_path, caplog):
     marker = str(tmp_path / "killed-once")
-    cfg = config(tmp_path, "test_runtime_support:KillOnce", kill_at=100, marker=marker)
+    cfg = config(tmp_path, "runtime_support:KillOnce", kill_at=100, marker=marker)
     rt = runtime(cfg, RuntimePlan(setting=1, n_actors=1, envs_per_actor=2, insert_batch=8, queue_size=4))
     with caplog.at_level(logging.WARNING, logger="pearl_core.runtime.parallel"):
         res = rt.run()
@@ -58,7 +58,7 @@ def test_killed_actor_is_restarted_and_the_run_completes(tmp_path, caplog):
 
 
 def test_raising_actor_is_restarted_up_to_the_limit_then_fails(tmp_path):
-    cfg = config(tmp_path, "test_runtime_support:RaisingActor", raise_at=60)
+    cfg = config(tmp_path, "runtime_support:RaisingActor", raise_at=60)
     plan = RuntimePlan(setting=2, n_actors=1, envs_per_actor=2, insert_batch=8, queue_size=4)
     rt = runtime(cfg, plan, max_restarts=1)
     with pytest.raises(ActorError) as info:
@@ -77,7 +77,7 @@ def test_raising_actor_is_restarted_up_to_the_limit_then_fails(tmp_path):
 
 @pytest.mark.parametrize("setting", [1, 2])
 def test_learner_exception_is_reraised_with_its_traceback_and_a_checkpoint(tmp_path, setting):
-    cfg = config(tmp_path, "test_runtime_support:FailingLearner", fail_at=5)
+    cfg = config(tmp_path, "runtime_support:FailingLearner", fail_at=5)
     plan = RuntimePlan(setting=setting, n_actors=1, envs_per_actor=2, insert_batch=8, queue_size=4)
     with pytest.raises(LearnerError) as info:
         runtime(cfg, plan).run()
@@ -90,7 +90,7 @@ def test_learner_exception_is_reraised_with_its_traceback_and_a_checkpoint(tmp_p
 
 
 def test_killed_learner_stops_the_run(tmp_path):
-    cfg = config(tmp_path, "test_runtime_support:KillLearner", kill_at=3)
+    cfg = config(tmp_path, "runtime_support:KillLearner", kill_at=3)
     with pytest.raises(LearnerError) as info:
         runtime(cfg).run()
     assert info.value.exitcode == -signal.SIGKILL
@@ -109,7 +109,7 @@ SCRIPT = textwrap.dedent(
     from pearl_core.runtime.parallel import ParallelRuntime
 
     if __name__ == "__main__":
-        cfg = RunConfig(env_id="CartPole-v1", trainer="test_runtime_support:SlowLearner", batch_size=16,
+        cfg = RunConfig(env_id="CartPole-v1", trainer="runtime_support:SlowLearner", batch_size=16,
                         learning_starts=32, replay=ReplayConfig(capacity=4096),
                         stop=StopCriteria(max_env_steps=10_000_000), log_dir={log_dir!r}, save_replay=True)
         plan = RuntimePlan(setting={setting}, n_actors=2, envs_per_actor=1, insert_batch=8, queue_size=4)
@@ -123,7 +123,7 @@ def _start_run(tmp_path, setting: int) -> tuple[subprocess.Popen, list[int]]:
     """Start a long run in a subprocess; return it once it trains, with its workers' pids."""
     log_dir = str(tmp_path / "run")
     script = tmp_path / "run_forever.py"
-    script.write_text(SCRIPT.format(here=HERE, log_dir=log_dir, setting=setting))
+    script.write_text(SCRIPT.format(here=HELPERS, log_dir=log_dir, setting=setting))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     metrics = os.path.join(log_dir, "metrics.csv")
@@ -197,7 +197,7 @@ NO_GUARD = textwrap.dedent(
     from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
     from pearl_core.runtime.parallel import ParallelRuntime
 
-    cfg = RunConfig(env_id="CartPole-v1", trainer="test_runtime_support:LinearQ", batch_size=16,
+    cfg = RunConfig(env_id="CartPole-v1", trainer="runtime_support:LinearQ", batch_size=16,
                     learning_starts=32, replay=ReplayConfig(capacity=512), stop=StopCriteria(max_env_steps=200),
                     log_dir={log_dir!r})
     ParallelRuntime(cfg, RuntimePlan(setting=2, n_actors=1, envs_per_actor=1), progress=False, plot=False,
@@ -209,7 +209,7 @@ NO_GUARD = textwrap.dedent(
 def test_a_script_without_the_main_guard_fails_with_the_fix(tmp_path):
     # Workers re-import the script; without the guard each would start a run of its own.
     script = tmp_path / "no_guard.py"
-    script.write_text(NO_GUARD.format(here=HERE, log_dir=str(tmp_path / "run")))
+    script.write_text(NO_GUARD.format(here=HELPERS, log_dir=str(tmp_path / "run")))
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     # the learner or the actor fails first, whichever it is says what to do
@@ -225,7 +225,7 @@ def test_a_script_without_the_main_guard_fails_with_the_fix(tmp_path):
 @pytest.mark.parametrize("steps", [401, 405])
 def test_a_budget_the_vector_steps_do_not_divide_is_reached(tmp_path, setting, steps):
     """Two envs per actor and an odd budget: actors used to wait for room for two rows that never came."""
-    cfg = config(tmp_path, "test_runtime_support:LinearQ", steps=steps)
+    cfg = config(tmp_path, "runtime_support:LinearQ", steps=steps)
     plan = RuntimePlan(setting=setting, n_actors=2, envs_per_actor=2, insert_batch=8, queue_size=4)
     res = runtime(cfg, plan, stall_timeout_s=60).run()
     assert res.stop_reason == "max_env_steps" and res.env_steps == steps
@@ -237,7 +237,7 @@ def test_a_killed_colocated_worker_loses_no_experience(tmp_path, checkpoint_ever
     checkpoint (or none) and its journal of every row forwarded since, so every counted row is saved."""
     from pearl_core.runtime.checkpoint import load_checkpoint
 
-    cfg = dataclasses.replace(config(tmp_path, "test_runtime_support:KillLearner", steps=4_000, kill_at=60),
+    cfg = dataclasses.replace(config(tmp_path, "runtime_support:KillLearner", steps=4_000, kill_at=60),
                               save_replay=True, checkpoint_every=checkpoint_every, learning_starts=300)
     with pytest.raises(LearnerError, match="exited with code -9"):
         runtime(cfg, RuntimePlan(setting=2, n_actors=1, insert_batch=8, queue_size=4)).run()

@@ -31,7 +31,7 @@ FIELDS = ("obs", "action", "reward", "next_obs", "done")
 LS, TE, RATIO = 64, 32, 0.5
 
 
-def config(tmp_path, name="run", trainer="test_runtime_support:LinearQ", steps=512, **kw) -> RunConfig:
+def config(tmp_path, name="run", trainer="runtime_support:LinearQ", steps=512, **kw) -> RunConfig:
     kw.setdefault("replay", ReplayConfig(capacity=4096))
     kw.setdefault("save_replay", True)
     return RunConfig(env_id="CartPole-v1", trainer=trainer, batch_size=16, learning_starts=LS, train_every=TE,
@@ -144,7 +144,7 @@ def test_priorities_follow_td_errors(tmp_path, setting, max_in_flight):
 @pytest.mark.parametrize("setting", [1, 2])
 def test_actors_receive_the_learners_weights(tmp_path, setting):
     marker = tmp_path / "seen"
-    cfg = config(tmp_path, trainer="test_runtime_support:WeightEcho")
+    cfg = config(tmp_path, trainer="runtime_support:WeightEcho")
     cfg = RunConfig.from_dict({**cfg.to_dict(), "weight_sync_every": 5,
                                "trainer_kwargs": {"seen_at": 20, "marker": str(marker)}})
     plan = RuntimePlan(setting=setting, n_actors=1, envs_per_actor=2, insert_batch=8, queue_size=4)
@@ -162,7 +162,7 @@ def test_actors_receive_the_learners_weights(tmp_path, setting):
 def test_agrees_with_the_serial_oracle(tmp_path, setting):
     """One actor with a deterministic policy replays the serial run exactly: same rows, same counters."""
     plan = RuntimePlan(setting=setting, n_actors=1, envs_per_actor=2, insert_batch=16, queue_size=4)
-    trainer = "test_runtime_support:FixedPolicy"
+    trainer = "runtime_support:FixedPolicy"
     ser = run_serial(config(tmp_path, "serial", trainer), plan)
     _, par = run_parallel(config(tmp_path, "parallel", trainer), plan)
     assert_replays_the_serial_run(ser, par, tmp_path, "parallel", ("return",))
@@ -185,7 +185,7 @@ def assert_replays_the_serial_run(ser, other, tmp_path, other_dir: str, episode_
 
 def test_two_actors_store_only_serial_trajectories(tmp_path):
     """Actor i steps the serial runtime's environment i: every stored row is one of the serial rows."""
-    trainer = "test_runtime_support:FixedPolicy"
+    trainer = "runtime_support:FixedPolicy"
     plan = RuntimePlan(setting=2, n_actors=2, envs_per_actor=1, insert_batch=8, queue_size=4)
     _, par = run_parallel(config(tmp_path, "parallel", trainer, steps=300), plan)
     # The serial runtime steps both environments together: 600 steps cover 300 of each,
@@ -261,7 +261,7 @@ def test_in_process_rrq_is_a_direct_call_on_the_learner_steps_replay_side():
 def test_greedy_evaluation_stops_the_run(tmp_path):
     # FixedPolicy always pushes left: CartPole falls after ~10 steps, so any target below that is met
     # at the first evaluation.
-    cfg = config(tmp_path, trainer="test_runtime_support:FixedPolicy", steps=100_000)
+    cfg = config(tmp_path, trainer="runtime_support:FixedPolicy", steps=100_000)
     cfg = RunConfig.from_dict({**cfg.to_dict(), "stop": {"eval_return": 5.0, "eval_every": 128,
                                                          "eval_episodes": 3, "max_env_steps": 100_000}})
     plan = RuntimePlan(setting=2, n_actors=1, envs_per_actor=2, insert_batch=16, queue_size=4)
@@ -273,7 +273,7 @@ def test_greedy_evaluation_stops_the_run(tmp_path):
 
 
 def test_mean_training_return_stops_the_run(tmp_path):
-    cfg = config(tmp_path, trainer="test_runtime_support:FixedPolicy", steps=100_000)
+    cfg = config(tmp_path, trainer="runtime_support:FixedPolicy", steps=100_000)
     cfg = RunConfig.from_dict({**cfg.to_dict(), "stop": {"mean_return": 5.0, "window": 4, "max_env_steps": 100_000}})
     plan = RuntimePlan(setting=1, n_actors=1, envs_per_actor=1, insert_batch=8, queue_size=4)
     _, res = run_parallel(cfg, plan)

@@ -14,7 +14,6 @@ import sys
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -25,9 +24,9 @@ from pearl_core.runtime.procs import STOP_SIGNALS, install_stop_handlers, restor
 from pearl_core.runtime.serial import SerialRuntime
 from pearl_core.runtime.shm import list_segments
 
+from conftest import HELPERS
 from cpu_backend import needs_cpu_backend
 
-HERE = str(Path(__file__).resolve().parent)
 
 
 class _SignalAt(Callback):
@@ -43,7 +42,7 @@ class _SignalAt(Callback):
 
 
 def _config(tmp_path) -> RunConfig:
-    return RunConfig(env_id="CartPole-v1", trainer="test_runtime_support:LinearQ", batch_size=16, learning_starts=32,
+    return RunConfig(env_id="CartPole-v1", trainer="runtime_support:LinearQ", batch_size=16, learning_starts=32,
                      replay=ReplayConfig(capacity=8192), stop=StopCriteria(max_env_steps=5_000),
                      log_dir=str(tmp_path / "run"), save_replay=True)
 
@@ -102,7 +101,7 @@ PARALLEL = textwrap.dedent(
     from pearl_core.runtime.parallel import ParallelRuntime
 
     if __name__ == "__main__":
-        cfg = RunConfig(env_id="CartPole-v1", trainer="test_runtime_support:LinearQ", batch_size=16,
+        cfg = RunConfig(env_id="CartPole-v1", trainer="runtime_support:LinearQ", batch_size=16,
                         learning_starts=32, replay=ReplayConfig(capacity=4096),
                         stop=StopCriteria(max_env_steps=10_000_000), log_dir={log_dir!r}, save_replay=True)
         plan = RuntimePlan(setting=1, n_actors=1, envs_per_actor=1, insert_batch=8, queue_size=4)
@@ -116,7 +115,7 @@ PARALLEL = textwrap.dedent(
 def test_sighup_to_a_parallel_runs_host_ends_it_with_a_checkpoint(tmp_path):
     log_dir = tmp_path / "run"
     script = tmp_path / "hup.py"
-    script.write_text(PARALLEL.format(here=HERE, log_dir=str(log_dir)))
+    script.write_text(PARALLEL.format(here=HELPERS, log_dir=str(log_dir)))
     # Its own session, like a job whose terminal closes: SIGHUP to the whole process group.
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)

@@ -35,7 +35,7 @@ def _faulty(monkeypatch, role: str, drop: int) -> None:
 
 
 def _run(tmp_path, setting: int):
-    cfg = RunConfig(env_id="CartPole-v1", trainer="test_runtime_support:LinearQ", batch_size=16, learning_starts=64,
+    cfg = RunConfig(env_id="CartPole-v1", trainer="runtime_support:LinearQ", batch_size=16, learning_starts=64,
                     replay=ReplayConfig(capacity=4096), replay_ratio=0.5,
                     stop=StopCriteria(max_env_steps=100_000), log_dir=str(tmp_path / "run"))
     plan = RuntimePlan(setting=setting, n_actors=1, envs_per_actor=2, insert_batch=16, queue_size=4)

@@ -1,9 +1,9 @@
-"""Test-only trainers shared by the tests/test_runtime_*.py files (the leak checks are in conftest.py).
+"""Test-only trainers shared by the runtime tests (tests/runtime/; the leak checks are in tests/conftest.py).
 
 The trainers are tiny (one ``nn.Linear``) so that a parallel run spends its time in
 the runtime, not in torch. Spawned processes import them by path
-(``"test_runtime_support:LinearQ"``): pytest puts ``tests/`` on ``sys.path`` and
-``spawn`` children inherit it. This module holds no tests.
+(``"runtime_support:LinearQ"``): pytest puts ``tests/helpers/`` on ``sys.path`` (``pythonpath`` in
+pyproject.toml) and ``spawn`` children inherit it. This module holds no tests.
 """
 
 from __future__ import annotations

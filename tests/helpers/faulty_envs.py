@@ -4,7 +4,7 @@ Importing this module registers the environments with gymnasium under the
 ``PearlFaulty/`` namespace. Worker processes import it through the trainer path
 (``"faulty_envs:LinearQ"`` and the others below): the runtime imports a run's
 trainer module before it builds the environments, so a worker knows these ids
-too. pytest puts ``tests/`` on ``sys.path`` and the workers inherit it. This
+too. pytest puts ``tests/helpers/`` on ``sys.path`` and the workers inherit it. This
 module holds no tests.
 
 Every environment is CartPole-v1 with one fault, counted in steps of the
@@ -36,7 +36,7 @@ import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 from pearl_core.runtime.acting import EVAL_SEED_OFFSET
-from test_runtime_support import LinearQ
+from runtime_support import LinearQ
 
 NAMESPACE = "PearlFaulty"
 
