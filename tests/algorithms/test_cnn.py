@@ -3,7 +3,7 @@
 ``make test`` installs the ``pixels`` extra (``ale-py`` with its ROMs, ``minatar``, OpenCV for the
 Atari preprocessing). The Composer tests compose a plan for this machine, write the runtime program
 with :func:`RuntimeGen` and run it in a fresh process for a few hundred env steps (the mechanism,
-not learning), as ``tests/test_continuous_envs.py`` does for MuJoCo and Box2D.
+not learning), as ``tests/test_envs_continuous.py`` does for MuJoCo and Box2D.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pearl_core.replay.storage import Batch
 from pearl_core.runtime.checkpoint import load_checkpoint
 from pearl_core.runtime.config import RunConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 THIS_MACHINE = ROOT / "examples" / "hardware" / "this-machine.toml"
 
 ale = pytest.importorskip("ale_py", reason="the Atari tests need ale-py (make test installs '.[pixels]')")
