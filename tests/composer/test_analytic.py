@@ -28,7 +28,7 @@ from pearl_core.errors import SpecError
 from pearl_core.hookspecs import hookimpl
 from pearl_core.plugins import PluginRegistry
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = (LearnerLayer("net.0", "linear", 4, 2, 8, 10, True, "net"),)
 
 

@@ -23,7 +23,7 @@ from pearl_core.composer.workload import Workload
 from pearl_core.errors import SpecError
 from pearl_core.runtime.config import Setting
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_grids_cover_the_issue_grid():

@@ -14,7 +14,7 @@ from pearl_core.composer import HardwareSpec, make_plan, workload_for_env
 from pearl_core.composer.costs import fill_matrix
 from pearl_core.plugins import PluginRegistry
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "examples" / "hardware" / "cpu-gpu-fpga.toml"
 
 

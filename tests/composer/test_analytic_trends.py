@@ -25,7 +25,7 @@ from pearl_core.composer.analytic import learner_ops
 from pearl_core.plugins import PluginRegistry
 from pearl_cuda.model import gpu_learner
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SPEC_PATH = ROOT / "examples" / "hardware" / "cpu-gpu-fpga.toml"
 BATCHES = (32, 64, 128, 256, 512)
 SMALL, LARGE = (64, 64), (256, 256)

@@ -25,7 +25,7 @@ from pearl_core.composer.plan import setting_label
 from pearl_core.errors import SpecError
 from pearl_core.runtime.config import Setting
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAYERS = (LearnerLayer("q.0", "linear", 4, 64, 256, 320, True, "q"),
           LearnerLayer("q.1", "linear", 64, 2, 128, 130, True, "q"))
 WL = Workload(batch_size=32, obs_bytes=16, action_bytes=8, n_actors=2, layers=LAYERS, env_id="CartPole-v1")

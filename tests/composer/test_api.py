@@ -4,7 +4,7 @@ Golden files: ``tests/golden/runtime_*.py`` hold the exact text RuntimeGen write
 for two fixed plans. After an intended change of the generated program (or of the
 plan's JSON layout) regenerate them with
 
-    PEARL_UPDATE_GOLDEN=1 .venv/bin/python -m pytest -q tests/test_composer_api.py -k golden
+    PEARL_UPDATE_GOLDEN=1 .venv/bin/python -m pytest -q tests/composer/test_api.py -k golden
 
 and review the diff before committing.
 """
@@ -46,7 +46,7 @@ from pearl_core.runtime import ReplayConfig, RunConfig, StopCriteria
 from pearl_core.runtime.config import Setting
 from pearl_core.runtime.program import build_parser
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
 THIS_MACHINE = ROOT / "examples" / "hardware" / "this-machine.toml"
 

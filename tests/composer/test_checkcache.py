@@ -25,7 +25,7 @@ from pearl_core.composer.checkcache import CACHE_FILE, fingerprint, remembered
 from pearl_core.composer.spacecache import CACHE_FILE as SPACES_FILE, remembered_spaces
 from pearl_core.composer.spec import HardwareSpec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 THIS_MACHINE = ROOT / "examples" / "hardware" / "this-machine.toml"
 
 TRAINERS = '''

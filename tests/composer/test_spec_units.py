@@ -10,7 +10,7 @@ import pytest
 from pearl_core.composer.spec import load_spec
 from pearl_core.errors import SpecError
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "hardware" / "this-machine.toml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "hardware" / "this-machine.toml"
 
 
 def test_memory_gib_that_overflows_is_named_as_written(tmp_path):

@@ -1,5 +1,5 @@
 """The cluster model (pearl_core/composer/cluster.py): cluster specs, where the actors of a Ray run
-go, and `pearl plan --cluster`. (Reading a running cluster is tested in test_ray_runtime.py.)"""
+go, and `pearl plan --cluster`. (Reading a running cluster is tested in tests/runtime/test_rayrun_cluster.py.)"""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from pearl_core.composer.cluster import LOCAL_LINK, RPC_S, ClusterSpec, NodeSpec, place_actors, place_host
 from pearl_core.errors import SpecError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "hardware" / "ray-cluster.toml"
 THIS_MACHINE = ROOT / "examples" / "hardware" / "this-machine.toml"
 CPU_GPU_FPGA = ROOT / "examples" / "hardware" / "cpu-gpu-fpga.toml"

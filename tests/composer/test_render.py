@@ -22,7 +22,7 @@ from pearl_core.composer.cli import (MAX_PNG_PANELS, batch_plans, grid_figure, g
 from pearl_core.composer.workload import workload_for_env
 from pearl_core.errors import InvalidValueError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SERVER = ROOT / "examples" / "hardware" / "cpu-gpu-fpga.toml"
 BASE = ["plan", "-H", str(SERVER), "--hidden", "64,64"]
 

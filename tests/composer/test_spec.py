@@ -10,7 +10,7 @@ from pearl_core.composer import DeviceSpec, HardwareSpec, LinkSpec
 from pearl_core.composer.detect import detect_hardware
 from pearl_core.errors import SpecError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "hardware"
 KINDS = ("cpu", "cuda", "fpga")
 

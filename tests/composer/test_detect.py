@@ -14,7 +14,7 @@ from pearl_core.composer.detect import detect_hardware
 from pearl_core.hookspecs import hookimpl
 from pearl_core.plugins import PluginRegistry
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def registry_for(**attrs) -> tuple[PluginRegistry, type]:

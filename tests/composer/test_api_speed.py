@@ -39,7 +39,7 @@ from pearl_core.composer.tuning import host_variants, pick_variant
 from pearl_core.runtime.config import RuntimePlan, Setting
 from pearl_core.validation import cpu_count
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 THIS_MACHINE = ROOT / "examples" / "hardware" / "this-machine.toml"
 SERVER = ROOT / "examples" / "hardware" / "cpu-gpu-fpga.toml"
 
