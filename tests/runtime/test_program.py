@@ -13,7 +13,7 @@ import pytest
 
 from pearl_core.runtime.program import build_parser, main
 
-PROGRAM = Path(__file__).resolve().parent / "golden" / "runtime_dqn_cartpole.py"
+PROGRAM = Path(__file__).resolve().parents[1] / "golden" / "runtime_dqn_cartpole.py"
 
 
 @pytest.fixture(scope="module")

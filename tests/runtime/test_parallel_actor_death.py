@@ -38,7 +38,7 @@ class SlowToBuildInActors(LinearQ):
 @pytest.mark.slow
 def test_an_actor_killed_while_building_is_reported_killed_with_its_signal(tmp_path):
     marker = tmp_path / "building.pid"
-    cfg = RunConfig(env_id="CartPole-v1", trainer="test_runtime_actor_death:SlowToBuildInActors",
+    cfg = RunConfig(env_id="CartPole-v1", trainer="test_parallel_actor_death:SlowToBuildInActors",
                     trainer_kwargs={"marker": str(marker)}, batch_size=16, learning_starts=32,
                     replay=ReplayConfig(capacity=1024), stop=StopCriteria(max_env_steps=256),
                     log_dir=str(tmp_path / "run"))

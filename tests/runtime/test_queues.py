@@ -2,7 +2,7 @@
 
 A backend's transport that loses, repeats or reorders a message is a TransportError naming it (at once when a
 later message reveals the gap, within the grace period when the lost message was the last one), never a silent
-loss or a receiver that waits forever. The runs end-to-end are in tests/test_runtime_transport_faults.py.
+loss or a receiver that waits forever. The runs end-to-end are in tests/runtime/test_queues_transport_faults.py.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from pearl_core.errors import ActorError, SpecError
 from pearl_core.runtime.checkpoint import load_checkpoint
 from pearl_core.runtime.config import RunConfig, RuntimePlan
 from conftest import HELPERS, HERE
-from test_runtime_parallel import assert_replays_the_serial_run, config, owed, run_serial  # its tiny runs
+from test_parallel import assert_replays_the_serial_run, config, owed, run_serial  # its tiny runs
 
 ray = pytest.importorskip("ray", reason="the Ray runtime's tests need the extra: pip install 'pearl-core[ray]'")
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import faulty_envs  # noqa: F401 - registers the PearlFaulty/ environments
-from pearl_core.errors import ComposerError, DataError, SpecError
+from pearl_core.errors import DataError, SpecError
 from pearl_core.runtime.acting import Collector
 from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
 from pearl_core.runtime.vector import (check_vector_backend, choose_vector_backend,
@@ -312,19 +312,6 @@ def test_the_composer_rule(monkeypatch):
     assert "was not measured faster" in choose_vector_backend("ALE/Pong-v5", 8)[1]
 
 
-def test_the_composer_records_and_lets_the_user_force_it():
-    from test_composer_api import cartpole, composer
-
-    c = cartpole()
-    assert c.run(profile=False).runtime_plan.vector_backend == "loop"  # one env per actor
-    c.set_actors("CartPole-v1", n_actors=1, envs_per_actor=8)
-    assert c.run(profile=False).runtime_plan.vector_backend == choose_vector_backend("CartPole-v1", 8)[0]
-    c.set_actors("CartPole-v1", n_actors=1, envs_per_actor=8, vector_backend="gym-sync")
-    assert c.run(profile=False).runtime_plan.vector_backend == "gym-sync"
-    with pytest.raises(ComposerError, match="vector_backend"):
-        composer().set_actors("CartPole-v1", vector_backend="threads")
-
-
 def test_a_vector_step_heartbeat_names_all_envs():
     """The parallel runtime's watchdog reads what a stalled actor was doing from its heartbeat word."""
     from pearl_core.runtime.messages import ALL_ENVS, Phase
@@ -339,27 +326,3 @@ def test_a_vector_step_heartbeat_names_all_envs():
     assert Phase.ENV_STEP.describe(ALL_ENVS) == "in a vector env step (all environments)"
     assert Phase.ENV_STEP.describe(3) == "in env.step of environment 3"
     assert (0xFFFFFFFF & ALL_ENVS) == ALL_ENVS  # survives the heartbeat word's 32-bit argument
-
-
-def test_pearl_compose_vector_backend_option(tmp_path):
-    import ast
-
-    from typer.testing import CliRunner
-
-    from pearl_core.cli import app
-    from test_composer_api import THIS_MACHINE, assign
-
-    def compose(*args):
-        out = tmp_path / "runtime.py"
-        res = CliRunner().invoke(app, ["compose", "-H", str(THIS_MACHINE), "--no-profile", "--hidden", "32,32",
-                                       "-o", str(out), "--envs-per-actor", "4", *args])
-        return res, out
-
-    res, out = compose("--vector-backend", "gym-sync")
-    assert res.exit_code == 0, res.output
-    kw = {k.arg: k.value for k in assign(ast.parse(out.read_text(encoding="utf-8")), "RUNTIME_PLAN").keywords}
-    assert ast.literal_eval(kw["vector_backend"]) == "gym-sync" and ast.literal_eval(kw["envs_per_actor"]) == 4
-    assert "stepped by the 'gym-sync' vector back end" in out.read_text(encoding="utf-8")
-    out.unlink()
-    res, out = compose("--vector-backend", "threads")
-    assert res.exit_code == 2 and "vector_backend" in res.output and not out.exists()

@@ -568,7 +568,7 @@ def test_compose_cli_writes_n_step_into_the_program(tmp_path):
 
     from pearl_core.cli import app
 
-    machine = Path(__file__).resolve().parents[1] / "examples" / "hardware" / "this-machine.toml"
+    machine = Path(__file__).resolve().parents[2] / "examples" / "hardware" / "this-machine.toml"
     out = tmp_path / "runtime.py"
     res = CliRunner().invoke(app, ["compose", "-H", str(machine), "--no-profile", "-b", "32", "--hidden", "32",
                                    "--n-step", "3", "-o", str(out)])
