@@ -1,6 +1,6 @@
 """The conformance suite run on the reference tree itself: proves the kit is self-consistent.
 
-(It cannot prove the reference right; tests/test_reference_tree.py checks it by hand.)
+(It cannot prove the reference right; tests/testing/test_reference.py checks it by hand.)
 """
 
 from pearl_core.testing import ReferenceSumTree, SumTreeConformance
