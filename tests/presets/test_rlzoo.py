@@ -388,7 +388,7 @@ def test_parse_policy_kwargs_reads_literals_only():
 
 
 def test_packaged_files_are_in_the_package_data():
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     assert '"presets/*.toml"' in (root / "pyproject.toml").read_text()
     for algo in ALGOS:
         assert (root / "pearl_core" / "presets" / f"{algo}.toml").is_file()
