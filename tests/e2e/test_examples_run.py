@@ -12,7 +12,7 @@ from cpu_backend import needs_cpu_backend
 
 pytestmark = needs_cpu_backend
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_example(name: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:

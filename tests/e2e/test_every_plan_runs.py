@@ -26,8 +26,8 @@ from pearl_core.composer import Composer, Composition, RuntimeGen
 from pearl_core.errors import ComposerError, PlacementError
 from pearl_core.plugins import get_backend, list_backends
 
-HERE = Path(__file__).resolve().parent
-SPEC = HERE.parent / "examples" / "hardware" / "cpu-gpu-fpga.toml"
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = ROOT / "examples" / "hardware" / "cpu-gpu-fpga.toml"
 CPU, FPGA, GPU = "xeon", "agilex", "h100"
 
 
@@ -215,7 +215,7 @@ def test_cpu_backend_keeps_host_defaults():
 def test_the_documented_refuse_or_run_example_runs(tmp_path, monkeypatch):
     import re
 
-    doc = (HERE.parent / "docs" / "composer.md").read_text(encoding="utf-8")
+    doc = (ROOT / "docs" / "composer.md").read_text(encoding="utf-8")
     section = doc.split("## Every plan runs as composed", 1)[1].split("\n## ", 1)[0]
     listing = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
     listing = listing.replace('"examples/hardware/cpu-gpu-fpga.toml"', repr(str(SPEC)))

@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("gymnasium")
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "soak.py"
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "soak.py"
 
 
 def _row(report: str, measure: str) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 from cpu_backend import needs_cpu_backend
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 GUIDE = (ROOT / "docs" / "user-guide.md").read_text(encoding="utf-8")
 

@@ -9,7 +9,7 @@ import pytest
 
 from pearl_core.composer import HardwareSpec
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "hardware-spec.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "hardware-spec.md"
 
 
 def blocks(lang: str) -> list[str]:
@@ -47,4 +47,4 @@ def test_every_device_key_is_documented():
 
 @pytest.mark.parametrize("name", ["this-machine.toml", "cpu-gpu-fpga.toml"])
 def test_example_specs_use_only_documented_keys(name):
-    HardwareSpec.load(DOC.parents[1] / "examples" / "hardware" / name)
+    HardwareSpec.load(DOC.parents[2] / "examples" / "hardware" / name)
