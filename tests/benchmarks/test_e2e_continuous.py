@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("gymnasium")
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "e2e_continuous.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "e2e_continuous.py"
 HEADER = ("| contestant | seed | env steps | wall s | env steps/s | updates/s | window env steps/s | "
           "window updates/s | return @1k | return @1500 | threshold reached at (env steps) | wall-to-threshold s |")
 

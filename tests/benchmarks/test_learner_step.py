@@ -12,7 +12,7 @@ from cpu_backend import needs_cpu_backend
 pytest.importorskip("torch")
 pytest.importorskip("gymnasium")
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "learner_step.py"
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "learner_step.py"
 
 
 def test_learner_step_quick_prints_a_row_per_engine(tmp_path):

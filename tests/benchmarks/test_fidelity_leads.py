@@ -15,7 +15,7 @@ from pearl_core.composer.sweep import SweepPoint, SweepReport, SweepResult
 from pearl_core.composer.validate import ValidationReport, ValidationRow
 from pearl_core.runtime.config import Setting
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "fidelity_leads.py"
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "fidelity_leads.py"
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("gymnasium")
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "runtime_knobs.py"
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "runtime_knobs.py"
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("gymnasium")
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "e2e_pixels.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "e2e_pixels.py"
 PEARL_CONTESTANTS = ("pearl-serial-uniform", "pearl-par1-uniform", "pearl-par2-uniform")
 HEADER = ("| contestant | seed | env steps | updates | wall s | eval s | env steps/s | updates/s | "
           "window env steps/s | window updates/s | return @300 | return @600 |")

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("gymnasium")
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "e2e_dqn.py"
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "e2e_dqn.py"
 
 
 def test_e2e_dqn_quick_runs_and_prints_a_table(tmp_path):

@@ -16,7 +16,7 @@ import types
 
 import pytest
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "update_profile.py"
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "update_profile.py"
 
 pytestmark = pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/stat"), reason="needs Linux's /proc")
 

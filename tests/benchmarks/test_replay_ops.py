@@ -6,7 +6,7 @@ import pathlib
 import subprocess
 import sys
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "replay_ops.py"
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "replay_ops.py"
 
 
 def test_replay_ops_quick_runs_and_prints_a_table(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("gymnasium")
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "vector_actors.py"
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "vector_actors.py"
 
 
 def test_vector_actors_quick_prints_a_row_per_back_end(tmp_path):
