@@ -1,39 +1,27 @@
-"""Nothing lost, nothing silent: data sanity, every failure ending like a worker failure, the stall watchdog.
+"""Data sanity (:mod:`pearl_core.runtime.sanity`, the collector and the insert buffer): non-finite data stops a
+run after a checkpoint (naming env, actor and step) or is dropped and counted; NaN weights are never
+published nor checkpointed; priorities whose total would overflow are refused.
 
-Fault injection with tiny budgets (CartPole, a few hundred env steps): the misbehaving
-environments and trainers are in ``faulty_envs.py``. Each run that fails must raise a
-:class:`PearlError` naming the component, after a checkpoint of what is sound, and
-leave no process or shared-memory segment behind (``no_leaks``). Waits are bounded by
-generous timeouts that only turn a hang into a failure; no assertion depends on speed.
+Fault injection with tiny budgets (CartPole, a few hundred env steps): the misbehaving environments and
+trainers are in ``tests/helpers/faulty_envs.py``. Each run that fails must raise a :class:`PearlError`
+naming the component, after a checkpoint of what is sound, and leave no process or shared-memory segment
+behind (``no_leaks``).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
-import signal
-import subprocess
-import sys
-import textwrap
-import time
 
 import numpy as np
 import pytest
-
-import faulty_envs
-from conftest import HELPERS, child_pids
 from faulty_envs import env_id
+
 from pearl_core.errors import (
-    ActorError,
     DataError,
-    EvaluationError,
     HostError,
     InvalidValueError,
     LearnerError,
-    PearlError,
-    SpecError,
-    StallError,
 )
 from pearl_core.replay.prioritized import PrioritizedReplay
 from pearl_core.replay.storage import DataStorage, StorageSpec
@@ -43,7 +31,6 @@ from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, Stop
 from pearl_core.runtime.parallel import ParallelRuntime
 from pearl_core.runtime.sanity import nonfinite_in
 from pearl_core.runtime.serial import SerialRuntime
-from pearl_core.runtime.shm import list_segments
 from pearl_core.testing import ReferenceSumTree
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
@@ -276,233 +263,6 @@ def test_overflowing_priorities_end_a_run_with_a_clear_error(tmp_path, setting):
     if setting == 1:
         assert "applying the priorities of trained batch" in msg and info.value.component == "host"
     finite_checkpoint(tmp_path)
-
-
-# =========================================================================== 2. failures end like worker failures
-
-
-EVAL_STOP = StopCriteria(eval_return=1e9, eval_every=100, eval_episodes=2, max_env_steps=400)
-
-
-@pytest.mark.parametrize("setting", [0, 1, 2])
-def test_an_evaluation_that_fails_ends_the_run_with_a_checkpoint(tmp_path, setting):
-    cfg = config(tmp_path, env_id("RaiseInEval-v0"), stop=EVAL_STOP)
-    with pytest.raises(EvaluationError) as info:
-        (serial(cfg) if setting == 0 else parallel(cfg, setting)).run()
-    err = info.value
-    assert "greedy evaluation" in str(err) and "RuntimeError: FaultyCartPole: step 5 failed on purpose" in str(err)
-    assert "in env.step of evaluation environment" in str(err)
-    assert err.component == "evaluation" and "FaultyCartPole" in err.traceback_text
-    ck = finite_checkpoint(tmp_path)
-    assert ck.state.env_steps >= 100
-
-
-def test_a_serial_env_that_raises_ends_the_run_as_an_actor_failure(tmp_path):
-    cfg = config(tmp_path, env_id("RaiseInStep-v0"), save_replay=True)
-    with pytest.raises(ActorError, match="the serial runtime's actor failed at env step 39") as info:
-        serial(cfg).run()
-    assert "RuntimeError: FaultyCartPole: step 40" in str(info.value) and "step" in info.value.traceback_text
-    assert checkpoint(tmp_path).replay["size"] == 39
-
-
-class _Boom(RuntimeError):
-    pass
-
-
-def _raise_on_call(k):
-    calls = {"n": 0}
-
-    def patched(orig):
-        def wrapper(*a, **kw):
-            calls["n"] += 1
-            if calls["n"] == k:
-                raise _Boom(f"injected host failure (call {k})")
-            return orig(*a, **kw)
-        return wrapper
-    return patched
-
-
-@pytest.mark.parametrize("setting", SETTINGS)
-def test_an_error_in_the_host_loop_ends_the_run_with_a_host_error_and_a_checkpoint(tmp_path, setting, monkeypatch):
-    from pearl_core.runtime import roles
-
-    cls = roles.ThroughHost if setting == 1 else roles.Colocated
-    monkeypatch.setattr(cls, "on_reply", _raise_on_call(3)(cls.on_reply))
-    rt = parallel(config(tmp_path), setting)
-    with pytest.raises(HostError) as info:
-        rt.run()
-    err = info.value
-    assert err.component == "host" and isinstance(err.__cause__, _Boom)
-    assert f"the host of the parallel run (setting {setting}) failed while " in str(err)
-    assert "_Boom: injected host failure" in str(err) and "wrapper" in err.traceback_text
-    ck = finite_checkpoint(tmp_path)
-    assert ck.state.env_steps > 0
-    assert any(who == "host" for _, who, _ in rt.faults)
-
-
-def test_an_error_in_the_serial_loop_ends_the_run_with_a_host_error_and_a_checkpoint(tmp_path, monkeypatch):
-    from pearl_core.runtime.session import RunSession
-
-    monkeypatch.setattr(RunSession, "tick", _raise_on_call(100)(RunSession.tick))
-    with pytest.raises(HostError, match="the serial runtime failed while logging") as info:
-        serial(config(tmp_path)).run()
-    assert isinstance(info.value.__cause__, _Boom)
-    assert checkpoint(tmp_path).state.env_steps == 100
-
-
-# =========================================================================== 3. stall watchdog
-
-
-@pytest.mark.parametrize("setting", SETTINGS)
-def test_an_actor_frozen_in_env_step_is_reported_as_stalled(tmp_path, setting):
-    cfg = config(tmp_path, env_id("BlockInStep-v0"))
-    rt = parallel(cfg, setting, stall_timeout_s=2.0)
-    t = time.monotonic()
-    with pytest.raises(StallError) as info:
-        rt.run()
-    assert time.monotonic() - t < 60
-    err = info.value
-    assert err.role == "actor 0" and err.pid and err.doing == "in env.step of environment 0"
-    assert f"the actor 0 (pid {err.pid}) made no progress for" in str(err)
-    assert "it was last in env.step of environment 0" in str(err) and "stall_timeout_s" in str(err)
-    ck = finite_checkpoint(tmp_path)  # the learner's state: it was sound
-    assert 0 < ck.state.env_steps <= 39  # the rows the actor shipped before it froze
-
-
-@pytest.mark.parametrize("setting", SETTINGS)
-def test_a_frozen_learner_is_reported_as_stalled_and_the_last_published_weights_are_saved(tmp_path, setting):
-    cfg = config(tmp_path, trainer="faulty_envs:FreezeLearner", trainer_kwargs={"freeze_at": 3})
-    rt = parallel(cfg, setting, stall_timeout_s=3.0)
-    t = time.monotonic()
-    with pytest.raises(StallError) as info:
-        rt.run()
-    assert time.monotonic() - t < 60
-    err = info.value
-    assert err.role == "learner" and err.doing == "in trainer.update_policy (update 3)"
-    assert "the checkpoint holds the weights last published to the actors" in str(err)
-    finite_checkpoint(tmp_path)
-
-
-def test_a_frozen_evaluation_is_reported(tmp_path):
-    cfg = config(tmp_path, env_id("BlockInEval-v0"), stop=StopCriteria(eval_return=1e9, eval_every=100,
-                                                                          eval_episodes=1, max_env_steps=100_000))
-    with pytest.raises(EvaluationError, match=r"made no progress for \d+ s \(stall_timeout_s=2\); it was last in "
-                                              r"env.step of evaluation environment 0"):
-        parallel(cfg, 1, stall_timeout_s=2.0).run()
-    finite_checkpoint(tmp_path)
-
-
-def test_stall_timeout_is_checked():
-    cfg = RunConfig(env_id="CartPole-v1", trainer="faulty_envs:LinearQ")
-    for bad in (0, -1.0, float("nan"), "10", True):
-        with pytest.raises(SpecError, match="stall_timeout_s"):
-            ParallelRuntime(cfg, stall_timeout_s=bad)
-    assert ParallelRuntime(cfg, stall_timeout_s=None).stall_timeout_s is None
-    assert ParallelRuntime(cfg).stall_timeout_s == 120.0
-
-
-# --------------------------------------------------------------------------- Ctrl-C with a frozen learner
-
-
-FROZEN = textwrap.dedent(
-    """
-    import sys
-    sys.path.insert(0, {here!r})
-    from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
-    from pearl_core.runtime.parallel import ParallelRuntime
-
-    if __name__ == "__main__":
-        cfg = RunConfig(env_id="CartPole-v1", trainer="faulty_envs:FreezeLearner",
-                        trainer_kwargs={{"freeze_at": 3, "marker": {marker!r}}}, batch_size=16, learning_starts=32,
-                        replay=ReplayConfig(capacity=4096), stop=StopCriteria(max_env_steps=10_000_000),
-                        log_dir={log_dir!r})
-        plan = RuntimePlan(setting={setting}, n_actors=2, envs_per_actor=1, insert_batch=8, queue_size=4)
-        ParallelRuntime(cfg, plan, progress=False, plot=False, tensorboard=False).run()
-    """
-)
-
-
-def _alive(pids):
-    out = []
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
-                    out.append(pid)
-        except FileNotFoundError:
-            pass
-    return out
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("setting", SETTINGS)
-def test_sigint_with_a_frozen_learner_ends_within_seconds_with_a_checkpoint(tmp_path, setting):
-    marker, log_dir = str(tmp_path / "frozen"), str(tmp_path / "run")
-    script = tmp_path / "frozen.py"
-    script.write_text(FROZEN.format(here=HELPERS, marker=marker, log_dir=log_dir, setting=setting))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 180
-        while not os.path.exists(marker):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the learner never froze"
-            time.sleep(0.05)
-        workers = child_pids(proc.pid)
-        t = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=90)
-        took = time.monotonic() - t
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert took < 60, f"Ctrl-C took {took:.0f} s"  # was 130-190 s, and no checkpoint
-    assert proc.returncode != 0
-    assert "StallError: the learner (pid" in err and "did not answer a state request" in err, err[-3000:]
-    assert "after SIGINT" in err
-    assert "in trainer.update_policy (update 3)" in err
-    ck = load_checkpoint(os.path.join(log_dir, "checkpoint.pt"))
-    assert ck.state.env_steps > 0 and nonfinite_in(ck.trainer_state) is None
-    deadline = time.monotonic() + 30
-    while _alive(workers) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _alive(workers) == [] and list_segments(proc.pid) == []
-
-
-# --------------------------------------------------------------------------- a script from stdin
-
-
-STDIN_SCRIPT = textwrap.dedent(
-    """
-    import sys
-    sys.path.insert(0, {here!r})
-    from pearl_core.runtime.config import RunConfig, RuntimePlan, StopCriteria
-    from pearl_core.runtime.parallel import ParallelRuntime
-
-    cfg = RunConfig(env_id="CartPole-v1", trainer="faulty_envs:LinearQ", stop=StopCriteria(max_env_steps=200),
-                    log_dir={log_dir!r})
-    ParallelRuntime(cfg, RuntimePlan(setting=2), progress=False, plot=False, tensorboard=False).run()
-    """
-)
-
-
-def test_a_script_from_stdin_is_refused_before_any_worker_starts(tmp_path):
-    log_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-"], input=STDIN_SCRIPT.format(here=HELPERS, log_dir=str(log_dir)),
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0
-    assert "SpecError: the parallel runtime cannot start its workers: the main module's file is '<stdin>'" \
-        in proc.stderr, proc.stderr[-2000:]
-    assert "Fix: save the script to a file and run `python script.py`" in proc.stderr
-    assert "killed by a signal" not in proc.stderr
-    assert not log_dir.exists()  # refused before anything was written
-
-
-def test_every_new_error_is_a_pearl_error():
-    for cls in (DataError, HostError, EvaluationError, StallError):
-        assert issubclass(cls, PearlError)
-    assert issubclass(DataError, ValueError)
-    assert faulty_envs.NAMESPACE == "PearlFaulty"
 
 
 def test_insert_buffer_refuses_a_nonfinite_reward_and_keeps_what_it_staged():

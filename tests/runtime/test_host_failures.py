@@ -1,0 +1,125 @@
+"""Every failure ends like a worker failure (:mod:`pearl_core.runtime.host`): a failing evaluation, a raising
+serial env, an error in the host or serial loop end the run with a named error and a checkpoint.
+"""
+
+from __future__ import annotations
+
+import pytest
+from faulty_envs import env_id
+
+from pearl_core.errors import (
+    ActorError,
+    EvaluationError,
+    HostError,
+)
+from pearl_core.runtime.checkpoint import load_checkpoint
+from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
+from pearl_core.runtime.parallel import ParallelRuntime
+from pearl_core.runtime.sanity import nonfinite_in
+from pearl_core.runtime.serial import SerialRuntime
+
+pytestmark = pytest.mark.usefixtures("no_leaks")
+
+SETTINGS = [1, 2]
+
+
+def config(tmp_path, env="CartPole-v1", trainer="faulty_envs:LinearQ", steps=400, stop=None, replay=None, **kw):
+    return RunConfig(env_id=env, trainer=trainer, batch_size=16, learning_starts=32, train_every=16,
+                     replay=replay or ReplayConfig(capacity=2048), stop=stop or StopCriteria(max_env_steps=steps),
+                     log_dir=str(tmp_path / "run"), **kw)
+
+
+def plan(setting: int, n_envs: int = 1) -> RuntimePlan:
+    return RuntimePlan(setting=setting, n_actors=1, envs_per_actor=n_envs, insert_batch=8, queue_size=4)
+
+
+def parallel(cfg, setting, **kw) -> ParallelRuntime:
+    return ParallelRuntime(cfg, plan(setting), progress=False, plot=False, tensorboard=False, **kw)
+
+
+def serial(cfg) -> SerialRuntime:
+    return SerialRuntime(cfg, progress=False, plot=False, tensorboard=False)
+
+
+def checkpoint(tmp_path):
+    path = tmp_path / "run" / "checkpoint.pt"
+    assert path.exists(), "no checkpoint was written before the error"
+    return load_checkpoint(path, weights_only=False)
+
+
+def finite_checkpoint(tmp_path):
+    ck = checkpoint(tmp_path)
+    assert nonfinite_in(ck.trainer_state) is None, "a NaN/inf was checkpointed"
+    return ck
+
+
+# =========================================================================== 2. failures end like worker failures
+
+
+EVAL_STOP = StopCriteria(eval_return=1e9, eval_every=100, eval_episodes=2, max_env_steps=400)
+
+
+@pytest.mark.parametrize("setting", [0, 1, 2])
+def test_an_evaluation_that_fails_ends_the_run_with_a_checkpoint(tmp_path, setting):
+    cfg = config(tmp_path, env_id("RaiseInEval-v0"), stop=EVAL_STOP)
+    with pytest.raises(EvaluationError) as info:
+        (serial(cfg) if setting == 0 else parallel(cfg, setting)).run()
+    err = info.value
+    assert "greedy evaluation" in str(err) and "RuntimeError: FaultyCartPole: step 5 failed on purpose" in str(err)
+    assert "in env.step of evaluation environment" in str(err)
+    assert err.component == "evaluation" and "FaultyCartPole" in err.traceback_text
+    ck = finite_checkpoint(tmp_path)
+    assert ck.state.env_steps >= 100
+
+
+def test_a_serial_env_that_raises_ends_the_run_as_an_actor_failure(tmp_path):
+    cfg = config(tmp_path, env_id("RaiseInStep-v0"), save_replay=True)
+    with pytest.raises(ActorError, match="the serial runtime's actor failed at env step 39") as info:
+        serial(cfg).run()
+    assert "RuntimeError: FaultyCartPole: step 40" in str(info.value) and "step" in info.value.traceback_text
+    assert checkpoint(tmp_path).replay["size"] == 39
+
+
+class _Boom(RuntimeError):
+    pass
+
+
+def _raise_on_call(k):
+    calls = {"n": 0}
+
+    def patched(orig):
+        def wrapper(*a, **kw):
+            calls["n"] += 1
+            if calls["n"] == k:
+                raise _Boom(f"injected host failure (call {k})")
+            return orig(*a, **kw)
+        return wrapper
+    return patched
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_an_error_in_the_host_loop_ends_the_run_with_a_host_error_and_a_checkpoint(tmp_path, setting, monkeypatch):
+    from pearl_core.runtime import roles
+
+    cls = roles.ThroughHost if setting == 1 else roles.Colocated
+    monkeypatch.setattr(cls, "on_reply", _raise_on_call(3)(cls.on_reply))
+    rt = parallel(config(tmp_path), setting)
+    with pytest.raises(HostError) as info:
+        rt.run()
+    err = info.value
+    assert err.component == "host" and isinstance(err.__cause__, _Boom)
+    assert f"the host of the parallel run (setting {setting}) failed while " in str(err)
+    assert "_Boom: injected host failure" in str(err) and "wrapper" in err.traceback_text
+    ck = finite_checkpoint(tmp_path)
+    assert ck.state.env_steps > 0
+    assert any(who == "host" for _, who, _ in rt.faults)
+
+
+def test_an_error_in_the_serial_loop_ends_the_run_with_a_host_error_and_a_checkpoint(tmp_path, monkeypatch):
+    from pearl_core.runtime.session import RunSession
+
+    monkeypatch.setattr(RunSession, "tick", _raise_on_call(100)(RunSession.tick))
+    with pytest.raises(HostError, match="the serial runtime failed while logging") as info:
+        serial(config(tmp_path)).run()
+    assert isinstance(info.value.__cause__, _Boom)
+    assert checkpoint(tmp_path).state.env_steps == 100
