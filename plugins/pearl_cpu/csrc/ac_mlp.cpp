@@ -7,7 +7,7 @@
 // between them is fused loops.
 //
 // Two kernels, each the torch trainer's update_policy step for step (the trainers' code is the
-// specification; plugins/pearl_cpu/tests/test_learner_actor_critic.py checks them against it):
+// specification; plugins/pearl_cpu/tests/test_cpu_learner_actor_critic.py checks them against it):
 //
 // TD3MLPKernel (TD3 with 2 critics, DDPG with 1; pearl_core/algorithms/td3.py, ddpg.py):
 //   1. a' = tanh(mu'(s')) (+ noise, then clamped to [-1, 1], when the caller passes the smoothing

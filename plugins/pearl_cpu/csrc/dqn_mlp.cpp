@@ -8,7 +8,7 @@
 // them is one fused loop, so the update costs little more than its products.
 //
 // The math is the engine's, step for step (its docstring is the specification;
-// tests/test_mlp_engine.py checks this kernel against the torch path):
+// tests/algorithms/test_mlp_engine.py checks this kernel against the torch path):
 //   1. y = r + gamma * (1 - done) * Q_target(s')[a*], a* = argmax of Q_target(s')
 //      (or of Q(s') for double DQN);
 //   2. delta = Q(s)[a] - y; Huber per sample times the IS weight, averaged;
@@ -39,7 +39,7 @@
 // sleeps on a condition variable after a short spin (with sched_yield) instead
 // of spinning against the actors. Every product and loop is the same call on
 // the same data whichever thread runs it, so the result is bitwise that of
-// `threads` = 1 (tests/test_learner_native.py checks it). Both threads flush denormals
+// `threads` = 1 (tests/test_cpu_learner.py checks it). Both threads flush denormals
 // to zero during a step (FlushDenormals, csrc/helper_pool.hpp).
 
 #include <pybind11/numpy.h>

@@ -1,5 +1,5 @@
 """The native DQN step (pearl_cpu._learner): found through the backend and kernel_lookup, checks its
-input, and bad input changes nothing. Its math against torch: tests/test_mlp_engine.py."""
+input, and bad input changes nothing. Its math against torch: tests/algorithms/test_mlp_engine.py."""
 
 from __future__ import annotations
 
