@@ -29,7 +29,7 @@ pool is JAX's default (sized to the machine; ``--threads`` cannot set it), so on
 machine with more than one core SBX may use more threads than the others.
 
     .venv/bin/python benchmarks/learner_step.py                 # 7 rounds x 500 steps
-    .venv/bin/python benchmarks/learner_step.py --quick         # smoke (tests/test_bench_learner_step_smoke.py)
+    .venv/bin/python benchmarks/learner_step.py --quick         # smoke (tests/benchmarks/test_learner_step.py)
     .venv/bin/python benchmarks/learner_step.py --algo sac      # SAC instead (also: --algo td3)
 
 ``--algo td3`` / ``--algo sac``: one TD3 or SAC step (uniform sample of 256 + one update of

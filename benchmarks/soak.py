@@ -1202,7 +1202,7 @@ def main(argv: list[str] | None = None) -> int:
         "The full soak runs 30 minutes (the default) and writes its figures to "
         f"{DEFAULT_OUT.relative_to(ROOT)} (and stdout):\n"
         "    .venv/bin/python benchmarks/soak.py --minutes 30 --seed 0\n"
-        "A short smoke (tests/test_soak.py): --minutes 0.6 --out /tmp/soak.md. Fault kinds: "
+        "A short smoke (tests/e2e/test_soak.py): --minutes 0.6 --out /tmp/soak.md. Fault kinds: "
         + ", ".join(FAULT_KINDS) + ". Exit status 1 when anything was lost, leaked or orphaned."))
     ap.add_argument("--minutes", type=float, default=30.0, help="soak duration (default 30)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the fault schedule and of the runs")
