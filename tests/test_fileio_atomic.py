@@ -16,7 +16,7 @@ from pearl_core.fileio import atomic_write, atomic_write_all
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
 
-# ================================================================ 3. atomic outputs
+# ================================================================ atomic outputs
 def _only(d, *names):
     assert sorted(os.listdir(d)) == sorted(names)
 

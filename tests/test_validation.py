@@ -48,7 +48,7 @@ def make_runtime(kind, config: RunConfig):
     return ParallelRuntime(config, plan, **opts)
 
 
-# ============================================================================ 1. validation at the edge
+# ============================================================================ validation at the edge
 NAN, INF = float("nan"), float("inf")
 HOSTILE_FIELDS = [
     # (class, field, value, what the message must say)

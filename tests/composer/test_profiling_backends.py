@@ -69,7 +69,7 @@ class TstBackend(Backend):
         return full_row(device)
 
 
-# =========================================================================== 2. max_fanout reaches the composer
+# =========================================================================== max_fanout reaches the composer
 def test_a_fanout_above_the_backends_max_empties_its_replay_cells_with_the_fix():
     reg = registry_with(TstBackend)
     wide = Workload(fanout=16, **TINY_WL)
@@ -132,7 +132,7 @@ def test_profiling_a_too_wide_tree_measures_at_the_backends_fanout_and_drops_the
     assert "fanout <= 8" in row.notes[0]
 
 
-# =========================================================================== 3. a crashing backend model
+# =========================================================================== a crashing backend model
 def test_a_crashing_profile_cells_marks_only_its_device(tmp_path, present, caplog):
     present.raises = RuntimeError("driver crashed")
     reg = registry_with(present)
@@ -173,7 +173,7 @@ def test_a_wrong_row_from_profile_cells_marks_only_its_device(tmp_path, present,
     assert not row.can_learn and "expected a DeviceRow with device='n0'" in row.notes[0]
 
 
-# =========================================================================== 4. settings() in the cache key
+# =========================================================================== settings() in the cache key
 def test_a_changed_backend_setting_is_measured_again(tmp_path, present):
     reg = registry_with(present)
     spec = tst_spec()

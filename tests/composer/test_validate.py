@@ -60,7 +60,7 @@ class TstBackend(Backend):
         return full_row(device)
 
 
-# =========================================================================== 5. pearl validate
+# =========================================================================== pearl validate
 class Detects(TstBackend):
     """Available; detects n0 but not m0."""
 

@@ -48,7 +48,7 @@ def snapshot(d) -> dict[str, bytes]:
     return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
-# ================================================================ 4. checkpoint errors
+# ================================================================ checkpoint errors
 def _dqn(log_dir, hidden, steps=64) -> RunConfig:
     return config(log_dir, steps=steps, trainer="pearl_core.algorithms:DQN",
                   trainer_kwargs={"hidden_sizes": hidden, "eps_decay_steps": 100})

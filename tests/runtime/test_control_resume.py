@@ -60,7 +60,7 @@ def _only(d, *names):
     assert sorted(os.listdir(d)) == sorted(names)
 
 
-# ================================================================ 2. resume continues the logs
+# ================================================================ resume continues the logs
 def _spy_checkpoints(monkeypatch, tmp_path):
     """Copy every checkpoint as it is written, with the log rows on the disk at that moment."""
     saved = []

@@ -53,7 +53,7 @@ def finite_checkpoint(tmp_path):
     return ck
 
 
-# =========================================================================== 2. failures end like worker failures
+# =========================================================================== failures end like worker failures
 
 
 EVAL_STOP = StopCriteria(eval_return=1e9, eval_every=100, eval_episodes=2, max_env_steps=400)

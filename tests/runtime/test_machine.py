@@ -22,7 +22,7 @@ def good_config(tmp_path=None, **kw) -> RunConfig:
     return RunConfig(**values)
 
 
-# ============================================================================ 2. the machine check
+# ============================================================================ the machine check
 def plan_for(setting: int, **kw) -> RuntimePlan:
     return RuntimePlan(setting=setting, **{"n_actors": 1, "envs_per_actor": 2, "insert_batch": 8, "queue_size": 4,
                                            **kw})

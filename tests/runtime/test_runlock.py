@@ -100,7 +100,7 @@ def dead_owner_lock(holder, log_dir) -> int:
     return p.pid
 
 
-# ================================================================ 1. one run per directory
+# ================================================================ one run per directory
 def test_lock_unit_acquire_refuse_release(tmp_path):
     lock = RunLock.acquire(tmp_path / "d")
     owner = read_owner(tmp_path / "d")

@@ -64,7 +64,7 @@ def finite_checkpoint(tmp_path):
     return ck
 
 
-# =========================================================================== 3. stall watchdog
+# =========================================================================== stall watchdog
 
 
 @pytest.mark.parametrize("setting", SETTINGS)

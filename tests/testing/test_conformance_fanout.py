@@ -33,7 +33,7 @@ def registry_with(*backends) -> PluginRegistry:
     return reg
 
 
-# =========================================================================== 1. the conformance kit
+# =========================================================================== the conformance kit
 class NarrowTree(ReferenceSumTree):
     """A correct tree whose kernel only supports fanouts up to 32."""
 
