@@ -40,8 +40,7 @@ class Batch:
     The dataclass fields ARE the transition schema (:data:`TRANSITION_FIELDS`):
     every buffer, slot, checkpoint and message that holds transitions iterates
     them instead of naming them one by one. Arrays sampled from a replay manager
-    are copies (or the caller's own ``out`` arrays), never views of the storage. A device batch
-    (``sample_device``) holds torch tensors on the device instead of numpy arrays.
+    are copies (or the caller's own ``out`` arrays), never views of the storage; a device batch's are tensors.
 
     Attributes:
         obs: ``(B, *obs_shape)`` of ``obs_dtype``.
@@ -82,8 +81,7 @@ class Batch:
         """A batch over the transition fields of ``arrays`` (extra keys are ignored; no copy).
 
         A mapping without ``steps`` (one-step rows) gets ones, as :class:`Batch` does."""
-        fields = {name: arrays[name] for name in TRANSITION_FIELDS[:-1]}
-        return cls(**fields, steps=arrays.get("steps"))
+        return cls(**{name: arrays[name] for name in TRANSITION_FIELDS[:-1]}, steps=arrays.get("steps"))
 
 
 #: The fields of one transition, in :meth:`DataStorage.add` order. Defined once, by :class:`Batch`.
@@ -286,10 +284,8 @@ def check_filled_indices(indices, size: int, capacity: int, what: str = "indices
         InvalidDTypeError: not integers.
         InvalidIndexError: an index outside ``[0, size)`` (names the first one).
     """
-    return check_indices(
-        indices, size, what, bound="size",
-        fix=f" Only filled slots are valid (capacity {capacity}). Fix: use the indices returned by add() or sample().",
-    )
+    fix = f" Only filled slots are valid (capacity {capacity}). Fix: use the indices returned by add() or sample()."
+    return check_indices(indices, size, what, bound="size", fix=fix)
 
 
 def _cast(arr: np.ndarray, target: np.dtype, name: str) -> np.ndarray:
