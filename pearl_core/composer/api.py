@@ -424,6 +424,7 @@ class Composer:
             key = config.to_json()  # the same run is checked once per composer (each probe builds on the device)
             preflight = self._preflights.get(key)
             if preflight is None:
+                assert self._trainer is not None and self._spaces is not None  # set_actors/set_train_function ran
                 remember = learner_preflight(self._facts_dir(), self._trainer, self._spaces, config, self.registry)
                 preflight = self._preflights[key] = Preflight(config, registry=self.registry, emulated=self.emulated,
                                                               trainer_cls=self._trainer, remember=remember,

@@ -363,6 +363,7 @@ def cluster_placement_lines(plan: PlacementPlan, address: Optional[str], spec: O
     given = ClusterSpec.load(spec) if spec is not None else None  # a bad spec is refused before connecting
     # the spec's cluster, or the running one's nodes (with a spec too, their links from it)
     nodes = given if address is None else ClusterSpec.from_ray(address, measure=measure_links, links=given)
+    assert nodes is not None  # a spec, an address, or both (neither returned above)
     return describe(place_for_plan(nodes, plan, n_actors=n_actors), nodes)
 
 

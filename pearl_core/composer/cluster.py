@@ -242,15 +242,15 @@ class ClusterSpec:
         here = self.driver.address
         nodes, used = [], set()
         for n in self.nodes:
-            s = None if n.driver else by_address.get(n.address)
-            if s is None and not n.driver and n.address != here:
+            link = None if n.driver else by_address.get(n.address)
+            if link is None and not n.driver and n.address != here:
                 raise SpecError(f"{where} has no node with address {n.address!r}, where the running cluster has "
                                 f"node {n.name} ({n.cpus:g} CPUs). Fix: add a [[node]] with address = "
                                 f"\"{n.address}\" and its latency and bandwidth to the driver's host, or leave "
                                 "the spec out (a node on another host is then costed as 10 GbE).")
-            if s is not None:
-                used.add(s.address)
-                n = NodeSpec(n.name, n.cpus, s.latency_s, s.bandwidth_Bps, n.driver, n.address, n.devices)
+            if link is not None:
+                used.add(link.address)
+                n = NodeSpec(n.name, n.cpus, link.latency_s, link.bandwidth_Bps, n.driver, n.address, n.devices)
             nodes.append(n)
         idle = [f"{s.name} ({a})" for a, s in by_address.items() if a not in used]
         return ClusterSpec(tuple(nodes), name=self.name, source=f"{self.source}, links from {spec.source or spec.name}"

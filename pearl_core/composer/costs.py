@@ -276,7 +276,7 @@ def limit_fanout(row: DeviceRow, workload: Workload, bname: str, backend: Any) -
     note = fanout_note(bname, limit, workload.fanout)
     if note in row.notes:
         return row
-    empty = {name: None for name in RM_CELLS + CO_CELLS}
+    empty: dict[str, Any] = {name: None for name in RM_CELLS + CO_CELLS}
     return dataclasses.replace(row, **empty, notes=(note, *row.notes))
 
 

@@ -53,7 +53,7 @@ def runnable_plan(composer: Any, plan: "PlacementPlan", wl: "Workload", prefligh
         if (choose is not None and not choose(prim, dev)) or dev in whatif:
             return False
         s, backends = strings[dev], plan.backends
-        one = dataclasses.replace(probe, setting=1, backends=backends, device_config={}, **{
+        one = dataclasses.replace(probe, setting=Setting.THROUGH_HOST, backends=backends, device_config={}, **{
             "rm": {"rm_device": s, "rm_backend": backends.get(s.split(":")[0], s.split(":")[0])},
             "learner": {"learner_device": s}, "storage": {"storage_device": s}}[prim])
         if preflight.present(s, backends):

@@ -90,6 +90,12 @@ def checked_cost(bname: str, request: MeasureRequest, got: Any) -> PrimitiveCost
     return got
 
 
+def _part(seconds: float | None) -> float:
+    """A part of a replay or worker-loop cost: :func:`measured` refused a cost without its parts."""
+    assert seconds is not None
+    return seconds
+
+
 def profile_host(bname: str, backend: Any, device: "DeviceSpec", workload: "Workload", *, iterations: int = 1000,
                  warmup: int = 50) -> DeviceRow:
     """The host's row, measured by ``backend`` at the thread counts and variants this module's policy chooses."""
@@ -118,8 +124,8 @@ def profile_host(bname: str, backend: Any, device: "DeviceSpec", workload: "Work
         return device.idle_power_w + (device.active_power_w - device.idle_power_w) * min(1.0, busy / threads)
 
     p_all, p_co = power(na + t_l + t_r), power(na + t_l)
-    s, u, n = (CostCell(v, p_all, "profiled") for v in (rm.sample_s, rm.update_s, rm.insert_s))
-    co_s, co_u, co_n = (CostCell(v, p_co, "profiled") for v in (co.sample_s, co.update_s, co.insert_s))
+    s, u, n = (CostCell(_part(v), p_all, "profiled") for v in (rm.sample_s, rm.update_s, rm.insert_s))
+    co_s, co_u, co_n = (CostCell(_part(v), p_co, "profiled") for v in (co.sample_s, co.update_s, co.insert_s))
     co_learner = CostCell(co.learner_s + co.update_s + co.insert_s, p_co, "profiled")  # type: ignore[operator]
     runs: tuple[RunMeasurement, ...] = ()
     calibration_note: tuple[str, ...] = ()

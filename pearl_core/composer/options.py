@@ -35,7 +35,8 @@ def composer_from_options(o: dict[str, Any]) -> Composer:
 
         trainer = load_trainer_class(o["trainer"])
     else:
-        trainer = default_trainer(composer._spaces[1])  # set by set_actors above
+        assert composer._spaces is not None  # set by set_actors above
+        trainer = default_trainer(composer._spaces[1])
     if o["hidden"] is not None:
         kwargs.update(hidden_kwargs(trainer, list(hidden_layers(o["hidden"]))))
     composer.set_train_function(trainer, o["batch_size"], replay_ratio=o["replay_ratio"],

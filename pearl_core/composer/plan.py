@@ -120,7 +120,7 @@ class PlacementPlan:
     def predicted_iteration_s(self) -> float:
         """Predicted seconds per learner iteration of the choice (the tuned variant's, if any)."""
         v = self.variant
-        return v.predicted_s if v is not None else float(self.chosen.iteration_s)  # type: ignore[arg-type]
+        return v.predicted_s if v is not None else float(self.chosen.iteration_s)
 
     @property
     def variants(self) -> "tuple[Variant, ...]":

@@ -217,7 +217,7 @@ def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None
         measures = callable(getattr(backend, "measure_primitive", None))
         host = device.name == spec.host and measures
         # An accelerator is measured primitive by primitive too; a second device of the host's kind is modelled.
-        accel = measures and not host and device.kind != spec.device(spec.host).kind
+        accel = measures and not host and device.kind != spec.host_device.kind
         key, inputs = _cache_key(bname, backend, device, info, workload, iterations, settings, host)
         path = folder / f"{key[:40]}.json"
         if use_cache and path.is_file():
@@ -247,6 +247,7 @@ def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None
             progress(f"profiling {device.name} ({bname} backend, {iterations} iterations per cell) ...")
         method = "measure_primitive" if host or accel else "profile_cells"
         try:
+            row: DeviceRow | None
             with measurement_session():  # one filled replay and one learner step per thread count for all cells
                 if host:
                     from pearl_core.composer.hostprofile import profile_host

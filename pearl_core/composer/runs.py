@@ -110,8 +110,11 @@ def profile_runtime(wl: Workload, *, setting: int, learner_threads: int = 1, win
     from pearl_core.runtime.config import RuntimePlan
 
     starts = learning_starts if learning_starts is not None else max(1_000, wl.batch_size)
-    plan = RuntimePlan(setting=setting, learner_threads=learner_threads, rm_threads=learner_threads if setting == 2
-                       else 1, n_actors=wl.n_actors, envs_per_actor=wl.envs_per_actor)
+    rm_threads = learner_threads if setting == 2 else 1
+    # RuntimePlan converts an int setting to a Setting (and refuses any other value)
+    plan = RuntimePlan(setting=setting,  # type: ignore[arg-type]
+                       learner_threads=learner_threads, rm_threads=rm_threads, n_actors=wl.n_actors,
+                       envs_per_actor=wl.envs_per_actor)
     return measure_run(wl, plan, window_s=window_s, learning_starts=starts, seed=seed, max_updates=max_updates)[0]
 
 

@@ -136,8 +136,9 @@ def remembered_spaces(directory: Path | None, env_id: str, kwargs: Mapping[str, 
         except (KeyError, TypeError, ValueError):
             pass  # damaged: built again below
     spaces = build()
-    rows = [_encode(space) for space in spaces]
-    if None in rows:
+    encoded = [_encode(space) for space in spaces]
+    rows = [r for r in encoded if r is not None]
+    if len(rows) < len(encoded):
         return spaces
     try:
         if tuple(_decode(r) for r in rows) != tuple(spaces):  # what would be read back is what was built

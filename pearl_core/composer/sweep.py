@@ -312,7 +312,8 @@ def _composer_for(point: SweepPoint, hardware, metric: str, registry: "PluginReg
 
     composer = Composer(hardware, metric, registry=registry, cache_dir=cache_dir)
     composer.set_actors(point.env_id, point.n_actors, envs_per_actor=point.envs_per_actor)
-    trainer = default_trainer(composer._spaces[1])  # set by set_actors above
+    assert composer._spaces is not None  # set by set_actors above
+    trainer = default_trainer(composer._spaces[1])
     composer.set_train_function(trainer, point.batch_size, replay_ratio=point.replay_ratio,
                                 **hidden_kwargs(trainer, list(point.hidden)))
     composer.set_replay(point.replay)

@@ -141,7 +141,7 @@ def host_variants(device: DeviceSpec, row: DeviceRow, wl: Workload) -> tuple[Var
         return ()
     a, h = costs.actor_step_s, costs.msg_hop_s
     threads = int(device.threads or device.cores or 1)
-    s, u, n = (getattr(row, c).latency_s for c in ("rm_sample", "rm_update", "rm_insert"))  # type: ignore[union-attr]
+    s, u, n = (getattr(row, c).latency_s for c in ("rm_sample", "rm_update", "rm_insert"))
     co = row.can_colocate and costs.worker_loop_threads is not None
     if co:  # the worker loop as measured: sample, learner + update + insert (see composer.hostprofile)
         cs = row.co_rm_sample.latency_s  # type: ignore[union-attr]

@@ -76,7 +76,9 @@ class LearnerLayer:
     @property
     def passes(self) -> float:
         """Forward plus backward passes per update, each costing one forward pass's MACs."""
-        return self.forwards + float(self.weight_grads) + float(self.input_grads)
+        w, i = self.weight_grads, self.input_grads
+        assert w is not None and i is not None  # __post_init__ fills both
+        return self.forwards + float(w) + float(i)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -10,7 +10,7 @@ import torch
 
 try:  # torch's optimizers import torch._dynamo on first use; absent or broken: load on demand
     import torch._dynamo
-except Exception:  # noqa: BLE001
+except Exception:  # noqa: BLE001 - any failure importing it only defers the import to first use
     pass
 
 import pearl_core.algorithms

@@ -20,7 +20,7 @@ composer reports them (a plan with problems is a *what-if* plan), and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from pearl_core.envs import env_spaces
 from pearl_core.placement import device_present, make_storage, make_tree
@@ -76,7 +76,7 @@ class Preflight:
         return self._cache[key]
 
     # -- one primitive --------------------------------------------------------------------
-    def present(self, device: str, backends: dict[str, str]) -> str | None:
+    def present(self, device: str, backends: Mapping[str, str]) -> str | None:
         def check() -> str | None:
             why = device_present(device, registry=self.registry, backends=backends, emulated=self.emulated)
             return None if why is None else f"device {device!r} is not here: {why}"
@@ -103,7 +103,7 @@ class Preflight:
             try:
                 build_trainer(self.config, *self._spaces_of_env(), check=False, plan=plan,
                               trainer_cls=self.trainer_cls)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - every failure is a refusal with its reason
                 return _line("learner", plan.learner_device, exc)
             return None
 
@@ -117,7 +117,7 @@ class Preflight:
             try:
                 make_storage(StorageSpec.from_spaces(*self._spaces_of_env()), 1, plan.storage_device,
                              registry=self.registry, backends=plan.backends)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - every failure is a refusal with its reason
                 return _line("Data Storage", plan.storage_device, exc)
             return None
 
