@@ -157,8 +157,8 @@ def save_checkpoint(path: str | os.PathLike, *, trainer, state: RunState, monito
 
 
 def _write_error(path: Path, exc: BaseException) -> CheckpointWriteError:
-    code = getattr(exc, "errno", None)
-    why = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+    code: int | None = getattr(exc, "errno", None)
+    why = {None: "disk full?", errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
            errno.EACCES: "permission denied", errno.EROFS: "the file system is read-only"}.get(code, "disk full?")
     err = CheckpointWriteError(
         f"could not write checkpoint {str(path)!r}: {why} ({type(exc).__name__}: {exc}). The previous checkpoint "

@@ -343,6 +343,7 @@ class ProgressDisplay:
         if self._progress is not None:
             short = (f"{_fmt(sps, '.0f')} st/s {_fmt(ups, '.0f')} up/s | ret {_fmt(mean_return)} | "
                      f"eval {_fmt(last_eval)} | upd {state.updates}")
+            assert self._task is not None  # added with the progress bar
             self._progress.update(self._task, completed=state.env_steps, info=short)
         else:
             total = f"/{self.total}" if self.total else ""

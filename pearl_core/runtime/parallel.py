@@ -152,7 +152,8 @@ class ParallelRuntime(Runtime):
         if host is None:
             return {"actors": [], "learner": []}
         actors = [p.pid for p in host.actor_procs if p is not None and p.is_alive()]
-        learner = [host.learner_proc.pid] if host.learner_proc is not None and host.learner_proc.is_alive() else []
+        proc = host.learner_proc
+        learner: list[int] = [proc.pid] if proc is not None and proc.is_alive() else []
         return {"actors": actors, "learner": learner}
 
     def run(self) -> RunResult:
