@@ -231,8 +231,9 @@ class Collector:
 
     def _n_step(self, trainer: Trainer, one: StepOutput, env_index, ended: np.ndarray, broken=()) -> StepOutput:
         """``one`` (this step's one-step rows of the environments ``env_index``) as the n-step rows it closes."""
-        rows = self._agg.push(self._discount(trainer), env_index, one.obs, one.action, one.reward,  # type: ignore
-                              one.next_obs, one.done, ended[env_index], broken)
+        # _n_step runs only with an aggregator (n_step > 1)
+        rows = self._agg.push(self._discount(trainer), env_index, one.obs, one.action,  # type: ignore[union-attr]
+                              one.reward, one.next_obs, one.done, ended[env_index], broken)
         return self._as_output(rows, one, one.episodes, one.dropped, len(one.reward))
 
     def _as_output(self, rows, like: StepOutput | None, episodes, dropped: int, env_steps: int) -> StepOutput:

@@ -154,7 +154,7 @@ def _fill(q: Any, limit: int, report: Any) -> None:
                 report.send(i)
                 return
         report.send(limit)
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001 - any failure of the child is reported to the parent
         report.send(f"the child failed: {type(exc).__name__}: {exc}")
 
 
