@@ -126,13 +126,27 @@ def with_deadline(fn: Callable[..., Any], hook: str, owner: str) -> Callable[...
     return call
 
 
+def _late_bound(backend: Any, hook: str) -> Callable[..., Any]:
+    """``backend``'s ``hook``, looked up on its class at each call (a method the class gets later, or a test's
+    replacement, is the one called); an instance's own attribute as it is."""
+    own = getattr(backend, "__dict__", {}).get(hook)
+    if own is not None:
+        return own  # an instance attribute the backend set itself
+    cls = type(backend)
+
+    @functools.wraps(getattr(cls, hook))
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(cls, hook).__get__(backend, cls)(*args, **kwargs)
+
+    return call
+
+
 def adapt_backend(backend: Any, owner: str, api: tuple[int, int]) -> Any:
     """Fit a new backend object to the core: options newer than ``api`` dropped, cost models under deadlines,
     sum trees checked. Sets instance attributes only (the class is untouched); returns ``backend``."""
     for hook in HOOK_DEADLINES_S:
-        method = getattr(backend, hook, None)
-        if callable(method):
-            setattr(backend, hook, with_deadline(method, hook, owner))
+        if callable(getattr(backend, hook, None)):
+            setattr(backend, hook, with_deadline(_late_bound(backend, hook), hook, owner))
     newer = tuple(o for o, since in OPTIONS_SINCE["make_sum_tree"].items() if api < since)
     make = backend.make_sum_tree
 
