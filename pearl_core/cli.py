@@ -59,7 +59,8 @@ def plugins(verbose: bool = typer.Option(False, "--verbose", "-v", help="Show tr
         for bname in rec.backends or ("-",):
             st = status.get(bname)
             text = ("[green]available[/green]" if st and st.available
-                    else "[yellow]unavailable[/yellow]: " + escape(st.reason if st else "no backend registered"))
+                    else "[yellow]unavailable[/yellow]: "
+                    + escape((st.reason or "no reason given") if st else "no backend registered"))
             table.add_row(rec.name, bname, rec.distribution or "?", rec.version or "?", text)
     if not records:
         console.print("No PEARL plugins are installed. Fix: `pip install pearl-cpu` (or `make test` in a checkout).")
