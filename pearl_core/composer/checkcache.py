@@ -8,9 +8,9 @@ and the library versions, so the composer keeps a fingerprint of those in ``trai
 profile cache's directory, with what it learned (``"checked"``, ``"layers"``), and does not build the trainer when the
 fingerprint is known. A failure is never kept: a broken trainer is built (and explained) every time.
 
-The code fingerprint is the size and modification time of every loaded source file of the packages the
-trainer's classes come from (its own package and its base classes'), so an edit to the trainer, to a helper
-module of its package or to PEARL's algorithms makes the next compose check again. (A run checks its trainer
+The code fingerprint is the size and modification time of every source file of the packages the trainer's
+classes come from (its own package and its base classes'), so an edit to the trainer, to a helper module of
+its package or to PEARL's algorithms makes the next compose check again. (A run checks its trainer
 again when it starts, cache or not: :func:`pearl_core.runtime.wiring.build_trainer`.)
 """
 
@@ -65,29 +65,50 @@ def _space(space: Any) -> list[Any]:
     return out
 
 
-def _sources(trainer: type, extra: Sequence[type] = ()) -> list[list[Any]]:
-    """(module, size, mtime) of every loaded module of the packages the trainer's classes come from.
+#: Files of a package looked at (a package bigger than this is fingerprinted by its first files only).
+_MAX_FILES = 2000
 
-    The trainer's class in ``pkg.sub.mod`` brings in every loaded module of ``pkg.sub`` (its sibling helpers);
-    each base class brings in its own module; the check's own modules always count.
-    """
-    packages = {"pearl_core.trainer", "pearl_core.trainer_check", trainer.__module__.rpartition(".")[0]}
-    packages |= {cls.__module__ for cls in trainer.__mro__ if cls.__module__ not in ("builtins", "abc", "typing")}
-    packages |= {cls.__module__.rpartition(".")[0] or cls.__module__ for cls in extra}
-    packages.discard("")
-    rows = []
-    for name, module in sorted(sys.modules.items()):
-        if not any(name == p or name.startswith(p + ".") for p in packages):
-            continue
+
+def _files(name: str) -> list[str]:
+    """The source (and extension) files of module or package ``name``, as they are on disk: a package's whole
+    tree, whichever of its modules this process happens to have imported."""
+    module = sys.modules.get(name)
+    if module is None:
+        return []
+    roots = list(getattr(module, "__path__", None) or [])
+    if not roots:
         path = getattr(module, "__file__", None)
-        if not path:
-            continue
+        return [path] if path else []
+    out: list[str] = []
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+            out += [os.path.join(dirpath, f) for f in sorted(filenames) if f.endswith((".py", ".so", ".pyd"))]
+            if len(out) >= _MAX_FILES:
+                return out[:_MAX_FILES]
+    return out
+
+
+def _sources(trainer: type, extra: Sequence[type] = ()) -> list[list[Any]]:
+    """(file, size, mtime) of the code the trainer's classes come from.
+
+    The trainer's class in ``pkg.sub.mod`` brings in every file of package ``pkg.sub`` (its sibling helpers);
+    each base class brings in its own module; an ``extra`` class in ``pkg.mod`` brings in package ``pkg``;
+    the check's own modules always count. Files are listed from disk, so the fingerprint does not depend on
+    which modules the process has imported so far.
+    """
+    names = {"pearl_core.trainer", "pearl_core.trainer_check", trainer.__module__.rpartition(".")[0]}
+    names |= {cls.__module__ for cls in trainer.__mro__ if cls.__module__ not in ("builtins", "abc", "typing")}
+    names |= {cls.__module__.rpartition(".")[0] or cls.__module__ for cls in extra}
+    names.discard("")
+    rows: list[list[Any]] = []
+    for path in sorted({f for name in names for f in _files(name)}):
         try:
             st = os.stat(path)
         except OSError:
-            rows.append([name, path, -1, -1])
+            rows.append([path, -1, -1])
             continue
-        rows.append([name, path, st.st_size, st.st_mtime_ns])
+        rows.append([path, st.st_size, st.st_mtime_ns])
     return rows
 
 
