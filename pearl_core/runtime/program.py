@@ -37,7 +37,33 @@ from pearl_core.errors import PearlError, SpecError
 from pearl_core.fileio import atomic_write
 from pearl_core.runtime.config import RunConfig, RuntimePlan
 
-__all__ = ["build_parser", "callback_list", "main", "plan_edits", "resumed_config", "run_plan"]
+__all__ = ["build_parser", "callback_list", "main", "plan_edits", "refuse_edited_values", "resumed_config", "run_plan"]
+
+
+def refuse_edited_values() -> None:
+    """Called by a generated program before its ``RUN_CONFIG`` and ``RUNTIME_PLAN``: a value edited into one
+    that PEARL refuses (a ``PearlError`` while the program's own lines run) is printed as ``error: ...`` with
+    the fix, not as a traceback (the exit status is 1). Other exceptions, and errors raised later from
+    :func:`main`, are reported as before."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+        frames = []
+        while tb is not None:
+            frames.append(tb.tb_frame)
+            tb = tb.tb_next
+        in_program = bool(frames) and frames[0].f_code.co_name == "<module>" and \
+            frames[0].f_globals.get("__name__") in ("__main__", "__mp_main__")
+        if not (isinstance(exc, PearlError) and in_program):
+            previous(kind, exc, tb)
+            return
+        line = next((f.f_lineno for f in frames if f.f_globals is frames[0].f_globals), None)
+        print(f"error: this program's settings (line {line} of {frames[0].f_code.co_filename}) are not valid: "
+              f"{exc} If you edited RUN_CONFIG or RUNTIME_PLAN by hand: compose the program again (pearl compose "
+              "... -o program.py) with the setting you want, or pass it on the command line (--help).",
+              file=sys.stderr)
+
+    sys.excepthook = hook
 
 
 def build_parser(run_config: RunConfig, plan_hash: str = "") -> argparse.ArgumentParser:

@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import sys
 
-from pearl_core.runtime import main
 from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, Setting, StopCriteria
+from pearl_core.runtime.program import main, refuse_edited_values
+
+refuse_edited_values()  # a value edited below that PEARL refuses: `error: ...` and the fix, not a traceback
 
 PEARL_VERSION = '0.1.0'
 PLAN_HASH = '6021c453c1a804999a7b37e80f31c8654eaac7175463cdaa1049a2d49e724e83'

@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import sys
 
-from pearl_core.runtime import main
 from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, Setting, StopCriteria
+from pearl_core.runtime.program import main, refuse_edited_values
+
+refuse_edited_values()  # a value edited below that PEARL refuses: `error: ...` and the fix, not a traceback
 
 from pearl_core.composer.runtimegen import load_script_module, script_load_error
 

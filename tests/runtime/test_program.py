@@ -61,3 +61,19 @@ def test_help_prints_a_default_log_dir_holding_a_lone_surrogate(program):
     build_parser(config, program["PLAN_HASH"]).print_help(file=out)
     out.flush()
     assert "runs/caf\\udce9" in out.buffer.getvalue().decode()
+
+
+def test_an_edited_value_a_runtime_plan_refuses_is_an_error_line_not_a_traceback(tmp_path):
+    import subprocess
+    import sys
+
+    text = PROGRAM.read_text()
+    assert "    learner_threads=1,\n" in text
+    edited = tmp_path / "program.py"
+    edited.write_text(text.replace("    learner_threads=1,\n", "    learner_threads=-1,\n", 1))
+    done = subprocess.run([sys.executable, str(edited), "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "error: this program's settings (line " in done.stderr and "learner_threads" in done.stderr
+    assert "compose the program again" in done.stderr
+    unedited = subprocess.run([sys.executable, str(PROGRAM), "--help"], capture_output=True, text=True, timeout=120)
+    assert unedited.returncode == 0 and "usage:" in unedited.stdout
