@@ -8,7 +8,7 @@ A plugin (this repository's ``pearl_cpu``, ``pearl_cuda``, ``pearl_fpga``, the g
 - ``pearl_core.hookspecs``: ``hookimpl``, to register its backends;
 - ``pearl_core.testing`` (and its submodules): the conformance kit, in its tests.
 
-Never composer or runtime internals: ``tests/test_sdk_surface.py`` fails on any other
+Never composer or runtime internals: ``tests/test_sdk.py`` fails on any other
 ``pearl_core`` import in a plugin package, wherever it stands (module level, inside a
 function, under ``TYPE_CHECKING``).
 

@@ -10,7 +10,7 @@ kernel returns one result record (:class:`~pearl_core.kernels.ACStepResult`,
 :class:`~pearl_core.kernels.SACStepResult`): :mod:`pearl_core.kernels` is the ABI.
 
 What the kernel computes is the trainer's torch path, step for step (the trainers'
-``update_policy`` is the specification; ``plugins/pearl_cpu/tests/test_learner_actor_critic.py``
+``update_policy`` is the specification; ``plugins/pearl_cpu/tests/test_cpu_learner_actor_critic.py``
 checks the kernels against it). What stays in Python:
 
 * the random draws: TD3's smoothing noise and SAC's reparameterisation ``eps`` come from the

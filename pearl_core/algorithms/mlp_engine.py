@@ -14,7 +14,7 @@ for a backend itself. Each update it builds one :class:`~pearl_core.kernels.DQNS
 and the kernel returns one :class:`~pearl_core.kernels.DQNStepResult` (:mod:`pearl_core.kernels`).
 
 Same math, step for step (checked against the torch path in
-``tests/test_mlp_engine.py``):
+``tests/algorithms/test_mlp_engine.py``):
 
 1. target: ``y = r + gamma * (1 - done) * Q_target(s')[a*]`` with ``a* = argmax
    Q_target(s')`` (or ``argmax Q(s')`` for double DQN); ``gamma ** k`` per sample for

@@ -27,7 +27,7 @@ transition. Each actor has at most one call in flight, so actors run at most one
 ahead of the learner (the bounded slack), act with weights at most one publication plus
 one call old (the bounded staleness), and a call never takes the run past
 ``max_env_steps``. One actor with a deterministic policy stores exactly the serial
-runtime's rows (tests/test_ray_runtime.py).
+runtime's rows (tests/runtime/test_rayrun_cluster.py).
 
 Faults: an actor whose process or node is lost (``RayActorError``) is restarted
 elsewhere with fresh seeds, at most ``max_actor_restarts`` times per actor (each logged

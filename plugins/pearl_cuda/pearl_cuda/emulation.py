@@ -3,8 +3,8 @@
 The kernels cannot run without a GPU, but their *algorithm* can: this module
 performs the same phases on the same layout (:class:`~pearl_cuda.layout.TreeLayout`)
 with the same summation order, so running it through the conformance kit
-(``tests/test_emulation.py``) proves the algorithm on any machine. On a GPU the
-real tree runs the same kit (``tests/test_gpu.py``) and is compared with this
+(``tests/test_cuda_emulation.py``) proves the algorithm on any machine. On a GPU the
+real tree runs the same kit (``tests/test_cuda_gpu.py``) and is compared with this
 emulation bit for bit.
 
 Kernel (``kernels/sumtree.cu``)   emulation here
