@@ -35,6 +35,7 @@ if __name__ == "__main__":
 '''
 
 
+@pytest.mark.slow  # several seconds on 2 cores: `make test` runs it, `make test-fast` does not
 def test_an_env_registered_in_the_composing_script_runs_in_the_generated_program(tmp_path):
     (tmp_path / "train.py").write_text(SCRIPT)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -98,6 +99,7 @@ class TinyDQN(DQN):
 '''
 
 
+@pytest.mark.slow  # several seconds on 2 cores: `make test` runs it, `make test-fast` does not
 def test_calibration_runs_load_the_composing_script_for_its_trainer_and_env(tmp_path, monkeypatch):
     import dataclasses
 

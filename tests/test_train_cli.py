@@ -150,6 +150,7 @@ def test_train_eval_video_policy_export_resume(name, work, monkeypatch):
         assert json.loads((Path(f"{run_dir}-2") / "result.json").read_text())["env_steps"] >= 500
 
 
+@pytest.mark.slow  # several seconds on 2 cores: `make test` runs it, `make test-fast` does not
 def test_train_refuses_bad_input_with_the_fix_and_writes_nothing(tmp_path):
     missing = pearl("train", "--env", "CartPole-v1", cwd=tmp_path)
     assert missing.returncode == 2 and "--algo" in missing.stdout and "Fix" in missing.stdout

@@ -32,6 +32,7 @@ def _run(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, str]:
     return proc, out.read_text(encoding="utf-8")
 
 
+@pytest.mark.slow  # several seconds on 2 cores: `make test` runs it, `make test-fast` does not
 def test_quick_sac_and_td3_run_and_print_a_table_per_case(tmp_path):
     proc, written = _run(tmp_path, "--algos", "sac,td3", "--budget", "1500",
                          "--contestants", "pearl-serial-uniform,pearl-par2-per")

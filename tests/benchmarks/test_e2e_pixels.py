@@ -44,6 +44,7 @@ def _section(text: str, env_id: str) -> str:
     return text.split(f"## {env_id}\n", 1)[1].split("\n## ", 1)[0]
 
 
+@pytest.mark.slow  # ~12-20 s on 2 cores: `make test` runs it, `make test-fast` does not
 def test_quick_minatar_has_a_row_per_pearl_contestant(tmp_path):
     _need("minatar")
     proc, written = _run(tmp_path, "--envs", "MinAtar/Breakout-v1", "--contestants", ",".join(PEARL_CONTESTANTS))
@@ -58,6 +59,7 @@ def test_quick_minatar_has_a_row_per_pearl_contestant(tmp_path):
     assert HEADER in written and "status: complete" in written
 
 
+@pytest.mark.slow  # ~12-20 s on 2 cores: `make test` runs it, `make test-fast` does not
 def test_quick_atari_serial_row(tmp_path):
     _need("ale_py", "cv2")
     proc, _ = _run(tmp_path, "--envs", "ALE/Pong-v5", "--contestants", "pearl-serial-uniform")

@@ -486,6 +486,7 @@ def test_compose_cli_errors_exit_2_and_leave_no_file(tmp_path, args, match):
 
 
 # ----------------------------------------------------------------------------- the program runs
+@pytest.mark.slow  # several seconds on 2 cores: `make test` runs it, `make test-fast` does not
 def test_generated_program_trains_with_a_tiny_budget(tmp_path):
     c = cartpole()
     c.set_run(log_dir=str(tmp_path / "default-logs"))

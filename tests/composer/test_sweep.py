@@ -168,6 +168,7 @@ def test_benchmark_measures_a_workload_and_writes_the_report(tmp_path):
         assert predicted != model  # the calibration run, not the isolated cells' model, is the prediction
 
 
+@pytest.mark.slow  # several seconds on 2 cores: `make test` runs it, `make test-fast` does not
 def test_calibration_runs_in_a_child_and_measures_a_variant():
     from pearl_core.composer.calibrate import calibrate_host_variants
     from pearl_core.composer.workload import workload_for_env

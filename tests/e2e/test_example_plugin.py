@@ -43,6 +43,7 @@ def _env(target):
     return env
 
 
+@pytest.mark.slow  # ~12-20 s on 2 cores: `make test` runs it, `make test-fast` does not
 def test_example_plugin_passes_its_tests(installed_example):
     report = installed_example.parent / "example-tests.xml"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",

@@ -28,6 +28,7 @@ def result(tmp_path: Path) -> dict:
     return json.loads((tmp_path / "run" / "result.json").read_text())
 
 
+@pytest.mark.slow  # several seconds on 2 cores: `make test` runs it, `make test-fast` does not
 @pytest.mark.parametrize("name, trainer", [("ddpg_pendulum.py", "DDPG"), ("td3_pendulum.py", "TD3")])
 def test_pendulum_examples_compose_and_train(tmp_path, name, trainer):
     out = run_example(name, tmp_path, "--max-env-steps", "1300", "--hidden", "32,32")
@@ -39,6 +40,7 @@ def test_pendulum_examples_compose_and_train(tmp_path, name, trainer):
     assert res["updates"] == res["env_steps"] - 1000  # one update per env step after learning starts
 
 
+@pytest.mark.slow  # several seconds on 2 cores: `make test` runs it, `make test-fast` does not
 def test_custom_trainer_example_trains_and_loads_its_policy(tmp_path):
     out = run_example("custom_trainer.py", tmp_path, "--max-env-steps", "1500")
     assert "QLearner keeps the trainer contract" in out.stdout

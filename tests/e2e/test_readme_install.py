@@ -30,6 +30,7 @@ def test_the_quickstart_is_two_commands():
     assert blocks(section("Quickstart"), "bash") == ["make demo\nmake test\n"]
 
 
+@pytest.mark.slow  # several seconds on 2 cores: `make test` runs it, `make test-fast` does not
 @needs_cpu_backend
 def test_the_install_example_composes_and_trains(tmp_path):
     (code,) = blocks(section("Install"), "python")

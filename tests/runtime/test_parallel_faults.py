@@ -162,6 +162,7 @@ def _gone(pids: list[int], timeout: float = 30.0) -> list[int]:
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # several seconds on 2 cores: `make test` runs it, `make test-fast` does not
 @pytest.mark.parametrize("sig,setting", [(signal.SIGINT, 1), (signal.SIGTERM, 2)])
 def test_interrupt_stops_cleanly_with_a_final_checkpoint(tmp_path, sig, setting):
     proc, workers = _start_run(tmp_path, setting)

@@ -111,6 +111,7 @@ PARALLEL = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # several seconds on 2 cores: `make test` runs it, `make test-fast` does not
 @needs_cpu_backend
 def test_sighup_to_a_parallel_runs_host_ends_it_with_a_checkpoint(tmp_path):
     log_dir = tmp_path / "run"

@@ -112,6 +112,7 @@ def _outcomes(junit: Path) -> dict[str, dict[str, int]]:
     return out
 
 
+@pytest.mark.slow  # several seconds on 2 cores: `make test` runs it, `make test-fast` does not
 def test_the_kit_runs_only_the_fanouts_the_backend_declares(tmp_path):
     """The whole suite, run by pytest: a max_fanout=32 backend passes; the same tree undeclared fails at 33+."""
     (tmp_path / "test_generated_kit.py").write_text(_KIT_MODULE, encoding="utf-8")

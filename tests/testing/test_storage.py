@@ -164,6 +164,7 @@ def _ids(test: str, *inner: str) -> set[str]:
     return {f"{test}[{f}-{s}]" if f else f"{test}[{s}]" for f in (inner or ("",)) for s in SPECS}
 
 
+@pytest.mark.slow  # several seconds on 2 cores: `make test` runs it, `make test-fast` does not
 def test_the_planted_control_passes(planted):
     outcomes, stdout = planted
     control = outcomes.get("TestControlStorage")
@@ -190,6 +191,7 @@ REFUSED_ADDS = _ids("test_bad_input_raises_like_the_host_and_changes_nothing", "
     ("TestWritesBeforeValidating", REFUSED_ADDS, "changed field('obs')"),
     ("TestWriteableField", _ids("test_field_is_a_read_only_host_array") | WRAPS, "writeable"),
 ])
+@pytest.mark.slow  # several seconds on 2 cores: `make test` runs it, `make test-fast` does not
 def test_the_storage_suite_catches_a_planted_bug(planted, cls, caught_by, says):
     outcomes, stdout = planted
     failed = _failed(outcomes.get(cls, {}))

@@ -187,6 +187,7 @@ def _failed(outcomes: dict[str, str]) -> dict[str, str]:
     return {name: r for name, r in outcomes.items() if not r.startswith(("passed", "skipped"))}
 
 
+@pytest.mark.slow  # several seconds on 2 cores: `make test` runs it, `make test-fast` does not
 def test_the_planted_controls_pass(planted):
     outcomes, stdout = planted
     for cls in ("TestControlQueue", "TestControlKernel"):
@@ -203,6 +204,7 @@ def test_the_planted_controls_pass(planted):
                               "test_spawned_consumer_receives_every_message_in_order"}, "message 501"),
     ("TestUnboundedQueue", {"test_put_raises_full_at_maxsize", "test_bounded_across_processes"}, "Full"),
 ])
+@pytest.mark.slow  # several seconds on 2 cores: `make test` runs it, `make test-fast` does not
 def test_the_transport_suite_catches_a_planted_bug(planted, cls, caught_by, says):
     outcomes, stdout = planted
     failed = _failed(outcomes.get(cls, {}))
@@ -223,6 +225,7 @@ DOUBLE = {f"test_matches_torch_step_by_step[{c.id}]" for c in CASES if c.double_
     ("TestNoClippingKernel", CLIPPED | {"test_free_run_matches_torch"}),
     ("TestNoDoubleDQNKernel", DOUBLE | {"test_free_run_matches_torch"}),
 ])
+@pytest.mark.slow  # several seconds on 2 cores: `make test` runs it, `make test-fast` does not
 def test_the_kernel_suite_catches_a_planted_bug(planted, cls, caught_by):
     outcomes, stdout = planted
     failed = _failed(outcomes.get(cls, {}))
@@ -232,6 +235,7 @@ def test_the_kernel_suite_catches_a_planted_bug(planted, cls, caught_by):
     assert all("differ" in r for r in failed.values()), f"{cls}: a failure does not say what differs: {failed}"
 
 
+@pytest.mark.slow  # several seconds on 2 cores: `make test` runs it, `make test-fast` does not
 @needs_cpu_kernel
 def test_the_kernel_suite_catches_a_kernel_that_goes_wrong_from_its_third_step(planted):
     """The synced comparisons bind a new kernel object every update, so no kernel there reaches its third
@@ -244,6 +248,7 @@ def test_the_kernel_suite_catches_a_kernel_that_goes_wrong_from_its_third_step(p
     assert "the kernel's step 3)" in failed["test_free_run_matches_torch"], failed
 
 
+@pytest.mark.slow  # several seconds on 2 cores: `make test` runs it, `make test-fast` does not
 @needs_cpu_kernel
 def test_the_kernel_suite_catches_a_step_that_returns_a_tuple(planted):
     outcomes, stdout = planted
