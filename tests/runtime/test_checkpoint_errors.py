@@ -10,42 +10,17 @@ from pathlib import Path
 
 import pytest
 
+from run_kinds import KINDS, IDS, config, make, snapshot
+
 import pearl_core.runtime.checkpoint as checkpoint_mod
 from pearl_core.errors import PearlError, SpecError
 from pearl_core.runtime.checkpoint import CheckpointWriteError, load_checkpoint, load_trainer_state, save_checkpoint
-from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
+from pearl_core.runtime.config import RunConfig
 from pearl_core.runtime.control import RunState, StopMonitor
-from pearl_core.runtime.parallel import ParallelRuntime
 from pearl_core.runtime.runlock import LOCK_NAME
 from pearl_core.runtime.serial import SerialRuntime
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
-
-KINDS = ["serial", 1, 2]
-IDS = ["serial", "setting1", "setting2"]
-
-
-def plan_for(kind) -> RuntimePlan:
-    return RuntimePlan(setting=1 if kind == "serial" else kind, n_actors=1, envs_per_actor=2, insert_batch=16,
-                       queue_size=4)
-
-
-def config(log_dir, steps=160, trainer="runtime_support:LinearQ", **kw) -> RunConfig:
-    base = dict(env_id="CartPole-v1", trainer=trainer, batch_size=16, learning_starts=32, train_every=16,
-                replay_ratio=0.5, replay=ReplayConfig(capacity=2048), stop=StopCriteria(max_env_steps=steps),
-                log_dir=str(log_dir))
-    base.update(kw)
-    return RunConfig(**base)
-
-
-def make(kind, cfg, **kw):
-    kw = {"progress": False, "plot": False, "tensorboard": False, **kw}
-    return (SerialRuntime if kind == "serial" else ParallelRuntime)(cfg, plan_for(kind), **kw)
-
-
-def snapshot(d) -> dict[str, bytes]:
-    d = Path(d)
-    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
 # ================================================================ checkpoint errors

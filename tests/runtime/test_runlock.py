@@ -8,7 +8,6 @@ budgets; no assertion depends on wall-clock time.
 
 from __future__ import annotations
 
-import csv
 import errno
 import logging
 import os
@@ -21,46 +20,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from run_kinds import KINDS, IDS, config, make, snapshot, rows
+
 import pearl_core.runtime.session as session_mod
 from pearl_core.errors import LearnerError, SpecError
 from pearl_core.runtime.checkpoint import load_checkpoint
-from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria
-from pearl_core.runtime.parallel import ParallelRuntime
+from pearl_core.runtime.config import RunConfig, RuntimePlan, StopCriteria
 from pearl_core.runtime.runlock import LOCK_NAME, RunLock, check_free, read_owner
 from pearl_core.runtime.serial import SerialRuntime
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
-
-KINDS = ["serial", 1, 2]
-IDS = ["serial", "setting1", "setting2"]
-
-
-def plan_for(kind) -> RuntimePlan:
-    return RuntimePlan(setting=1 if kind == "serial" else kind, n_actors=1, envs_per_actor=2, insert_batch=16,
-                       queue_size=4)
-
-
-def config(log_dir, steps=160, trainer="runtime_support:LinearQ", **kw) -> RunConfig:
-    base = dict(env_id="CartPole-v1", trainer=trainer, batch_size=16, learning_starts=32, train_every=16,
-                replay_ratio=0.5, replay=ReplayConfig(capacity=2048), stop=StopCriteria(max_env_steps=steps),
-                log_dir=str(log_dir))
-    base.update(kw)
-    return RunConfig(**base)
-
-
-def make(kind, cfg, **kw):
-    kw = {"progress": False, "plot": False, "tensorboard": False, **kw}
-    return (SerialRuntime if kind == "serial" else ParallelRuntime)(cfg, plan_for(kind), **kw)
-
-
-def snapshot(d) -> dict[str, bytes]:
-    d = Path(d)
-    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
-
-
-def rows(path) -> list[list[str]]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.reader(fh))[1:]
 
 
 HOLDER = textwrap.dedent("""
