@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from run_kinds import DQN, RUNTIMES, good_config, make_runtime
+
 from pearl_core.composer import (
     Composer,
     ComposerError,
@@ -22,30 +24,11 @@ from pearl_core.composer import (
 )
 from pearl_core.composer.runtimegen import literal
 from pearl_core.errors import SpecError
-from pearl_core.runtime import ParallelRuntime, SerialRuntime
 from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan, StopCriteria, check_field
 from pearl_core.validation import MAX_SEED
 
 ROOT = Path(__file__).resolve().parents[1]
 THIS_MACHINE = ROOT / "examples" / "hardware" / "this-machine.toml"
-DQN = "pearl_core.algorithms:DQN"
-RUNTIMES = ["serial", 1, 2]  # the serial runtime, and ParallelRuntime with RuntimePlan(setting=1) / setting=2
-
-
-def good_config(tmp_path=None, **kw) -> RunConfig:
-    values = dict(env_id="CartPole-v1", trainer=DQN, trainer_kwargs={"hidden_sizes": [16]}, batch_size=16,
-                  learning_starts=32, replay=ReplayConfig(capacity=512), stop=StopCriteria(max_env_steps=200),
-                  log_dir=str(tmp_path / "run") if tmp_path is not None else "runs/pearl")
-    values.update(kw)
-    return RunConfig(**values)
-
-
-def make_runtime(kind, config: RunConfig):
-    opts = dict(progress=False, plot=False, tensorboard=False)
-    if kind == "serial":
-        return SerialRuntime(config, **opts)
-    plan = RuntimePlan(setting=kind, n_actors=1, envs_per_actor=2, insert_batch=8, queue_size=4)
-    return ParallelRuntime(config, plan, **opts)
 
 
 # ============================================================================ validation at the edge

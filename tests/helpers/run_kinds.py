@@ -41,3 +41,24 @@ def snapshot(d) -> dict[str, bytes]:
 def rows(path) -> list[list[str]]:
     with open(path, newline="", encoding="utf-8") as fh:
         return list(csv.reader(fh))[1:]
+
+
+DQN = "pearl_core.algorithms:DQN"
+RUNTIMES = KINDS  # the serial runtime, and ParallelRuntime with RuntimePlan(setting=1) / setting=2
+
+
+def good_config(tmp_path=None, **kw) -> RunConfig:
+    """A valid small DQN CartPole config (the validation tests change one field of it at a time)."""
+    values = dict(env_id="CartPole-v1", trainer=DQN, trainer_kwargs={"hidden_sizes": [16]}, batch_size=16,
+                  learning_starts=32, replay=ReplayConfig(capacity=512), stop=StopCriteria(max_env_steps=200),
+                  log_dir=str(tmp_path / "run") if tmp_path is not None else "runs/pearl")
+    values.update(kw)
+    return RunConfig(**values)
+
+
+def make_runtime(kind, config: RunConfig):
+    opts = dict(progress=False, plot=False, tensorboard=False)
+    if kind == "serial":
+        return SerialRuntime(config, **opts)
+    plan = RuntimePlan(setting=kind, n_actors=1, envs_per_actor=2, insert_batch=8, queue_size=4)
+    return ParallelRuntime(config, plan, **opts)
