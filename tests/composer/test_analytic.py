@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-import types
 from pathlib import Path
 
 import pytest
+
+from backend_registry import registry_with
 
 from pearl_core.backend import Availability, Backend
 from pearl_core.composer import (
@@ -25,7 +26,6 @@ from pearl_core.composer import (
 from pearl_core.composer.analytic import cpu_row, learner_ops
 from pearl_core.composer.costs import AnalyticCostModel, ProfiledCostModel, analytic_row, profiled_row
 from pearl_core.errors import SpecError
-from pearl_core.hookspecs import hookimpl
 from pearl_core.plugins import PluginRegistry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -219,15 +219,6 @@ def test_missing_model_inputs_are_assumed_and_said_so():
 
 
 # --------------------------------------------------------------------------- filling the matrix
-def registry_with(*backends) -> PluginRegistry:
-    reg = PluginRegistry(autoload=False)
-    for cls in backends:
-        @hookimpl
-        def pearl_register_backends(register, cls=cls):
-            register(cls)
-
-        reg.register_plugin(types.SimpleNamespace(pearl_register_backends=pearl_register_backends), name=cls.name)
-    return reg
 
 
 class NpuBackend(Backend):

@@ -9,9 +9,10 @@ a backend that still has only it is measured through it, with a logged warning a
 from __future__ import annotations
 
 import logging
-import types
 
 import pytest
+
+from backend_registry import registry_with
 
 from pearl_core.backend import Availability, Backend, DeviceInfo
 from pearl_core.composer import costs
@@ -22,8 +23,6 @@ from pearl_core.composer.profiling import profiler_for
 from pearl_core.composer.spec import DeviceSpec, HardwareSpec, LinkSpec
 from pearl_core.composer.workload import Workload
 from pearl_core.errors import SpecError
-from pearl_core.hookspecs import hookimpl
-from pearl_core.plugins import PluginRegistry
 
 WL = Workload(batch_size=8, obs_bytes=16, action_bytes=8, capacity=4096, fanout=8)
 ACC = DeviceSpec("n0", "acc", 2**32, 5.0, 15.0, mem_bandwidth_Bps=1e11)
@@ -63,17 +62,6 @@ class Meter(Backend):
 
     def profile_cells(self, device, workload, *, iterations=1000, warmup=50):
         raise AssertionError("a backend with measure_primitive is never asked profile_cells")
-
-
-def registry_with(*backends) -> PluginRegistry:
-    reg = PluginRegistry(autoload=False)
-    for cls in backends:
-        @hookimpl
-        def pearl_register_backends(register, cls=cls):
-            register(cls)
-
-        reg.register_plugin(types.SimpleNamespace(pearl_register_backends=pearl_register_backends), name=cls.name)
-    return reg
 
 
 @pytest.fixture

@@ -7,30 +7,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import types
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 
+from backend_registry import registry_with
+
 import pearl_core.testing.strategies as pst
 from pearl_core.backend import Availability, Backend
 from pearl_core.errors import InvalidValueError
-from pearl_core.hookspecs import hookimpl
-from pearl_core.plugins import PluginRegistry
 from pearl_core.testing import ReferenceSumTree, SumTreeConformance
-
-
-def registry_with(*backends) -> PluginRegistry:
-    reg = PluginRegistry(autoload=False)
-    for cls in backends:
-        @hookimpl
-        def pearl_register_backends(register, cls=cls):
-            register(cls)
-
-        reg.register_plugin(types.SimpleNamespace(pearl_register_backends=pearl_register_backends), name=cls.name)
-    return reg
 
 
 # =========================================================================== the conformance kit
