@@ -31,7 +31,8 @@ A quick profile (fewer iterations) skips these runs.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+import time
+from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
 from pearl_core.composer.calibrate import (
     CALIBRATE_BUDGET_S,
@@ -96,9 +97,71 @@ def _part(seconds: float | None) -> float:
     return seconds
 
 
+class _RaplProbe:
+    """Average CPU-package watts over each probe, from RAPL (``pearl_core.runtime.energy``), where it can be read."""
+
+    def __init__(self, root: str, clock: Callable[[], float]):
+        from pearl_core.runtime.energy import RaplCounters
+
+        self.clock = clock
+        self.watts: dict[str, float] = {}
+        try:
+            self.rapl: Any = RaplCounters(root)
+            self.why = ""
+        except (OSError, ValueError) as exc:
+            self.rapl, self.why = None, f"{type(exc).__name__}: {exc}"
+
+    def run(self, key: str, fn: Callable[[], PrimitiveCost]) -> PrimitiveCost:
+        """``fn()``; when RAPL is read, the probe's average watts go to ``watts[key]``."""
+        if self.rapl is None:
+            return fn()
+        try:
+            self.rapl.start()
+        except (OSError, ValueError) as exc:
+            self.rapl, self.why = None, f"{type(exc).__name__}: {exc}"
+            return fn()
+        t = self.clock()
+        cost = fn()
+        took = self.clock() - t
+        try:
+            self.rapl.poll()
+        except (OSError, ValueError) as exc:
+            self.rapl, self.why = None, f"failed during a probe: {type(exc).__name__}: {exc}"
+            return cost
+        if took >= RAPL_MIN_PROBE_S:
+            self.watts[key] = self.rapl.joules() / took
+        return cost
+
+    def power(self, key: str, modelled: float) -> float:
+        return self.watts.get(key, modelled)
+
+    def note(self, keys: dict[str, str], device: "DeviceSpec") -> str:
+        spec = (f"the spec's watts (idle {device.idle_power_w:g} W, active {device.active_power_w:g} W) scaled by "
+                "the busy threads")
+        got = [f"{label} {self.watts[key]:,.1f} W" for key, label in keys.items() if key in self.watts]
+        if not got:
+            why = self.why or f"no probe lasted {RAPL_MIN_PROBE_S:g} s"
+            return f"cell power: {spec} (RAPL not used: {why})"
+        names = ",".join(self.rapl.names) if self.rapl is not None else "RAPL"
+        rest = [label for key, label in keys.items() if key not in self.watts]
+        return (f"cell power: measured, RAPL {names} averaged over each probe: " + ", ".join(got)
+                + (f"; {spec} for {', '.join(rest)}" if rest else ""))
+
+
+#: Shortest probe whose RAPL average is used (the counters advance about every millisecond).
+RAPL_MIN_PROBE_S = 0.05
+
+
 def profile_host(bname: str, backend: Any, device: "DeviceSpec", workload: "Workload", *, iterations: int = 1000,
-                 warmup: int = 50) -> DeviceRow:
-    """The host's row, measured by ``backend`` at the thread counts and variants this module's policy chooses."""
+                 warmup: int = 50, rapl_root: str = "/sys/class/powercap",
+                 clock: Callable[[], float] = time.perf_counter) -> DeviceRow:
+    """The host's row, measured by ``backend`` at the thread counts and variants this module's policy chooses.
+
+    Cell power: where RAPL can be read (``rapl_root``), each cell's ``power_w`` is the CPU packages' average
+    over the probe that measured it (replay: the RM cells; learner at the chosen threads: the learner cell;
+    worker loop: the co-located cells), else the spec's idle and active watts scaled by the busy threads; the
+    row's notes say which (``clock``: for tests)."""
+    probe = _RaplProbe(rapl_root, clock)
     # A profile measures this machine: never more threads than it has, whatever the spec says.
     threads = min(int(device.threads or device.cores or os.cpu_count() or 1), os.cpu_count() or 1)
     bs, na = workload.batch_size, workload.n_actors
@@ -108,7 +171,8 @@ def profile_host(bname: str, backend: Any, device: "DeviceSpec", workload: "Work
     budget, learn_iters, w = CELL_BUDGET_S, max(10, iterations // 3), min(warmup, 20)
 
     def ask(primitive: str, t: int = 1, n: int = iterations, warm: int = warmup) -> PrimitiveCost:
-        return measured(bname, backend, device, workload, MeasureRequest(primitive, t, n, warm, budget))
+        return probe.run(f"{primitive}:{t}", lambda: measured(bname, backend, device, workload,
+                                                             MeasureRequest(primitive, t, n, warm, budget)))
 
     actor_s = ask("actor_step", 1, min(iterations, 500)).seconds
     produce_s = bs * actor_s / na
@@ -124,9 +188,13 @@ def profile_host(bname: str, backend: Any, device: "DeviceSpec", workload: "Work
         return device.idle_power_w + (device.active_power_w - device.idle_power_w) * min(1.0, busy / threads)
 
     p_all, p_co = power(na + t_l + t_r), power(na + t_l)
-    s, u, n = (CostCell(_part(v), p_all, "profiled") for v in (rm.sample_s, rm.update_s, rm.insert_s))
+    p_rm, p_learner = probe.power(f"replay:{t_r}", p_all), probe.power(f"learner:{t_l}", p_all)
+    p_co = probe.power(f"worker_loop:{t_l}", p_co)
+    s, u, n = (CostCell(_part(v), p_rm, "profiled") for v in (rm.sample_s, rm.update_s, rm.insert_s))
     co_s, co_u, co_n = (CostCell(_part(v), p_co, "profiled") for v in (co.sample_s, co.update_s, co.insert_s))
     co_learner = CostCell(co.learner_s + co.update_s + co.insert_s, p_co, "profiled")  # type: ignore[operator]
+    power_note = probe.note({f"replay:{t_r}": "replay (RM cells)", f"learner:{t_l}": "learner",
+                             f"worker_loop:{t_l}": "worker loop (co-located cells)"}, device)
     runs: tuple[RunMeasurement, ...] = ()
     calibration_note: tuple[str, ...] = ()
     if iterations >= CALIBRATE_MIN_ITERATIONS:
@@ -151,8 +219,8 @@ def profile_host(bname: str, backend: Any, device: "DeviceSpec", workload: "Work
              f"learner thread count, each cell timed for at most ~{budget:g} s (medians)",
              f"learner threads {t_l}: actors produce {bs} experiences in {produce_s * 1e3:.2f} ms; "
              + ", ".join(f"{t} thread(s) train them in {v * 1e3:.2f} ms" for t, v in learner_s.items()),
-             *calibration_note)
-    return DeviceRow(device.name, device.kind, s, u, n, CostCell(learner_s[t_l], p_all, "profiled"), co_s, co_u,
+             power_note, *calibration_note)
+    return DeviceRow(device.name, device.kind, s, u, n, CostCell(learner_s[t_l], p_learner, "profiled"), co_s, co_u,
                      co_n, co_learner, config=config, notes=notes, costs=costs)
 
 

@@ -43,7 +43,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pearl_core.errors import InvalidValueError
 
-__all__ = ["DEFAULT_CPU_WATTS_PER_CORE", "EnergyMeter", "EnergyReading", "NvmlCounters", "RaplCounters",
+__all__ = ["DEFAULT_CPU_WATTS_PER_CORE", "EnergyMeter", "EnergyReading", "NvmlCounters", "RaplCounters", "RunEnergy",
            "process_tree_cpu_s"]
 
 #: (idle W, active W) per core of a CPU no spec describes: the figures the composer assumes for a detected host
@@ -256,6 +256,7 @@ class EnergyMeter:
         poll_s: seconds between RAPL reads during the window (a thread; ``None``: only at start and stop).
         clock: wall clock (default ``time.perf_counter``); cpu_seconds: the process tree's CPU seconds so far
             (default :func:`process_tree_cpu_s`). Both for tests.
+        cpu_watts_note: where ``cpu_watts`` came from, added to the modelled part's label.
 
     Raises:
         InvalidValueError: ``cpu_watts`` not two numbers ``0 <= idle <= active``, ``cores`` < 1, or ``gpus`` not
@@ -265,7 +266,7 @@ class EnergyMeter:
     def __init__(self, *, gpus: Sequence[int] | None = None, cpu_watts: tuple[float, float] | None = None,
                  cores: int | None = None, nvml: Any = None, rapl_root: str = "/sys/class/powercap",
                  poll_s: float | None = RAPL_POLL_S, clock: Callable[[], float] = time.perf_counter,
-                 cpu_seconds: Callable[[], float] = process_tree_cpu_s):
+                 cpu_seconds: Callable[[], float] = process_tree_cpu_s, cpu_watts_note: str = ""):
         self.cores = int(os.cpu_count() or 1) if cores is None else cores
         if isinstance(self.cores, bool) or not isinstance(self.cores, int) or self.cores < 1:
             raise InvalidValueError(f"EnergyMeter: cores = {cores!r} is invalid; expected an integer >= 1 (the "
@@ -285,7 +286,8 @@ class EnergyMeter:
                 raise InvalidValueError(f"EnergyMeter: cpu_watts = {cpu_watts!r} is invalid; expected (idle W, "
                                         "active W) with 0 <= idle <= active. Fix: pass the host's idle_power_w and "
                                         "active_power_w from its hardware spec, or leave it out for the default.")
-            self._watts_label = f"spec watts (idle {idle:g} W, active {active:g} W)"
+            note = f"; {cpu_watts_note}" if cpu_watts_note else ""
+            self._watts_label = f"spec watts (idle {idle:g} W, active {active:g} W{note})"
         self.cpu_watts = (idle, active)
         if gpus is not None and (isinstance(gpus, (str, bytes)) or not all(
                 isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus)):
@@ -391,3 +393,69 @@ class EnergyMeter:
     def __exit__(self, *exc: Any) -> None:
         if self._running:
             self.stop()
+
+
+# --------------------------------------------------------------------------- a run's window
+class RunEnergy:
+    """A run's callback (:mod:`pearl_core.callbacks`) metering it from ``on_start`` to ``on_end``.
+
+    ``on_start`` comes once the run holds its log directory: for the parallel runtime that is before its
+    worker processes start, so the window holds their start-up as well as the run clock's time (the window's
+    ``seconds`` against the result's ``startup_s`` and ``wall_time_s`` says how much). The CPU's watts for a
+    modelled part are the host's in ``spec`` (a :meth:`HardwareSpec.to_dict`, e.g. the composed plan's), else
+    the generic default.
+    """
+
+    def __init__(self, spec: Mapping[str, Any] | None = None, **meter_kw: Any):
+        host = _host_device(spec)
+        if host is not None and "cpu_watts" not in meter_kw:
+            assumed = set(host.get("assumed", ()))
+            meter_kw["cpu_watts"] = (host["idle_power_w"], host["active_power_w"])
+            meter_kw.setdefault("cores", host.get("threads") or host.get("cores") or None)
+            meter_kw.setdefault("cpu_watts_note", f"host {host.get('name')!r} of the plan's hardware spec" + (
+                ", figures assumed by detection" if assumed & {"idle_power_w", "active_power_w"} else ""))
+        self.meter = EnergyMeter(**meter_kw)
+        self.env_steps_at_start = 0
+
+    def on_start(self, run: Any) -> None:
+        self.env_steps_at_start = int(run.env_steps)
+        self.meter.start()
+
+    def on_end(self, run: Any, result: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the meter if it runs (a run that failed or stopped its callbacks leaves it running)."""
+        if self.meter._running:
+            self.meter.stop()
+
+    def fields(self, env_steps: int) -> dict[str, Any]:
+        """``result.json``'s ``energy`` (the reading, the window and the env steps in it) and
+        ``env_steps_per_joule`` (``None`` when nothing was metered), for a run that ended at ``env_steps``."""
+        reading = self.meter.reading
+        if reading is None:
+            return {"energy": None, "env_steps_per_joule": None}
+        steps = int(env_steps) - self.env_steps_at_start
+        return {"energy": {**reading.to_json(), "env_steps": steps,
+                           "window": "from when the run held its log directory to its end: the run clock's time "
+                                     "and the workers' start-up (see startup_s)"},
+                "env_steps_per_joule": reading.per_joule(steps)}
+
+    def summary(self, env_steps: int) -> str:
+        """One line for people: joules, how each part was obtained, env steps per joule."""
+        reading = self.meter.reading
+        if reading is None:
+            return "energy: not metered"
+        rate = reading.per_joule(int(env_steps) - self.env_steps_at_start)
+        how = ", ".join(f"{k} {v.split(':')[0]}" for k, v in reading.sources.items() if k != "gpu")
+        return (f"energy: {reading.joules:,.0f} J over {reading.seconds:,.1f} s ({how})"
+                + (f", {rate:,.1f} env steps/J" if rate is not None else ""))
+
+
+def _host_device(spec: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    if not spec:
+        return None
+    for device in spec.get("device", ()):
+        if device.get("name") == spec.get("host") and "idle_power_w" in device and "active_power_w" in device:
+            return device
+    return None

@@ -150,9 +150,15 @@ def run_plan(config: RunConfig, runtime_plan: RuntimePlan, plan: Any, *, plan_ha
 
     ``plan`` is the :class:`~pearl_core.composer.plan.PlacementPlan` (or ``None``
     when a resumed run's plan is not known: then no ``composer_plan.json`` is written); ``callbacks``
-    go to the runtime (:mod:`pearl_core.callbacks`).
+    go to the runtime (:mod:`pearl_core.callbacks`). ``result.json`` also holds the run's ``energy`` and
+    ``env_steps_per_joule`` (:class:`~pearl_core.runtime.energy.RunEnergy`: measured where NVML or RAPL
+    can be read, else modelled from the plan's host watts, each part saying which).
     """
+    from pearl_core.runtime.energy import RunEnergy
+
     out = out or sys.stdout
+    energy = RunEnergy(plan.spec if plan is not None else None)  # meters the run: result.json's energy
+    callbacks = [energy, *callbacks]
     try:  # every check fails here with `error: ...` (exit 2), before any worker starts
         if ray is not None:  # the actors where the cluster model puts them (pearl_core.composer.cluster)
             from pearl_core.composer.cluster import ClusterSpec, describe, place_for_plan
@@ -196,12 +202,16 @@ def run_plan(config: RunConfig, runtime_plan: RuntimePlan, plan: Any, *, plan_ha
     except PearlError as exc:  # the run failed (its checkpoint and logs say how far it got)
         print("error: " + str(exc), file=sys.stderr)
         return 1
+    finally:
+        energy.close()
     # Written once the run has owned its log directory (never over another run's files).
     if plan_json is not None:
         _write_json(os.path.join(result.log_dir, "composer_plan.json"), json.loads(plan_json))
     _write_json(os.path.join(result.log_dir, "result.json"),
-                {"plan_hash": plan_hash, "pearl_version": pearl_version, **dataclasses.asdict(result)})
+                {"plan_hash": plan_hash, "pearl_version": pearl_version, **dataclasses.asdict(result),
+                 **energy.fields(result.env_steps)})
     print(result.summary(), file=out)
+    print(energy.summary(result.env_steps), file=out)
     print("logs, learning curve, checkpoint and result.json in " + result.log_dir, file=out)
     return 0
 

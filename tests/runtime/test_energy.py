@@ -3,6 +3,8 @@ else modelled (labelled so), on fake meters: a fake powercap tree in tmp_path, a
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import resource
 from pathlib import Path
@@ -277,3 +279,124 @@ def test_bad_settings_are_refused_with_the_fix(kw, match):
 def test_stop_before_start_is_refused():
     with pytest.raises(InvalidValueError, match="before start"):
         EnergyMeter().stop()
+
+
+# --------------------------------------------------------------------------- a run's result.json
+@pytest.mark.slow  # a parallel run's start-up: about 3 s on 2 cores
+def test_a_runs_result_json_carries_its_energy_and_env_steps_per_joule(tmp_path):
+    from run_kinds import config, plan_for
+
+    from pearl_core.runtime.program import run_plan
+
+    out = io.StringIO()
+    rc = run_plan(config(tmp_path / "run", steps=160), plan_for(1), None, plan_hash="0" * 64, pearl_version="test",
+                  quiet=True, out=out)
+    assert rc == 0, out.getvalue()
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    energy = result["energy"]
+    assert energy["env_steps"] == result["env_steps"] >= 160 and energy["seconds"] > 0
+    assert energy["joules"] == pytest.approx(sum(energy["parts"].values())) and energy["joules"] > 0
+    assert result["env_steps_per_joule"] == pytest.approx(result["env_steps"] / energy["joules"])
+    assert energy["sources"]["cpu"].startswith(("measured: RAPL", "modelled: utilisation x generic default watts"))
+    assert set(energy["parts"]) <= set(energy["sources"]) and "window" in energy
+    assert "env steps/J" in out.getvalue()
+
+
+# --------------------------------------------------------------------------- the composer's host cells
+class Heater:
+    """A measuring backend whose every probe 'draws' the joules given for its primitive from a fake package."""
+
+    def __init__(self, package: Path, joules: dict[str, float]):
+        self.package, self.joules = package, joules
+
+    def measure_primitive(self, device, workload, request):
+        from pearl_core.composer.matrix import PrimitiveCost
+
+        now = int((self.package / "energy_uj").read_text())
+        set_uj(self.package, now + int(self.joules[request.primitive] * 1e6))
+        t = request.threads
+        if request.primitive == "replay":
+            return PrimitiveCost("replay", t, 3e-5, sample_s=1e-5, update_s=1e-5, insert_s=1e-5)
+        if request.primitive == "worker_loop":
+            return PrimitiveCost("worker_loop", t, 4e-4, sample_s=1e-5, update_s=1e-5, insert_s=1e-5, learner_s=3e-4)
+        return PrimitiveCost(request.primitive, t, 5e-4 if request.primitive == "learner" else 1e-5)
+
+
+def test_the_composers_host_cells_draw_the_power_rapl_measured_over_their_probes(rapl, monkeypatch):
+    from pearl_core.composer import hostprofile
+    from pearl_core.composer.spec import DeviceSpec
+    from pearl_core.composer.workload import Workload
+
+    monkeypatch.setattr(hostprofile.os, "cpu_count", lambda: 3)
+    monkeypatch.setattr(hostprofile, "learner_threads_yield", lambda wl: False)
+    root, p0, *_ = rapl
+    host = DeviceSpec("cpu0", "cpu", 2**30, 5.0, 20.0, cores=3)
+    wl = Workload(batch_size=8, obs_bytes=16, action_bytes=8, n_actors=1, insert_batch=2)
+    heater = Heater(p0, {"actor_step": 1.0, "learner": 20.0, "replay": 30.0, "worker_loop": 45.0, "message_hop": 1.0})
+    clock = iter(range(0, 1000, 1)).__next__  # each probe takes 1 "second" of the injected clock
+    row = hostprofile.profile_host("heat", heater, host, wl, iterations=20, warmup=1, rapl_root=str(root),
+                                   clock=lambda: float(clock()))
+    assert row.rm_sample.power_w == row.rm_insert.power_w == pytest.approx(30.0)  # the replay probe's watts
+    assert row.learner.power_w == pytest.approx(20.0)
+    assert row.co_learner.power_w == row.co_rm_sample.power_w == pytest.approx(45.0)
+    note = next(n for n in row.notes if n.startswith("cell power"))
+    assert note.startswith("cell power: measured, RAPL package-0,package-1 averaged over each probe: replay")
+
+    spec_row = hostprofile.profile_host("heat", heater, host, wl, iterations=20, warmup=1,
+                                        rapl_root=str(root / "absent"))
+    # no RAPL: the spec's 5-20 W scaled by busy threads (actor + learner + RM threads of 3), as before
+    busy = 1 + spec_row.config["learner_threads"] + spec_row.config["rm_threads"]
+    assert spec_row.rm_sample.power_w == pytest.approx(5.0 + 15.0 * min(1.0, busy / 3))
+    note = next(n for n in spec_row.notes if n.startswith("cell power"))
+    assert "the spec's watts (idle 5 W, active 20 W)" in note and "RAPL not used: OSError" in note
+
+
+# --------------------------------------------------------------------------- the CUDA plugin's GPU cells
+def test_gpu_probe_watts_are_the_nvml_energy_counters_average_over_the_timed_loops():
+    profile = pytest.importorskip("pearl_cuda.profile")
+    ran = []
+    out, watts, how = profile.average_board_watts(0, lambda: ran.append(1) or "cells", lambda: 300.0, "spec",
+                                                  nvml=FakeNvml(count=1, step_mj=(90_000.0,)),
+                                                  clock=Ticks(5.0, 5.5))
+    assert (out, ran, watts) == ("cells", [1], pytest.approx(90.0 / 0.5))
+    assert how == "the NVML energy counter over the timed loops"
+    # a loop too short for the counter, a GPU without it, no NVML at all: the fallback's watts, and from where
+    for nvml, clock in ((FakeNvml(count=1), Ticks(0.0, 0.01)), (FakeNvml(count=1, unsupported={0}), Ticks(0.0, 1.0)),
+                        (FakeNvml(init_error="Driver Not Loaded"), Ticks(0.0, 1.0))):
+        assert profile.average_board_watts(0, lambda: "cells", lambda: 300.0, "spec", nvml=nvml, clock=clock) == (
+            "cells", 300.0, "spec")
+    failing = FakeNvml(count=1, fail_after={0: 1})  # NVMLError during the loop: the fallback, NVML shut down
+    assert profile.average_board_watts(0, lambda: 1, lambda: 250.0, "nvml", nvml=failing, clock=Ticks(0.0, 1.0)) == (
+        1, 250.0, "nvml")
+    assert failing.calls == ["init", "shutdown"]
+
+
+def test_a_gpu_replay_cost_carries_the_measured_watts_and_says_so(monkeypatch):
+    import importlib.util
+    import sys
+
+    profile = pytest.importorskip("pearl_cuda.profile")
+    from pearl_core.composer.workload import Workload
+    from pearl_cuda import kernels
+    from pearl_core.sdk import MeasureRequest
+
+    path = Path(profile.__file__).resolve()
+    fake = Path(__file__).resolve().parents[2] / "plugins" / "pearl_cuda" / "tests" / "fake_cupy.py"
+    if not fake.is_file():
+        pytest.skip(f"no fake cupy at {fake} (pearl_cuda installed from {path})")
+    spec = importlib.util.spec_from_file_location("pearl_energy_fake_cupy", fake)
+    fake_cupy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fake_cupy)
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(count=1, step_mj=(50_000.0,)))
+    monkeypatch.setattr(profile, "NVML_MIN_WINDOW_S", 0.0)
+    measure = profile.average_board_watts  # the timed loops take a quarter of a second of the injected clock
+    monkeypatch.setattr(profile, "average_board_watts", lambda *a, **kw: measure(*a, clock=Ticks(10.0, 10.25), **kw))
+    wl = Workload(batch_size=16, obs_bytes=16, action_bytes=8, capacity=4096, fanout=16, insert_batch=4)
+    kernels.load.cache_clear()  # the kernels compiled for the fake cupy are not kept for other tests
+    try:
+        cost = profile.GpuSession(0, wl, 300.0).replay(MeasureRequest("replay", 1, iterations=2, warmup=0))
+    finally:
+        kernels.load.cache_clear()
+    assert cost.notes[0] == "power from the NVML energy counter over the timed loops"
+    assert cost.power_w == pytest.approx(50.0 / 0.25) and cost.sample_s >= 0

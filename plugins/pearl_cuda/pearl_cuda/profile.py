@@ -24,8 +24,10 @@ learner and the setting-2 worker loop, and how many iterations of each) and asks
   cost scaled by the contention the synthetic learner saw.
 
 Each figure is the median over ``request.iterations`` timed repetitions after ``request.warmup``;
-``power_w`` is the board power from NVML read right after the primitive's loop, or the spec's
-``active_power_w`` when ``nvidia-ml-py`` is not importable. ``actor_step`` and ``message_hop`` are the
+``power_w`` is the board's average power over the primitive's timed loops from NVML's total-energy counter
+(:func:`average_board_watts`), else (no counter, or loops shorter than :data:`NVML_MIN_WINDOW_S`) the board
+power NVML reports right after them, else the spec's ``active_power_w`` when ``nvidia-ml-py`` is not
+importable; the cost's first note says which (``power from ...``). ``actor_step`` and ``message_hop`` are the
 host's primitives: answered ``None``. What one GPU and workload's measurements share (the filled tree,
 the synthetic learner and its stream search, the learner cost) is kept in a :class:`GpuSession` until a
 request for another device or workload comes.
@@ -33,6 +35,7 @@ request for another device or workload comes.
 
 from __future__ import annotations
 
+import importlib
 import statistics
 import time
 from typing import Any, Callable
@@ -40,7 +43,12 @@ from typing import Any, Callable
 from pearl_core.errors import InvalidValueError
 from pearl_core.sdk import MeasureRequest, PrimitiveCost
 
-__all__ = ["GpuSession", "device_ordinal", "measure", "median_s", "time_calls"]
+__all__ = ["GpuSession", "NVML_MIN_WINDOW_S", "average_board_watts", "device_ordinal", "measure", "median_s",
+           "time_calls"]
+
+#: Shortest timed loop whose average from NVML's energy counter is used (the counter advances in steps of
+#: milliseconds to tens of milliseconds).
+NVML_MIN_WINDOW_S = 0.1
 
 
 def device_ordinal(device: Any) -> int:
@@ -73,6 +81,35 @@ def time_calls(fn: Callable[[], Any], sync: Callable[[], Any], iterations: int, 
         sync()
         samples.append(time.perf_counter() - t)
     return median_s(samples)
+
+
+def average_board_watts(ordinal: int, fn: Callable[[], Any], fallback: Callable[[], float], fallback_from: str, *,
+                        nvml: Any = None, clock: Callable[[], float] = time.perf_counter) -> tuple[Any, float, str]:
+    """``fn()``, the GPU's average watts over it and where they came from.
+
+    The average is NVML's total-energy counter's difference over ``fn()`` divided by its wall time
+    (:class:`pearl_core.runtime.energy.NvmlCounters`; ``nvml``: the ``pynvml`` module, imported when not
+    given). Without a readable counter, a window shorter than :data:`NVML_MIN_WINDOW_S` or no energy counted,
+    the watts are ``fallback()`` read right after ``fn()``, from ``fallback_from``.
+    """
+    from pearl_core.runtime.energy import NvmlCounters
+
+    counters = None
+    try:
+        counters = NvmlCounters(nvml if nvml is not None else importlib.import_module("pynvml"), [ordinal])
+    except Exception:  # noqa: BLE001 - no NVML (module, driver, GPU): the fallback's watts
+        counters = None
+    try:
+        t = clock()
+        out = fn()
+        took = clock() - t
+        got = counters.joules().get(f"gpu:{ordinal}") if counters is not None else None
+    finally:
+        if counters is not None:
+            counters.close()
+    if isinstance(got, float) and got > 0 and took >= NVML_MIN_WINDOW_S:
+        return out, got / took, "the NVML energy counter over the timed loops"
+    return out, fallback(), fallback_from
 
 
 def _rm_ops(tree: Any, wl: Any, cp: Any) -> dict[str, Callable[[], Any]]:
@@ -122,12 +159,18 @@ class GpuSession:
 
         self.ordinal, self.wl = ordinal, workload
         self.meter = PowerMeter(ordinal, fallback_w)
-        self.notes: list[str] = [f"power from {self.meter.source}"]
+        self.notes: list[str] = []
         self._tree: Any = None
         self._learner: Any = None
         self.timing: Any = None
         self.replay_cost: PrimitiveCost | None = None
         self.learner_cost: PrimitiveCost | None = None
+
+    def metered(self, fn: Callable[[], Any]) -> tuple[Any, float, str]:
+        """``fn()``, the board's average watts over it (:func:`average_board_watts`) and a note saying where the
+        watts came from."""
+        out, watts, how = average_board_watts(self.ordinal, fn, self.meter.watts, self.meter.source)
+        return out, watts, f"power from {how}"
 
     def tree(self) -> Any:
         """The filled :class:`~pearl_cuda.sumtree.CudaSumTree` (prioritized replay), else ``None``."""
@@ -148,8 +191,9 @@ class GpuSession:
             sync = cp.cuda.get_current_stream().synchronize
             tree = self.tree()
             if tree is not None:
-                parts = {cell: time_calls(fn, sync, request.iterations, request.warmup)
-                         for cell, fn in _rm_ops(tree, self.wl, cp).items()}
+                ops = _rm_ops(tree, self.wl, cp)
+                parts, watts, note = self.metered(lambda: {
+                    cell: time_calls(fn, sync, request.iterations, request.warmup) for cell, fn in ops.items()})
                 s, u, n = parts["rm_sample"], parts["rm_update"], parts["rm_insert"]
             else:
                 rng = cp.random.default_rng(0)
@@ -157,12 +201,13 @@ class GpuSession:
                 def draw() -> Any:  # the runtime's uniform sample: BS random indices drawn on the device
                     return rng.integers(0, self.wl.capacity, self.wl.batch_size)
 
-                s, u, n = time_calls(draw, sync, request.iterations, request.warmup), 0.0, 0.0
+                s, watts, note = self.metered(lambda: time_calls(draw, sync, request.iterations, request.warmup))
+                u = n = 0.0
                 notes.append("uniform replay: no tree, update and insert cost nothing")
         self.replay_cost = PrimitiveCost("replay", request.threads, s + u + n, sample_s=s, update_s=u, insert_s=n,
-                                         power_w=self.meter.watts(), details={"ordinal": self.ordinal,
-                                                                              "rm_parallelism": self.wl.batch_size},
-                                         notes=tuple(notes))
+                                         power_w=watts, details={"ordinal": self.ordinal,
+                                                                 "rm_parallelism": self.wl.batch_size},
+                                         notes=(note, *notes))
         return self.replay_cost
 
     def learner(self, request: MeasureRequest) -> PrimitiveCost:
@@ -171,7 +216,10 @@ class GpuSession:
         notes = list(self.notes)
         dims, target_dims = mlp_dims(self.wl.layers)
         self._learner = SyntheticLearner(dims, target_dims, self.wl.batch_size, device=f"cuda:{self.ordinal}")
-        timing = self.timing = search_streams(self._learner, iterations=request.iterations, warmup=request.warmup)
+        learner = self._learner  # its stream search's loops are the learner's metered window
+        timing, watts, note = self.metered(
+            lambda: search_streams(learner, iterations=request.iterations, warmup=request.warmup))
+        self.timing = timing
         trainer_s = _real_trainer_s(self.wl, self.ordinal, request.iterations, request.warmup, notes)
         details: dict[str, Any] = {"learner_cell_from": "trainer" if trainer_s is not None else "stream_search",
                                    "learner_streams": timing.best_streams, "learner_cuda_graph": timing.use_graph,
@@ -182,8 +230,8 @@ class GpuSession:
         if timing.graph_s is not None:
             details["learner_s_graph"] = timing.graph_s
         seconds = trainer_s if trainer_s is not None else timing.best_s
-        self.learner_cost = PrimitiveCost("learner", request.threads, seconds, power_w=self.meter.watts(),
-                                          details=details, notes=(*notes, *timing.notes))
+        self.learner_cost = PrimitiveCost("learner", request.threads, seconds, power_w=watts,
+                                          details=details, notes=(note, *notes, *timing.notes))
         return self.learner_cost
 
     def worker_loop(self, request: MeasureRequest) -> PrimitiveCost:
@@ -194,8 +242,8 @@ class GpuSession:
             self.learner(request)
         with cp.cuda.Device(self.ordinal):
             tree = self.tree()
-            co = _colocated(tree, self.wl, self._learner, self.timing, cp, torch, request.iterations,
-                            request.warmup)
+            co, watts, note = self.metered(lambda: _colocated(
+                tree, self.wl, self._learner, self.timing, cp, torch, request.iterations, request.warmup))
         details: dict[str, Any] = {}
         learner_s = self.learner_cost.seconds  # type: ignore[union-attr]
         if "co_learner" in co and self.timing.best_s > 0:  # contention ratio of the synthetic learner
@@ -206,7 +254,7 @@ class GpuSession:
             co.update({"co_rm_sample": alone.sample_s, "co_rm_update": 0.0, "co_rm_insert": 0.0})
         s, u, n, ln = co["co_rm_sample"], co["co_rm_update"], co["co_rm_insert"], co.get("co_learner", learner_s)
         return PrimitiveCost("worker_loop", request.threads, s + max(u + n, ln), sample_s=s, update_s=u, insert_s=n,
-                             learner_s=ln, power_w=self.meter.watts(), details=details, notes=tuple(self.notes))
+                             learner_s=ln, power_w=watts, details=details, notes=(note, *self.notes))
 
 
 def measure(holder: Any, device: Any, wl: Any, request: MeasureRequest) -> PrimitiveCost | None:
