@@ -29,7 +29,10 @@ Rules a subclass follows (checked by :func:`pearl_core.trainer_check.check_train
   ``update_policy`` then also takes a batch of torch tensors on the trainer's
   ``device`` and returns its TD errors there, without a host synchronisation,
   so a replay on the same device never copies a batch through the host. Host
-  batches (numpy) work for every trainer.
+  batches (numpy) work for every trainer;
+* optionally, with device batches, offer :meth:`Trainer.graph_hooks`: the
+  update's arithmetic as a function that can be captured once in a CUDA graph
+  and replayed (:class:`GraphHooks`; :mod:`pearl_core.runtime.graphstep`).
 """
 
 from __future__ import annotations
@@ -37,14 +40,14 @@ from __future__ import annotations
 import abc
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["LayerSpec", "Trainer", "UpdateResult", "is_device_batch", "is_tensor", "layer_specs"]
+__all__ = ["GraphHooks", "LayerSpec", "Trainer", "UpdateResult", "is_device_batch", "is_tensor", "layer_specs"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,40 @@ class UpdateResult:
 
     td_errors: np.ndarray | torch.Tensor
     metrics: Mapping[str, float | torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GraphHooks:
+    """How a trainer's device-batch update is captured once as a CUDA graph and replayed
+    (:meth:`Trainer.graph_hooks`; :mod:`pearl_core.runtime.graphstep` runs it).
+
+    A graph replays the device work its capture recorded, and none of the python that ran: a python
+    value read during the capture (a counter, ``if updates % n == 0``) is frozen in it. So the update is
+    given in parts:
+
+    Attributes:
+        update: ``update(batch, weights) -> UpdateResult`` for a device batch: the arithmetic of one update
+            and nothing else: no host synchronisation, no python state that changes from one update to the
+            next (the update counter is :attr:`advance`'s, periodic work :attr:`before`'s), every value that
+            changes held in a tensor that the update changes in place. Its result's tensors are overwritten
+            by each replay (read them after it).
+        before: ``before()``: the eager work due before the next update (e.g. DQN's target-network copy
+            when ``updates % target_update_every == 0``); run before every launch, outside the graph.
+        advance: ``advance(count)``: ``count`` updates were replayed: move the python counters on.
+        period: ``before`` has work at most once every ``period`` updates, at multiples of ``period``: a
+            launch of ``K`` updates needs ``period % K == 0`` and starts at a multiple of ``K``. ``None``:
+            ``before`` never has work (any ``K``).
+        optimizers: the optimizers the update steps (made capturable before the capture).
+        generators: the ``torch.Generator`` s the update draws from (registered with the graph, so each
+            replay draws fresh numbers and moves the generator on, as eager updates do).
+    """
+
+    update: Callable[[Any, Any], "UpdateResult"]
+    before: Callable[[], None]
+    advance: Callable[[int], None]
+    period: int | None = None
+    optimizers: Sequence[Any] = ()
+    generators: Sequence[Any] = ()
 
 
 @dataclass(frozen=True)
@@ -168,6 +205,13 @@ class Trainer(abc.ABC):
     @abc.abstractmethod
     def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         """Load parameters produced by :meth:`get_weights` of another copy."""
+
+    def graph_hooks(self) -> GraphHooks | None:
+        """The update in the parts a CUDA graph needs (:class:`GraphHooks`), or ``None`` (the default): the
+        update runs eagerly, launch by launch. Asked only where :attr:`device_batches` holds and the replay
+        is on the trainer's GPU; a trainer answers ``None`` where its current configuration cannot be
+        captured (e.g. a CPU engine)."""
+        return None
 
     def use_threads(self, n: int) -> None:
         """Run the learner's updates on ``n`` threads (the plan's learner threads).

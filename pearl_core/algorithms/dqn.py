@@ -77,7 +77,7 @@ from pearl_core.algorithms.common import (CountedTrainer, adam, batch_tensor, bo
                                           polyak_update, update_result)
 from pearl_core.errors import InvalidValueError, KernelUnavailableError, SpecError
 from pearl_core.replay.storage import TRANSITION_FIELDS
-from pearl_core.trainer import UpdateResult, is_device_batch
+from pearl_core.trainer import GraphHooks, UpdateResult, is_device_batch
 
 __all__ = ["DQN", "DuelingQNet"]
 
@@ -350,13 +350,36 @@ class DQN(CountedTrainer):
         engine reads them where they are and returns ``|δ|`` and the metrics as tensors there, with no host
         synchronisation, the same values as the same batch in numpy arrays gives."""
         device_batch = is_device_batch(batch)
+        self._sync_target()
+        if self._engine is not None and self._engine.handles(self.optimizer):
+            return self._update_numpy(batch, weights, device_batch)
+        result = self._torch_update(batch, weights, device_batch)
+        self.updates += 1
+        return result
+
+    def _sync_target(self) -> None:
+        """The target network's update, due before every ``target_update_every``-th update."""
         if self.updates % self.target_update_every == 0:
             if self.tau >= 1.0:
                 hard_update(self.target_net, self.q_net)
             else:
                 polyak_update(self._target_params, self._params, self.tau)
+
+    def _advance(self, count: int) -> None:
+        self.updates += int(count)
+
+    def graph_hooks(self) -> GraphHooks | None:
+        """The torch engine's update as :class:`~pearl_core.trainer.GraphHooks`: the loss and the Adam step
+        in the graph, the target network's copy before the launch that starts at its update (``None`` while
+        the numpy/native engine runs the update)."""
         if self._engine is not None and self._engine.handles(self.optimizer):
-            return self._update_numpy(batch, weights, device_batch)
+            return None
+        return GraphHooks(update=lambda batch, weights: self._torch_update(batch, weights, True),
+                          before=self._sync_target, advance=self._advance, period=self.target_update_every,
+                          optimizers=(self.optimizer,))
+
+    def _torch_update(self, batch, weights, device_batch: bool) -> UpdateResult:
+        """One update in torch, without the target network's update and the counter (the graph's part)."""
         obs = self._batch_input(batch.obs)
         next_obs = self._batch_input(batch.next_obs)
         act = self._batch_field(batch.action, torch.int64, np.int64).reshape(-1)
@@ -383,7 +406,6 @@ class DQN(CountedTrainer):
         if self.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(self._params, self.max_grad_norm, foreach=True)
         self.optimizer.step()
-        self.updates += 1
 
         td = (q.detach() - target).abs_()
         return update_result(td, {"loss": loss, "q_mean": q.detach().mean()}, device_batch)

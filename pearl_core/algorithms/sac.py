@@ -62,7 +62,7 @@ from pearl_core.algorithms.common import (adam, bootstrap_discount, check_hidden
                                           update_result)
 from pearl_core.algorithms.twin_critic import TwinCriticTrainer
 from pearl_core.errors import SpecError
-from pearl_core.trainer import UpdateResult, is_device_batch
+from pearl_core.trainer import GraphHooks, UpdateResult, is_device_batch
 
 __all__ = ["SAC"]
 
@@ -218,6 +218,28 @@ class SAC(NativeEngineThreads, TwinCriticTrainer):
         device_batch = is_device_batch(batch)
         if self._engine is not None and self._engine.handles():
             return self._update_native(batch, weights, device_batch)
+        result = self._torch_update(batch, weights, device_batch)
+        self.updates += 1
+        return result
+
+    def _advance(self, count: int) -> None:
+        self.updates += int(count)
+
+    def graph_hooks(self) -> GraphHooks | None:
+        """The torch update as :class:`~pearl_core.trainer.GraphHooks`: all of it in the graph (the Polyak
+        step is every update's), both policy draws from the learner's generator (``None`` while the native
+        kernel runs the update)."""
+        if self._engine is not None and self._engine.handles():
+            return None
+        optimizers = [self.critic_optimizer, self.actor_optimizer]
+        if self.alpha_optimizer is not None:
+            optimizers.append(self.alpha_optimizer)
+        return GraphHooks(update=lambda batch, weights: self._torch_update(batch, weights, True),
+                          before=lambda: None, advance=self._advance, optimizers=tuple(optimizers),
+                          generators=(self._gen,))
+
+    def _torch_update(self, batch, weights, device_batch: bool) -> UpdateResult:
+        """One update in torch, without the counter (the graph's part)."""
         obs, next_obs, act, rew, done, w = self._inputs(batch, weights)
         alpha = self._alpha_tensor()
         with torch.no_grad():
@@ -240,7 +262,6 @@ class SAC(NativeEngineThreads, TwinCriticTrainer):
             metrics["alpha_loss"] = alpha_loss.detach()
         metrics["alpha"] = self._alpha_tensor()  # after its step; a float (self.alpha) would synchronise
         polyak_update(self._targets, self._critic_params, self.tau)
-        self.updates += 1
         return update_result(td, metrics, device_batch)
 
     def _update_native(self, batch, weights: np.ndarray, device_batch: bool) -> UpdateResult:

@@ -302,6 +302,52 @@ class ReplayManager(abc.ABC):
                 "priority. Fix: look for a diverging loss, or clip TD errors before updating."
             )
 
+    # -- the graph face (pearl_core.runtime.graphstep) --------------------------------------------
+    # A CUDA graph replays the device work of one capture and none of its python: the draw reads the slot
+    # count (and prioritized replay's sample count, for beta) from 0-d device tensors that graph_sync()
+    # refreshes before each launch, and the python counters move on in graph_advance() after it.
+    def graph_unsafe(self) -> str | None:
+        """Why this replay's iteration cannot be captured as a CUDA graph, or ``None``: its storage (and
+        tree) offer the device face and declare ``graph_safe = True`` (their device faces launch on the
+        current stream and allocate nothing that outlives a call: :class:`~pearl_core.replay.device.TorchStorage`,
+        :class:`~pearl_core.replay.device.TorchSumTree`)."""
+        if self.device is None:
+            return "the replay has no device face on the learner's device"
+        for part in (self._storage, self._face_tree()):
+            if part is not None and not getattr(type(part), "graph_safe", False):
+                return (f"{type(part).__name__} does not declare graph_safe = True (its device face may launch on "
+                        "another stream or allocate per call)")
+        return None
+
+    def _graph_scalars(self) -> SimpleNamespace:
+        dev = self._device_state()
+        if not hasattr(dev, "graph"):
+            import torch
+
+            dev.graph = SimpleNamespace(size=torch.zeros((), dtype=torch.float64, device=self.device),
+                                        steps=torch.zeros((), dtype=torch.float64, device=self.device))
+        return dev.graph
+
+    def graph_sync(self) -> None:
+        """Before a launch: the slot count and the sample count into their device scalars (two fills, no
+        read-back)."""
+        self._check_not_empty()
+        g = self._graph_scalars()
+        g.size.fill_(float(self._storage.size))
+        g.steps.fill_(float(getattr(self, "_steps", 0)))
+
+    def graph_sample(self, batch_size: int, out: Mapping[str, Any] | None = None) -> SampledBatch:
+        """:meth:`sample_device` as a graph captures it: no python state read that changes between launches,
+        none changed (:meth:`graph_advance` does that after the launch)."""
+        raise NotImplementedError
+
+    def graph_write_back(self, indices: Any, td_errors: Any) -> None:
+        """:meth:`update_priorities_device` for the indices of :meth:`graph_sample` in the same launch."""
+        raise NotImplementedError
+
+    def graph_advance(self, count: int) -> None:
+        """``count`` graphed draws were replayed: move the python counters on."""
+
     def _device_weights(self, n: int, out: Mapping[str, Any] | None) -> Any:
         if out is not None and "weights" in out:
             return out["weights"]
@@ -367,6 +413,22 @@ class UniformReplay(ReplayManager):
         import torch
 
         self._device_state().bad_td |= ~torch.isfinite(td_errors).all()
+
+    def graph_sample(self, batch_size: int, out: Mapping[str, Any] | None = None) -> SampledBatch:
+        """Slots ``floor(u * size)`` from the device slot count (uniform as :meth:`sample_device`'s, not the
+        same draws)."""
+        import torch
+
+        n = check_batch_size(batch_size, "UniformReplay.graph_sample")
+        dev, g = self._device_state(), self._graph_scalars()
+        u = torch.rand(n, dtype=torch.float64, generator=dev.gen, device=self.device)
+        indices = torch.minimum((u * g.size).floor_(), g.size - 1).to(torch.int64)
+        weights = self._device_weights(n, out)
+        weights.fill_(1.0)
+        return SampledBatch(indices=indices, batch=self._storage.gather_device(indices, out), weights=weights)
+
+    def graph_write_back(self, indices: Any, td_errors: Any) -> None:
+        self.update_priorities_device(indices, td_errors)
 
     def update_priorities(self, indices, td_errors, *, checked: bool = False) -> None:
         """Validate ``indices`` and ``td_errors`` as prioritized replay would; store nothing.

@@ -114,6 +114,10 @@ class TorchSumTree(SumTree):
         device: a torch device (``"cpu"``, ``"cuda:0"``).
     """
 
+    #: Its device face is torch operations on the current stream that keep no per-call buffer: a CUDA graph
+    #: may capture it (:meth:`~pearl_core.replay.ReplayManager.graph_unsafe`).
+    graph_safe = True
+
     def __init__(self, capacity: int, fanout: int = 16, *, device: Any = "cpu"):
         import torch
 
@@ -234,6 +238,9 @@ class TorchStorage(DataStorage):
         spec, capacity: as :class:`DataStorage`.
         device: a torch device (``"cpu"``, ``"cuda:0"``).
     """
+
+    #: As :attr:`TorchSumTree.graph_safe`.
+    graph_safe = True
 
     def __init__(self, spec: StorageSpec, capacity: int, *, device: Any = "cpu"):
         import torch

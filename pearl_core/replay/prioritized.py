@@ -342,10 +342,18 @@ class PrioritizedReplay(ReplayManager):
         """:meth:`sample` on :attr:`device`, with the same arithmetic (see
         :meth:`ReplayManager.sample_device`): masses from the resident total, the tree's device-face
         sample and priorities, weights ``(N * P(i)) ** -beta / max``, the gather; nothing read back."""
-        import torch
-
         n = check_batch_size(batch_size, "PrioritizedReplay.sample_device")
         self._check_not_empty()
+        sampled = self._draw_device(n, out, self._storage.size, self.beta)
+        self._steps += 1
+        self._dev.pending.append((sampled.indices, self._dev.writes[sampled.indices]))
+        return sampled
+
+    def _draw_device(self, n: int, out: Mapping[str, Any] | None, size: Any, beta: Any) -> SampledBatch:
+        """The device draw for ``size`` filled slots and exponent ``beta`` (python numbers, or 0-d tensors
+        on the device for a graph)."""
+        import torch
+
         dev = self._device_state()
         total = self._tree.total_device()[0]
         u = self._device_uniforms(n)
@@ -358,14 +366,11 @@ class PrioritizedReplay(ReplayManager):
         indices = self._tree.sample_device(masses)
         probs = self._tree.get_device(indices) / total
         dev.bad_tree |= ~(probs > 0.0).all()  # a zero-priority slot breaks the tree's contract
-        w = (self._storage.size * probs).pow(-self.beta)
+        w = (size * probs).pow(-beta)
         weights = self._device_weights(n, out)
         torch.div(w, w.max(), out=w)
         weights.copy_(w)
-        batch = self._storage.gather_device(indices, out)
-        self._steps += 1
-        dev.pending.append((indices, dev.writes[indices]))
-        return SampledBatch(indices=indices, batch=batch, weights=weights)
+        return SampledBatch(indices=indices, batch=self._storage.gather_device(indices, out), weights=weights)
 
     def update_priorities_device(self, indices: Any, td_errors: Any) -> None:
         """:meth:`update_priorities` on :attr:`device` for the replay's own sampled ``indices`` (see
@@ -374,20 +379,50 @@ class PrioritizedReplay(ReplayManager):
         above :attr:`priority_limit` keeps its slots' priorities and is flagged instead. For the indices
         tensor a :meth:`sample_device` returned (the same object), a slot written since that sample keeps
         its priority too (the ring overwrote it: the TD error is not its transition's)."""
+        dev = self._device_state()
+        fresh = None
+        for k, (seen, writes) in enumerate(dev.pending):
+            if seen is indices:
+                del dev.pending[k]
+                fresh = dev.writes[indices] == writes
+                break
+        self._write_back(indices, td_errors, fresh)
+
+    def _write_back(self, indices: Any, td_errors: Any, fresh: Any) -> None:
         import torch
 
         dev = self._device_state()
         prio = (td_errors.detach().to(torch.float64).abs() + self._eps).pow(self._alpha)
         ok = (torch.isfinite(prio) & (prio <= self._limit)).all()
         dev.bad_td |= ~ok
-        for k, (seen, writes) in enumerate(dev.pending):
-            if seen is indices:
-                del dev.pending[k]
-                ok = ok & (dev.writes[indices] == writes)
-                break
+        if fresh is not None:
+            ok = ok & fresh
         prio = torch.where(ok, prio, self._tree.get_device(indices))
         torch.maximum(dev.max, prio.max(), out=dev.max)
         self._tree.update_device(indices, prio)
+
+    # -- the graph face (see ReplayManager.graph_sample) ------------------------------------------
+    def graph_sample(self, batch_size: int, out: Mapping[str, Any] | None = None) -> SampledBatch:
+        """:meth:`sample_device` with the slot count and the annealed ``beta`` read from the device scalars
+        :meth:`graph_sync` set (``beta`` from the sample count, which the draw moves on there): the same
+        arithmetic up to the rounding of ``pow`` with a tensor exponent (relative 1e-12)."""
+        import torch
+
+        g = self._graph_scalars()
+        b0, bf, bsteps = self._beta0, self._beta_final, self._beta_steps
+        beta = torch.where(g.steps >= bsteps, bf, b0 + (g.steps / bsteps) * (bf - b0))
+        sampled = self._draw_device(check_batch_size(batch_size, "PrioritizedReplay.graph_sample"), out,
+                                    g.size, beta)
+        g.steps += 1
+        return sampled
+
+    def graph_write_back(self, indices: Any, td_errors: Any) -> None:
+        """:meth:`update_priorities_device` for a graph's own draw (the ring cannot have written a slot
+        between the draw and the write-back: both are in one launch)."""
+        self._write_back(indices, td_errors, None)
+
+    def graph_advance(self, count: int) -> None:
+        self._steps += int(count)
 
     def update_priorities(self, indices, td_errors, *, checked: bool = False) -> None:
         """Set ``p_i = (|delta_i| + eps) ** alpha`` for each sampled slot.

@@ -51,6 +51,7 @@ from pearl_core.runtime.control import RunResult, StopDecision
 from pearl_core.runtime.procs import install_stop_handlers, restore_stop_handlers
 from pearl_core.runtime.sanity import DropLog, check_state, nonfinite_in
 from pearl_core.runtime.session import Runtime, RunSession
+from pearl_core.runtime.graphstep import graph_settings
 from pearl_core.runtime.step import LearnerStep
 from pearl_core.runtime.wiring import build_replay, build_trainer, load_trainer_class, replay_state
 
@@ -132,6 +133,7 @@ class _Run:
         # A resumed segment starts fresh episodes from seeds it has not used before.
         self.collector = None
         try:  # everything that can reject the config, before anything is written to log_dir
+            graph = graph_settings(plan)  # a GPU iteration runs as a CUDA graph where it can (graphstep)
             load_trainer_class(cfg.trainer)  # first: a package that registers its environments on import
             self.spaces = obs_space, act_space = self._start_actors(rt)
             self.trainer = build_trainer(cfg, obs_space, act_space, plan=plan)
@@ -146,6 +148,7 @@ class _Run:
             session.close()
             raise
         self.learner = LearnerStep(self.trainer, self.replay, cfg.batch_size, updates=st.updates)
+        self.learner.use_graph(*graph)
         self.inserts = InsertBuffer(spec, plan.insert_batch)
         self.rt, self.ck = rt, ck
         self.good_weights = None  # the latest weights checked finite (after a burst of updates) ...
@@ -217,8 +220,7 @@ class _Run:
         if self.replay.size == 0:  # n-step returns: no window has closed yet; the updates owed wait for rows
             return
         t = time.perf_counter()
-        for _ in range(due):
-            learner.step()
+        learner.run(due)
         st.learner_time_s += time.perf_counter() - t
         st.updates = learner.updates
         self.good_weights = learner.checked_weights()  # raises DataError naming the update if it diverged

@@ -17,19 +17,22 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import time
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
-from pearl_core.errors import InvalidValueError
+from pearl_core.errors import InvalidValueError, SpecError
 from pearl_core.replay.base import ReplayManager, SampledBatch, check_td_errors
 from pearl_core.runtime.config import RunConfig
 from pearl_core.runtime.sanity import check_weights
 from pearl_core.trainer import Trainer, UpdateResult, is_device_batch, is_tensor
 
 __all__ = ["LearnerStep", "UpdateSchedule", "learner_updates_due"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +143,11 @@ class LearnerStep:
         # buffers on its device that the storage gathers into, so that the batch never crosses the host.
         make_slot = getattr(trainer, "device_batch_slot", None) if replay is not None and not self.on_device else None
         self.device_slot = make_slot(replay.storage, self.batch_size) if callable(make_slot) else None
+        self.graph: Any = None  # a GraphedIteration once use_graph() captured one
+        self.graph_note = "eager"
+        self._graph_request: tuple[int, Any] | None = None  # (per_launch, capture) until warm
+        self._eager = 0  # eager updates run here (a capture waits for a few: lazy initialisation)
+        self._warmup = 0
 
     def sample(self, out: Mapping[str, np.ndarray] | None = None) -> SampledBatch:
         """Draw the next batch (into ``out``, e.g. the learner's batch slot, if given; else into the
@@ -222,10 +230,96 @@ class LearnerStep:
         return {name: float(value) for name, value in self.last.metrics.items()}
 
     def step(self) -> UpdateResult:
-        """The whole update in this process: sample, train, apply."""
+        """The whole update in this process: sample, train, apply (a graph launch where one is captured
+        with one update per launch)."""
+        self.run(1)
+        return self.last
+
+    def step_eager(self) -> UpdateResult:
+        """One update, sample -> train -> apply, launched op by op."""
         sampled = self.sample()
         self.apply(sampled.indices, self.train(sampled.batch, sampled.weights))
         return self.last
+
+    @property
+    def per_launch(self) -> int:
+        """Updates per launch: ``K`` of the captured graph, else 1."""
+        return self.graph.per_launch if self.graph is not None else 1
+
+    def run(self, n: int) -> int:
+        """Exactly ``n`` updates: graph launches of ``K`` where one is captured and the count is a multiple of
+        ``K``, eager updates for the rest (and until :data:`~pearl_core.runtime.graphstep.WARMUP` eager
+        device updates have warmed a requested capture up); returns ``n``."""
+        left = int(n)
+        while left > 0:
+            if self._graph_request is not None and self._eager >= self._warmup:
+                self._capture(*self._graph_request)
+            graph = self.graph
+            if graph is not None and left >= graph.per_launch and graph.aligned(self.updates):
+                t = time.perf_counter()
+                self.last = graph.launch()
+                self.learner_s += time.perf_counter() - t
+                self.updates += graph.per_launch
+                left -= graph.per_launch
+                if self.updates - self._checked_at >= self.check_every:
+                    self.check_device()
+            else:
+                self.step_eager()
+                self._eager += 1
+                left -= 1
+        return int(n)
+
+    def use_graph(self, mode: str = "auto", per_launch: int = 1, capture: Any = None) -> str:
+        """Run the iteration as a CUDA graph where it can be (:mod:`pearl_core.runtime.graphstep`): captured
+        in :meth:`run` once :data:`~pearl_core.runtime.graphstep.WARMUP` eager updates have run here (lazy
+        initialisation outside the graph; they are the run's own updates). Where it cannot be, or the capture
+        fails, the run goes on eagerly with the reason logged. ``mode``: ``"auto"`` or ``"off"``;
+        ``capture``: ``capture(fn, device, generators) -> replay`` (default ``cuda_capture``, CUDA only).
+        Returns :attr:`graph_note`: ``"CUDA graph, K update(s) per launch"``, ``"eager: <why>"``, or
+        ``"CUDA graph after N more eager update(s)"``.
+
+        Raises:
+            SpecError: ``mode`` is neither, or ``per_launch < 1``.
+        """
+        from pearl_core.runtime.graphstep import WARMUP, graph_unsafe
+
+        if mode not in ("auto", "off") or isinstance(per_launch, bool) or not isinstance(per_launch, int) \
+                or per_launch < 1:
+            raise SpecError(f"LearnerStep.use_graph: mode = {mode!r}, per_launch = {per_launch!r}; expected mode "
+                            "'auto' or 'off' and per_launch an integer >= 1. Fix: e.g. cuda_graph='auto', "
+                            "graph_per_launch=1 in the learner device's config.")
+        self.graph, self._graph_request, self._warmup = None, None, WARMUP
+        reason = ("CUDA graphs are off (cuda_graph='off')" if mode == "off" else
+                  graph_unsafe(self, cuda_only=capture is None))
+        if reason is not None:
+            return self._eager_because(reason, mode)
+        self._graph_request = (per_launch, capture)
+        if self._eager >= self._warmup:
+            self._capture(per_launch, capture)
+        else:
+            self.graph_note = f"CUDA graph after {self._warmup - self._eager} more eager update(s)"
+        return self.graph_note
+
+    def _capture(self, per_launch: int, capture: Any) -> None:
+        from pearl_core.runtime.graphstep import GraphedIteration, cuda_capture
+
+        self._graph_request = None
+        graph = GraphedIteration(self, self.trainer.graph_hooks(), per_launch=per_launch,
+                                 capture=capture or cuda_capture)
+        try:
+            graph.capture()
+        except Exception as exc:  # noqa: BLE001 - any capture failure: the run goes on eagerly
+            self._eager_because(f"the CUDA graph capture failed ({type(exc).__name__}: {str(exc)[:300]})", "auto")
+            return
+        self.graph = graph
+        self.graph_note = f"CUDA graph, {graph.per_launch} update(s) per launch"
+        log.info("learner iteration: %s", self.graph_note)
+
+    def _eager_because(self, reason: str, mode: str) -> str:
+        self.graph_note = "eager: " + reason
+        on_gpu = self.on_device and getattr(self.replay.device, "type", None) == "cuda"
+        (log.warning if mode == "auto" and on_gpu else log.info)("learner iteration: %s", self.graph_note)
+        return self.graph_note
 
 
 def _device_path(trainer: Trainer | None, replay: ReplayManager | None) -> bool:
