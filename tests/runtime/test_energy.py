@@ -400,3 +400,28 @@ def test_a_gpu_replay_cost_carries_the_measured_watts_and_says_so(monkeypatch):
         kernels.load.cache_clear()
     assert cost.notes[0] == "power from the NVML energy counter over the timed loops"
     assert cost.power_w == pytest.approx(50.0 / 0.25) and cost.sample_s >= 0
+
+
+def test_a_runs_meter_takes_the_plans_host_watts_and_counts_this_segments_steps(tmp_path):
+    from types import SimpleNamespace
+
+    from pearl_core.runtime.energy import RunEnergy
+
+    spec = {"host": "cpu0", "device": [
+        {"name": "gpu0", "kind": "cuda", "idle_power_w": 30.0, "active_power_w": 250.0},
+        {"name": "cpu0", "kind": "cpu", "idle_power_w": 32.0, "active_power_w": 96.0, "cores": 16,
+         "assumed": ["idle_power_w", "active_power_w"]}]}
+    run = RunEnergy(spec, nvml=FakeNvml(count=1), rapl_root=str(tmp_path), clock=Ticks(0.0, 10.0),
+                    cpu_seconds=Ticks(0.0, 40.0))
+    run.on_start(SimpleNamespace(env_steps=1000))  # a resumed run: 1,000 steps were taken before this segment
+    run.on_end(None, None)
+    got = run.fields(env_steps=4000)
+    energy = got["energy"]
+    # 40 CPU s / (10 s x 16 cores) = 0.25: 32 + 64 x 0.25 = 48 W for 10 s; the GPU's 5 J
+    assert energy["parts"] == {"gpu:0": 5.0, "cpu": pytest.approx(480.0)} and energy["env_steps"] == 3000
+    assert got["env_steps_per_joule"] == pytest.approx(3000 / 485.0)
+    assert "spec watts (idle 32 W, active 96 W; host 'cpu0' of the plan's hardware spec, figures assumed by " \
+           "detection)" in energy["sources"]["cpu"]
+    assert "env steps/J" in run.summary(4000) and "gpu:0 measured" in run.summary(4000)
+    unmetered = RunEnergy(None)  # a run that never started its window: no figures, not zeros
+    assert unmetered.fields(10) == {"energy": None, "env_steps_per_joule": None}
