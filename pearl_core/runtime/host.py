@@ -579,4 +579,12 @@ class Host(HostFaults):
     def _final_save(self) -> Path:
         deadline = self.reply_deadline()
         self._quiesce(deadline)
-        return self.save(deadline=deadline)
+        path = self.save(deadline=deadline)
+        # Then the workers stop, and the messages of the run's last seconds are checked: a message lost there
+        # (the LAQ's Stop, the learner's last reply) ends the run with a TransportError, after this checkpoint.
+        self.doing = "stopping the workers (the end-of-run check of the LAQ and LDQ)"
+        stop = self.stop_workers()
+        if stop is not None:
+            stop.checkpointed = True
+            raise stop
+        return path

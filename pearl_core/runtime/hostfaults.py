@@ -29,7 +29,7 @@ from pathlib import Path
 from pearl_core.errors import ActorError, DataError, EvaluationError, LearnerError, PearlError, StallError, \
     TransportError
 from pearl_core.runtime.checkpoint import CHECKPOINT_NAME, load_blob
-from pearl_core.runtime.messages import Stop
+from pearl_core.runtime.messages import LearnerFailed, Progress, Stop, Trained
 
 __all__ = ["INTERRUPT_WAIT_S", "JOIN_TIMEOUT_S", "REPLY_TIMEOUT_S", "STARTUP_TIMEOUT_S", "HostFaults", "HostStop"]
 
@@ -71,14 +71,17 @@ class HostStop(Exception):
     """A failure ends the host loop (carries the error to raise and, if sent, the trainer's state).
 
     ``learner_answers``: whether the learner can still be asked for its state (``False``
-    when it is frozen or gone).
+    when it is frozen or gone). ``checkpointed``: the run's final checkpoint was written before the
+    failure showed (a message lost in its last seconds): :meth:`HostFaults.fail` keeps it as it is.
     """
 
-    def __init__(self, error: PearlError, trainer_blob: bytes | None = None, *, learner_answers: bool = True):
+    def __init__(self, error: PearlError, trainer_blob: bytes | None = None, *, learner_answers: bool = True,
+                 checkpointed: bool = False):
         super().__init__(str(error))
         self.error = error
         self.trainer_blob = trainer_blob
         self.learner_answers = learner_answers
+        self.checkpointed = checkpointed
 
 
 class HostFaults:
@@ -243,6 +246,8 @@ class HostFaults:
         so a failed start cannot overwrite the checkpoint it was resuming from)."""
         log.error("%s", stop.error)
         self.failing = True
+        if stop.checkpointed:  # the final checkpoint holds the learner's state after its last update
+            return
         self.session.state.updates = self.current_updates()
         if not self.session.progressed():
             return
@@ -333,40 +338,103 @@ class HostFaults:
         err.args = ((str(err.args[0]) if err.args else str(err)) + note,) + tuple(err.args[1:])
 
     # -- shutdown ------------------------------------------------------------------------
+    def stop_workers(self) -> HostStop | None:
+        """Stop every child (politely, then by force), then the LDQ's end-of-run check: what the learner sent
+        last is read and the counts compared (:meth:`~pearl_core.runtime.queues.SequencedQueue.settle`).
+
+        Returns the failure that shows, if any: a message lost in the run's last seconds on the LDQ, or the
+        learner's report that the LAQ lost one (its own end-of-run check, :meth:`_Worker.settle
+        <pearl_core.runtime.learner>`), or another failure it reported while stopping. Idempotent, bounded
+        (the learner gets the transport's grace period on top of :data:`JOIN_TIMEOUT_S` for its check).
+        """
+        # pid is None for a process whose start() failed (e.g. a script without the
+        # ``if __name__ == "__main__":`` guard): there is nothing to join, and joining would
+        # hide the original error behind an AssertionError.
+        learner = self.learner_proc if self.learner_proc is not None and self.learner_proc.pid is not None else None
+        actors = [p for p in self.actor_procs if p is not None and p.pid is not None]
+        if learner is not None and learner.is_alive():
+            # The Stop goes before the stop flag: whichever the learner sees first, the Stop is counted as sent
+            # by then, so its loss is seen by the learner's end-of-run check instead of going unnoticed.
+            try:
+                self.inbox.put_nowait(Stop())
+            except (queue.Full, OSError, ValueError):
+                pass
+        if self.arena is not None and self.ctrl is not None:
+            self.ctrl.request_stop()
+        procs = actors + ([learner] if learner is not None else [])
+        for p in procs:
+            if p.pid in self.frozen and p.is_alive():
+                p.terminate()  # frozen: waiting for it to stop by itself would be in vain
+        deadline = time.monotonic() + JOIN_TIMEOUT_S
+        for p in actors:
+            p.join(max(0.0, deadline - time.monotonic()))
+        if learner is not None:
+            grace = getattr(self.inbox, "grace_s", 0.0)
+            learner.join(max(0.0, deadline + grace - time.monotonic()))
+        forced = set()
+        for p in procs:
+            if p.is_alive():
+                forced.add(p.pid)
+                p.terminate()
+                p.join(2.0)
+            if p.is_alive():
+                p.kill()
+                p.join(2.0)
+        stop = None
+        if learner is not None and learner.pid not in forced and learner.pid not in self.frozen:
+            stop = self._settle_ldq()  # it ended by itself: everything it sent is readable now
+        for p in procs:
+            try:
+                p.close()
+            except ValueError:
+                pass
+        self.learner_proc = None
+        self.actor_procs = []
+        return stop
+
+    def _settle_ldq(self) -> HostStop | None:
+        """The LDQ's end-of-run check, once the learner has exited: its last messages are handled, and a
+        message it counted as sent that never arrived is a :class:`TransportError`."""
+        q = self.outbox
+        if q is None:
+            return None
+        items, error = q.settle()
+        found: HostStop | None = None
+        for msg in items:
+            kind = type(msg)
+            if kind is LearnerFailed:  # e.g. its own check found that the LAQ lost a message
+                stop = self.learner_failed(msg)
+                if found is None:
+                    found = stop
+                else:
+                    log.error("%s", stop.error)
+            elif kind is Progress or (kind is Trained and self.role.in_flight()):
+                try:  # as during the run: its metrics, a batch's priorities (after the last checkpoint)
+                    self.role.on_reply(msg)
+                except PearlError as exc:
+                    log.warning("a message the learner sent last could not be handled at shutdown: %s", exc)
+            else:
+                log.debug("at shutdown the learner's %s was read; nobody waits for it any more", kind.__name__)
+        if error is not None:
+            self.rt.faults.append((self.session.wall(), "transport", str(error)))
+            if found is not None:
+                log.error("%s", found.error)
+            found = HostStop(error, learner_answers=False)
+        return found
+
     def close(self) -> None:
-        """Stop every child (politely, then by force) and unlink every segment. Idempotent, bounded."""
+        """Stop every child (politely, then by force) and unlink every segment. Idempotent, bounded.
+
+        A failure the end-of-run check finds here (:meth:`stop_workers`) comes after another error, or after
+        the run already ended without one (:meth:`~pearl_core.runtime.host.Host._final_save` checks first):
+        it is logged and kept in ``faults``, the first error being the one raised.
+        """
         try:
-            if self.arena is not None and self.ctrl is not None:
-                self.ctrl.request_stop()
-            # pid is None for a process whose start() failed (e.g. a script without the
-            # ``if __name__ == "__main__":`` guard): there is nothing to join, and joining would
-            # hide the original error behind an AssertionError.
-            procs = [p for p in [self.learner_proc, *self.actor_procs] if p is not None and p.pid is not None]
-            if self.learner_proc is not None and self.learner_proc.is_alive():
-                try:
-                    self.inbox.put_nowait(Stop())
-                except (queue.Full, OSError, ValueError):
-                    pass
-            for p in procs:
-                if p.pid in self.frozen and p.is_alive():
-                    p.terminate()  # frozen: waiting for it to stop by itself would be in vain
-            deadline = time.monotonic() + JOIN_TIMEOUT_S
-            for p in procs:
-                p.join(max(0.0, deadline - time.monotonic()))
-            for p in procs:
-                if p.is_alive():
-                    p.terminate()
-                    p.join(2.0)
-                if p.is_alive():
-                    p.kill()
-                    p.join(2.0)
-            for p in procs:
-                try:
-                    p.close()
-                except ValueError:
-                    pass
-            self.learner_proc = None
-            self.actor_procs = []
+            stop = self.stop_workers()
+            if stop is not None:
+                log.error("while stopping the workers: %s", stop.error)
+                if not isinstance(stop.error, TransportError):  # a transport's fault is in faults already
+                    self.rt.faults.append((self.session.wall(), "learner", str(stop.error)))
             for q in [self.inbox, self.outbox, *self.dcqs]:
                 if q is not None:
                     q.close()

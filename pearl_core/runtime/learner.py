@@ -59,7 +59,7 @@ from pearl_core.runtime.messages import (
     Trained,
 )
 from pearl_core.runtime.procs import HostWatch, ignore_stop_signals, quick_exit
-from pearl_core.runtime.queues import PipeQueue, put_while
+from pearl_core.runtime.queues import SequencedQueue, put_while
 from pearl_core.runtime.sanity import check_state, nonfinite_in
 from pearl_core.runtime.shared import Control, WeightBuffer, WeightHandle
 from pearl_core.runtime.shm import BlockHandle, RingHandle, SlotRing
@@ -97,8 +97,8 @@ class LearnerSpec:
     plan: RuntimePlan
     control: BlockHandle
     weights: WeightHandle
-    inbox: PipeQueue
-    outbox: PipeQueue
+    inbox: SequencedQueue
+    outbox: SequencedQueue
     batch_ring: RingHandle | None = None
     actor_rings: tuple[RingHandle, ...] = ()
     trainer_state: bytes | None = None
@@ -169,6 +169,28 @@ class _Worker:
         replay = replay_state(self.replay) if with_replay and self.replay is not None else None
         return dump_blob({"trainer": state, "replay": replay, "updates": self.step.updates})
 
+    def settle(self) -> None:
+        """The loop ended (a ``Stop``, or the stop flag): the LAQ's end-of-run check
+        (:meth:`~pearl_core.runtime.queues.SequencedQueue.settle`). What the host sent that is still readable is
+        handled as the end of a run handles it (:meth:`leftover`), then a message the host counted as sent that
+        never arrived (its last ones, e.g. its ``Stop``) is a :class:`~pearl_core.errors.TransportError`, which
+        the caller reports as any failure (:meth:`fail`). Nothing to do for a host that is gone.
+
+        Raises:
+            TransportError: the LAQ lost (or repeated) a message.
+        """
+        if self.gone():
+            return
+        items, error = self.spec.inbox.settle()
+        for msg in items:
+            self.leftover(msg)
+        if error is not None:
+            raise error
+
+    def leftover(self, msg) -> None:
+        """A message read at the end of the run (setting 1: nothing to do; a ``Train`` is not trained, the
+        host no longer waits for it and its final checkpoint is written)."""
+
     def fail(self, exc: BaseException) -> None:
         tb = traceback.format_exc()
         try:  # the state goes with the report only if it is sound: never a NaN into a checkpoint
@@ -190,6 +212,7 @@ def _guard(cls, spec: LearnerSpec) -> None:
         worker.mark(Phase.WAITING)
         worker.send(LearnerReady())
         worker.loop()
+        worker.settle()  # a message lost in the run's last seconds is a TransportError too, not silence
         quick_exit(0)
     except SystemExit as exc:
         if exc.code not in (0, None):
@@ -288,6 +311,12 @@ class _Colocated(_Worker):
         elif kind is Stop:
             return False
         return True
+
+    def leftover(self, msg) -> None:
+        """A forward read at the end of the run goes into the replay as any other (and its slot is released);
+        a state request is not answered (the host no longer waits)."""
+        if type(msg) is Forward:
+            self.handle(msg)
 
     def loop(self) -> None:
         inbox, ctrl, replay, step = self.spec.inbox, self.ctrl, self.replay, self.step

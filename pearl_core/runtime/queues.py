@@ -9,7 +9,9 @@
   stamps a sequence number on every message it sends and counts what it sent in
   shared memory, and checks both on receipt, so a transport that loses,
   duplicates or reorders a message is a :class:`~pearl_core.errors.TransportError`
-  naming it, within :data:`LOSS_GRACE_S` seconds, never a silent loss or a hang.
+  naming it, within :data:`LOSS_GRACE_S` seconds, never a silent loss or a hang;
+  at the end of a run the receiver drains what is left and compares the counts
+  (:meth:`SequencedQueue.settle`), so a loss in the run's last seconds is one too.
 
 Messages are the small typed values of :mod:`pearl_core.runtime.messages`;
 bulk data stays in shared memory.
@@ -202,6 +204,9 @@ class SequencedQueue:
     * Messages counted as sent that the receiver cannot read for :attr:`grace_s` seconds (the last ones lost:
       no later message reveals the gap) raise it from ``get`` / ``poll`` / :meth:`check` — so a receiver that
       waits for work notices within a bounded time instead of waiting forever.
+    * At the end of a run the receiver calls :meth:`settle` (or :meth:`final_check`): it reads what is still
+      readable and compares the counts, so a message lost in the run's last seconds (the sender's last one,
+      which the receiver may never wait for) is an error too, not silence.
 
     After raising, the receiver resynchronises (the error is raised once per fault), so the run can still ask
     for the worker's state and end with a checkpoint. Exactly one process puts and one gets, as for
@@ -269,19 +274,31 @@ class SequencedQueue:
             self.check()
             raise
         self._missing_since = None
-        if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], int)):
-            raise self._error(f"delivered {type(got).__name__} {got!r:.80}, which is not a message the core sent "
-                              "(each carries its sequence number)", self._next_get, None)
-        seq, item = got
-        if seq != self._next_get:
-            expected = self._next_get
-            what = (f"message {expected} was lost ({seq - expected} message(s) missing: message {seq} arrived "
-                    f"next)" if seq > expected else f"message {seq} arrived again or out of order (expected "
-                    f"message {expected})")
-            self._next_get = max(self._next_get, seq + 1)  # resynchronise: the fault is reported once
-            raise self._error(what, expected, seq)
-        self._next_get = seq + 1
+        return self._accept(got)
+
+    def _accept(self, got: Any) -> Any:
+        """The message in ``got`` (as the transport delivered it), its sequence number checked."""
+        _, item, error = self._checked(got)
+        if error is not None:
+            raise error
         return item
+
+    def _checked(self, got: Any) -> tuple[bool, Any, TransportError | None]:
+        """``(new, message, error)`` for what the transport delivered: ``new`` is false for a foreign object
+        and for a message received already (a repeat); ``error`` is the fault it reveals, if any."""
+        if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], int)):
+            return False, None, self._error(f"delivered {type(got).__name__} {got!r:.80}, which is not a message "
+                                            "the core sent (each carries its sequence number)", self._next_get, None)
+        seq, item = got
+        expected = self._next_get
+        if seq == expected:
+            self._next_get = seq + 1
+            return True, item, None
+        what = (f"message {expected} was lost ({seq - expected} message(s) missing: message {seq} arrived "
+                f"next)" if seq > expected else f"message {seq} arrived again or out of order (expected "
+                f"message {expected})")
+        self._next_get = max(expected, seq + 1)  # resynchronise: the fault is reported once
+        return seq > expected, item, self._error(what, expected, seq)
 
     def get_nowait(self) -> Any:
         return self.get(block=False)
@@ -308,6 +325,66 @@ class SequencedQueue:
         raise self._error(f"{sent - expected} message(s) sent (from message {expected} on) never arrived: "
                           f"{self.grace_s:g} s after they were sent the transport still had nothing to read",
                           expected, None)
+
+    def settle(self, timeout_s: float | None = None) -> tuple[list[Any], TransportError | None]:
+        """The receiver's end-of-run check: read every message still readable, then compare the count sent
+        with the count received.
+
+        Call it once the sender has sent its last message (its process stopped, or it said so). Messages
+        counted as sent that are not readable yet are waited for, up to ``timeout_s`` seconds (default
+        :attr:`grace_s`) after they were first seen missing; nothing readable and nothing missing returns at
+        once, and a sender that closed its end (``EOFError``) ends the wait, since nothing more can arrive.
+
+        Returns:
+            ``(messages, error)``: the messages read, in order (the caller handles them as the run handles
+            them); and ``None``, or the :class:`~pearl_core.errors.TransportError` for the first fault seen:
+            a message lost before a later one, repeated or foreign while draining, or messages sent that
+            never arrived (the last ones, which no later message reveals). Never raises it: a caller that
+            must still handle the messages read decides when to raise it.
+        """
+        wait = self.grace_s if timeout_s is None else float(timeout_s)
+        now = time.monotonic()
+        deadline = (now if self._missing_since is None else min(now, self._missing_since)) + wait
+        items: list[Any] = []
+        error: TransportError | None = None
+        while True:
+            missing = self._count[0] > self._next_get
+            try:
+                if not self.inner.poll(max(0.0, deadline - time.monotonic()) if missing else 0.0):
+                    if not missing or time.monotonic() >= deadline:
+                        break
+                    continue
+                got = self.inner.get(block=False)
+            except queue.Empty:  # poll saw a message that get did not: look again, until the deadline
+                if time.monotonic() >= deadline:
+                    break
+                continue
+            except (EOFError, OSError):  # the sender is gone (or this end is closed): nothing more can arrive
+                break
+            new, item, fault = self._checked(got)
+            if new:  # a message past a gap is still handed over (it arrived); a repeat or a foreign object not
+                items.append(item)
+            error = error or fault  # resynchronised: the drain goes on, the first fault is the one kept
+        self._missing_since = None
+        sent, expected = int(self._count[0]), self._next_get
+        if sent > expected:
+            self._next_get = sent  # reported once
+            error = error or self._error(
+                f"{sent - expected} message(s) sent (from message {expected} on) never arrived: when the run "
+                f"ended the receiver had taken {expected} of the {sent} sent, and the transport had nothing more to "
+                f"read (waited up to {wait:g} s for them)", expected, None)
+        return items, error
+
+    def final_check(self, timeout_s: float | None = None) -> list[Any]:
+        """:meth:`settle`, raising its error: the messages still readable, in order.
+
+        Raises:
+            TransportError: a message sent was lost (or repeated, or foreign), naming the transport and queue.
+        """
+        items, error = self.settle(timeout_s)
+        if error is not None:
+            raise error
+        return items
 
     def _error(self, what: str, expected: int, found: int | None) -> TransportError:
         return TransportError(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import queue
+import threading
 import time
 
 import pytest
@@ -127,6 +128,93 @@ def test_the_count_crosses_processes(arena):
             for _ in range(100):
                 q.check()
                 time.sleep(0.02)
+    finally:
+        if p.is_alive():
+            p.kill()
+        q.close()
+
+
+# -- the end-of-run check (settle / final_check): a loss in a run's last seconds is an error too -------------
+
+
+def test_settle_with_nothing_lost_returns_the_leftovers_in_order(arena):
+    q = _seq(arena, PipeQueue(8, CTX))
+    try:
+        for i in range(5):
+            q.put(("m", i))
+        assert q.get(timeout=1.0) == ("m", 0)
+        items, error = q.settle()
+        assert items == [("m", i) for i in range(1, 5)] and error is None
+        assert q.sent == q.received == 5
+        assert q.final_check() == []  # nothing left, nothing missing
+    finally:
+        q.close()
+
+
+def test_final_check_raises_for_a_lost_last_message_naming_the_transport(arena):
+    q = _seq(arena, FaultyTransport(8, CTX, drop=2))
+    try:
+        for i in range(3):
+            q.put(i)  # the last one is lost: no later message reveals it, and nobody waits for it
+        assert q.get(timeout=1.0) == 0
+        with pytest.raises(TransportError, match=r"the LAQ transport FaultyTransport \(backend 'acme'\) 1 "
+                                                 r"message\(s\) sent \(from message 2 on\) never arrived") as err:
+            q.final_check()
+        assert err.value.queue == "LAQ" and "acme" in err.value.transport
+        assert err.value.expected == 2 and err.value.found is None
+        assert q.received == 3  # reported once: a second check passes
+        assert q.final_check(timeout_s=0.0) == []
+    finally:
+        q.close()
+
+
+def test_settle_returns_what_it_drained_with_the_error(arena):
+    q = _seq(arena, FaultyTransport(8, CTX, drop=1))
+    try:
+        for i in range(4):
+            q.put(i)
+        items, error = q.settle()  # message 1 lost between two readable ones: the drain goes on past the gap
+        assert items == [0, 2, 3]
+        assert isinstance(error, TransportError) and "message 1 was lost" in str(error) and error.expected == 1
+    finally:
+        q.close()
+
+
+class _LateTransport(FaultyTransport):
+    """Takes a message at ``put`` (so it is counted as sent) and delivers it ``delay_s`` later, as a slow
+    transport may."""
+
+    delay_s = 0.3
+
+    def put(self, item, block=True, timeout=None):
+        threading.Timer(self.delay_s, self.inner.put, args=(item,)).start()
+
+
+def test_settle_waits_for_a_message_counted_sent_that_is_still_on_its_way(arena):
+    q = _seq(arena, _LateTransport(8, CTX))
+    try:
+        q.put("late")
+        assert not q.poll(0)  # counted as sent, not readable yet
+        assert q.final_check(timeout_s=30.0) == ["late"]
+    finally:
+        q.close()
+
+
+@pytest.mark.parametrize("drop", [None, 3])
+def test_settle_after_the_sender_process_exited(arena, drop):
+    q = _seq(arena, FaultyTransport(8, CTX, drop=drop))
+    p = CTX.Process(target=_child_sends, args=(q, 4), daemon=True)
+    p.start()
+    try:
+        q.close_sender()  # the sender's exit closes the stream: the drain ends at its end, without waiting
+        p.join(30)
+        assert p.exitcode == 0
+        items, error = q.settle(timeout_s=30.0)
+        if drop is None:
+            assert items == [0, 1, 2, 3] and error is None
+        else:
+            assert items == [0, 1, 2]
+            assert isinstance(error, TransportError) and "(from message 3 on) never arrived" in str(error)
     finally:
         if p.is_alive():
             p.kill()

@@ -20,6 +20,7 @@ from pearl_core.runtime.parallel import ParallelRuntime
 from pearl_core.testing.transports import FaultyTransport
 
 from cpu_backend import needs_cpu_backend
+from fault_runs import SETTINGS, checkpoint, config, drop_of_kind, parallel
 
 pytestmark = [needs_cpu_backend, pytest.mark.usefixtures("no_leaks")]
 
@@ -65,3 +66,37 @@ def test_setting_1_a_lost_reply_ends_the_run_with_a_transport_error_and_a_checkp
     assert took < 30  # the grace period (3 s), not the 60 s stall timeout
     state = load_checkpoint(ck).state
     assert state.env_steps > 0 and state.updates >= 2  # the learner's own state, asked after the fault
+
+
+# -- a message lost in the run's last seconds: the end-of-run check (SequencedQueue.settle) -----------------
+
+
+def _ends_with_transport_error(tmp_path, setting):
+    rt = parallel(config(tmp_path, trainer="runtime_support:LinearQ", save_replay=True), setting)
+    with pytest.raises(TransportError) as err:
+        rt.run()
+    ck = checkpoint(tmp_path)  # the final checkpoint, kept as it was written before the check
+    assert ck.state.env_steps == 400 and ck.replay is not None and ck.replay["size"] == 400  # nothing lost
+    assert any(who == "transport" for _, who, _ in rt.faults)
+    return err.value
+
+
+@pytest.mark.slow  # a few seconds: the lost message is waited for (grace_s) before it counts as lost
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_a_lost_final_stop_is_a_transport_error_after_the_final_checkpoint(tmp_path, monkeypatch, setting):
+    # The host's last message: the learner stops on the stop flag anyway, and before, nothing compared the
+    # count sent with the count received at the end, so the run ended 0 (the soak's segment 52).
+    drop_of_kind(monkeypatch, grace_s=1.0, laq="Stop")
+    err = _ends_with_transport_error(tmp_path, setting)
+    assert err.queue == "LAQ" and "the LAQ transport fault_runs.DropOfKind" in str(err) and "backend 'cpu'" in str(err)
+    assert "message(s) sent (from message" in str(err) and "never arrived: when the run ended" in str(err)
+
+
+@pytest.mark.slow
+def test_a_lost_last_message_of_the_learner_is_a_transport_error_of_the_ldq(tmp_path, monkeypatch):
+    # The LAQ loses the Stop and the LDQ the learner's report of it (its last message): the host's own check of
+    # the LDQ, once the learner has exited, finds one message counted as sent that never arrived.
+    drop_of_kind(monkeypatch, grace_s=1.0, laq="Stop", ldq="LearnerFailed")
+    err = _ends_with_transport_error(tmp_path, 1)
+    assert err.queue == "LDQ" and "the LDQ transport fault_runs.DropOfKind" in str(err)
+    assert "1 message(s) sent" in str(err) and "never arrived: when the run ended" in str(err)
