@@ -32,6 +32,7 @@ The parts:
 
 from __future__ import annotations
 
+import logging
 import os
 import resource
 import threading
@@ -45,6 +46,8 @@ from pearl_core.errors import InvalidValueError
 
 __all__ = ["DEFAULT_CPU_WATTS_PER_CORE", "EnergyMeter", "EnergyReading", "NvmlCounters", "RaplCounters", "RunEnergy",
            "process_tree_cpu_s"]
+
+log = logging.getLogger(__name__)
 
 #: (idle W, active W) per core of a CPU no spec describes: the figures the composer assumes for a detected host
 #: CPU (``pearl_core.composer.detect``), so a modelled part and the composer's power model agree.
@@ -226,10 +229,10 @@ def process_tree_cpu_s(pid: int | None = None, proc: str | os.PathLike[str] = "/
             continue
         try:
             text = (entry / "stat").read_text()
-        except OSError:  # gone since listed
+            rest = text[text.rfind(")") + 2:].split()  # after "pid (comm) ": state ppid ... utime stime cutime cstime
+            stats[int(entry.name)] = (int(rest[1]), sum(float(v) for v in rest[11:15]))
+        except (OSError, ValueError, IndexError):  # gone since listed, or not a stat line this parser knows
             continue
-        rest = text[text.rfind(")") + 2:].split()  # after "pid (comm) ": state ppid ... utime stime cutime cstime
-        stats[int(entry.name)] = (int(rest[1]), sum(float(v) for v in rest[11:15]))
     children: dict[int, list[int]] = {}
     for p, (parent, _) in stats.items():
         children.setdefault(parent, []).append(p)
@@ -327,8 +330,20 @@ class EnergyMeter:
         if self._rapl is not None and self.poll_s:
             self._poller = threading.Thread(target=self._poll_rapl, name="pearl-energy-rapl", daemon=True)
             self._poller.start()
+        try:
+            self._t0, self._cpu0 = self._clock(), self._cpu_seconds()
+        except BaseException:
+            self._end_poller()
+            if self._nvml is not None:
+                self._nvml.close()
+            raise
         self._running = True
-        self._t0, self._cpu0 = self._clock(), self._cpu_seconds()
+
+    def _end_poller(self) -> None:
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.join()
+            self._poller = None
 
     def _poll_rapl(self) -> None:
         while not self._stop.wait(self.poll_s):
@@ -347,10 +362,7 @@ class EnergyMeter:
                                     "window opens (or use the meter as a context manager).")
         seconds, cpu_s = self._clock() - self._t0, self._cpu_seconds() - self._cpu0
         self._running = False
-        self._stop.set()
-        if self._poller is not None:
-            self._poller.join()
-            self._poller = None
+        self._end_poller()
         parts: dict[str, float] = {}
         sources: dict[str, str] = {}
         if self._nvml is not None:
@@ -419,15 +431,21 @@ class RunEnergy:
 
     def on_start(self, run: Any) -> None:
         self.env_steps_at_start = int(run.env_steps)
-        self.meter.start()
+        try:
+            self.meter.start()
+        except Exception as exc:  # noqa: BLE001 - metering never stops a run: it goes unmetered, said so
+            log.warning("the run's energy is not metered: starting the meter failed (%s)", _why(exc))
 
     def on_end(self, run: Any, result: Any) -> None:
         self.close()
 
     def close(self) -> None:
-        """Stop the meter if it runs (a run that failed or stopped its callbacks leaves it running)."""
-        if self.meter._running:
-            self.meter.stop()
+        """Stop the meter if it runs (a run that failed or stopped its callbacks leaves it running); never raises."""
+        try:
+            if self.meter._running:
+                self.meter.stop()
+        except Exception as exc:  # noqa: BLE001 - as above
+            log.warning("the run's energy is not metered: stopping the meter failed (%s)", _why(exc))
 
     def fields(self, env_steps: int) -> dict[str, Any]:
         """``result.json``'s ``energy`` (the reading, the window and the env steps in it) and

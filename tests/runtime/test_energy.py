@@ -425,3 +425,20 @@ def test_a_runs_meter_takes_the_plans_host_watts_and_counts_this_segments_steps(
     assert "env steps/J" in run.summary(4000) and "gpu:0 measured" in run.summary(4000)
     unmetered = RunEnergy(None)  # a run that never started its window: no figures, not zeros
     assert unmetered.fields(10) == {"energy": None, "env_steps_per_joule": None}
+
+
+def test_a_meter_that_cannot_start_leaves_the_run_unmetered_not_failed(tmp_path, rapl, caplog):
+    from types import SimpleNamespace
+
+    from pearl_core.runtime.energy import RunEnergy
+
+    def broken():
+        raise OSError("no /proc here")
+
+    nvml = FakeNvml(count=1)
+    run = RunEnergy(None, nvml=nvml, rapl_root=str(rapl[0]), poll_s=0.01, cpu_seconds=broken)
+    run.on_start(SimpleNamespace(env_steps=0))
+    run.on_end(None, None)
+    assert run.fields(100) == {"energy": None, "env_steps_per_joule": None}
+    assert run.meter._poller is None and nvml.calls == ["init", "shutdown"]  # the poller and NVML were let go
+    assert "starting the meter failed (OSError: no /proc here)" in caplog.text
