@@ -366,6 +366,18 @@ class PluginRegistry:
             return matching[0]
         return failed[0] if len(failed) == 1 else None
 
+    def spec_fields_for_kind(self, kind: str) -> tuple[str, ...] | None:
+        """The hardware-spec fields the registered backends of ``kind`` read (the union of their classes'
+        ``spec_fields``, sorted), or ``None`` when no backend of that kind is registered."""
+        classes = [self._classes[n][0] for n in self.backends_for_kind(kind, available_only=False)]
+        if not classes:
+            return None
+        fields = set()
+        for cls in classes:
+            declared = getattr(cls, "spec_fields", ())
+            fields.update(f for f in declared if isinstance(f, str)) if isinstance(declared, tuple) else None
+        return tuple(sorted(fields))
+
     def backends_for_kind(self, kind: str, *, available_only: bool = True) -> list[str]:
         """Names of the backends whose ``device_kind`` is ``kind`` (available here, by default), sorted."""
         return [n for n in self.backend_names() if getattr(self._classes[n][0], "device_kind", None) == kind

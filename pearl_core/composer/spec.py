@@ -64,7 +64,6 @@ _DEVICE_PLAIN = ("name", "kind", "cores", "threads", "index", "description", "ds
 _LINK_PLAIN = ("a", "b", "medium")
 _TOP_LEVEL = ("name", "description", "host", "device", "link")
 
-FPGA_FIELDS = ("dsp_blocks", "ram_blocks", "ram_block_bits", "logic_ram_blocks", "logic_ram_block_bits", "clock_hz")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]*$")
 
 # Rules shared by the file loader and direct construction: (check, what is expected).
@@ -185,15 +184,6 @@ class DeviceSpec:
                 object.__setattr__(self, "threads", self.cores)
             elif self.threads < self.cores:
                 raise _invalid(owner, "threads", self.threads, f"an integer >= cores ({self.cores})")
-        if self.kind == "fpga":
-            missing = [f for f in FPGA_FIELDS if getattr(self, f) is None]
-            if missing:
-                raise SpecError(f"{owner}: missing field(s) {missing} (required for kind 'fpga').")
-        if self.kind in ("cpu", "cuda"):
-            extra = [f for f in FPGA_FIELDS if getattr(self, f) is not None]
-            if extra:
-                raise SpecError(f"{owner}: field(s) {extra} only apply to FPGAs, not to kind {self.kind!r}; "
-                                "fix: remove them or correct the kind.")
         if not isinstance(self.options, Mapping) or not all(
                 isinstance(k, str) and isinstance(v, (str, int, float, bool)) for k, v in self.options.items()):
             raise _invalid(owner, "options", self.options, "a table of scalar values")
@@ -447,6 +437,8 @@ class HardwareSpec:
                 registered backend's ``device_kind``.
             registry: plugin registry for the default kinds.
         """
+        from pearl_core.composer.specfields import check_resource_fields
+
         allowed = tuple(kinds) if kinds is not None else known_kinds(registry)
         if not isinstance(data, Mapping):
             raise SpecError(f"{source}: expected a table at the top level; found {type(data).__name__}.")
@@ -457,6 +449,7 @@ class HardwareSpec:
             raise SpecError(f"{source}: 'device' must be an array of tables ([[device]] sections).")
         for i, raw in enumerate(raw_devices):
             devices.append(_parse_device(raw, i, source, allowed))
+            check_resource_fields(devices[-1], registry)
         raw_links = data.get("link", [])
         if not isinstance(raw_links, list):
             raise SpecError(f"{source}: 'link' must be an array of tables ([[link]] sections).")

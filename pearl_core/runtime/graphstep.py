@@ -28,13 +28,10 @@ synchronisation (:func:`host_syncs`).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from pearl_core.replay.base import SampledBatch
 from pearl_core.trainer import GraphHooks, UpdateResult
-
-if TYPE_CHECKING:
-    from pearl_core.runtime.step import LearnerStep
 
 __all__ = ["GraphedIteration", "cuda_capture", "graph_settings", "graph_unsafe", "host_syncs"]
 
@@ -68,7 +65,7 @@ def graph_settings(plan: Any) -> tuple[str, int]:
     return mode, k
 
 
-def graph_unsafe(step: "LearnerStep", *, cuda_only: bool = True) -> str | None:
+def graph_unsafe(step: Any, *, cuda_only: bool = True) -> str | None:
     """Why ``step``'s iteration cannot be a CUDA graph, or ``None`` (``cuda_only=False``: any device, for a
     caller with its own ``capture``)."""
     if not step.on_device:
@@ -140,7 +137,7 @@ class GraphedIteration:
         launches: launches replayed so far.
     """
 
-    def __init__(self, step: "LearnerStep", hooks: GraphHooks, *, per_launch: int = 1,
+    def __init__(self, step: Any, hooks: GraphHooks, *, per_launch: int = 1,
                  capture: Callable[..., Callable[[], None]] = cuda_capture):
         self.step, self.hooks, self._capture = step, hooks, capture
         k = max(1, int(per_launch))

@@ -63,6 +63,7 @@ from pearl_core.runtime.queues import SequencedQueue, put_while
 from pearl_core.runtime.sanity import check_state, nonfinite_in
 from pearl_core.runtime.shared import Control, WeightBuffer, WeightHandle
 from pearl_core.runtime.shm import BlockHandle, RingHandle, SlotRing
+from pearl_core.runtime.graphstep import graph_settings
 from pearl_core.runtime.step import LearnerStep
 from pearl_core.runtime.wiring import build_replay, build_trainer, load_trainer_class, replay_state
 
@@ -152,9 +153,9 @@ class _Worker:
         Raises:
             DataError: the weights to publish hold a NaN/inf (nothing is published).
         """
-        done = self.step.updates
+        done, before = self.step.updates, self.ctrl.updates
         self.ctrl.updates = done
-        if done % self.sync_every == 0:
+        if done // self.sync_every > before // self.sync_every:  # a multiple crossed (a launch may do several)
             self.mark(Phase.PUBLISHING, done)
             self.weights.publish(self.step.checked_weights())
 
@@ -285,6 +286,7 @@ class _Colocated(_Worker):
         self.replay = build_replay(spec.config, spec.plan, StorageSpec.from_spaces(*self.spaces), state=state)
         self.rings = [SlotRing.attach(h) for h in spec.actor_rings]
         self.step = self.make_step(self.replay)
+        self.step.use_graph(*graph_settings(spec.plan))  # a GPU iteration runs as a CUDA graph where it can
         self.insert_s = self.wait_s = self.publish_s = 0.0
         self.started = time.perf_counter()
 
@@ -346,7 +348,7 @@ class _Colocated(_Worker):
                     return
                 continue
             mark(Phase.UPDATE, step.updates + 1)
-            step.step()
+            step.run(max(1, min(step.per_launch, ctrl.update_budget - step.updates)))
             t = time.perf_counter()
             self.updated()
             self.publish_s += time.perf_counter() - t

@@ -120,7 +120,8 @@ def test_round_trip_through_a_dict_gives_an_equal_spec():
     (lambda t: t.replace('a = "host"\nb = "gpu"', 'a = "gpu"\nb = "gpu"'),
      "device 'gpu' has no link to the host 'host'"),
     # FPGA fields on a GPU, type errors
-    (lambda t: t.replace("memory_GiB = 24", "memory_GiB = 24\ndsp_blocks = 10"), "only apply to FPGAs"),
+    (lambda t: t.replace("memory_GiB = 24", "memory_GiB = 24\ndsp_blocks = 10"),
+     "field(s) ['dsp_blocks'] are read by no backend of kind 'cuda'"),
     (lambda t: t.replace("cores = 4", 'cores = "four"'), "cores = 'four' is invalid; expected an integer >= 1"),
     (lambda t: t.replace("latency_us = 10", "latency_us = true"), "latency_us = True is invalid"),
 ])
