@@ -15,7 +15,8 @@ expected, what was found and the fix::
 
 A value of the wrong type is reported the same way (``found a str``), never as
 a raw ``TypeError``. The module also answers how much memory this machine has
-(:func:`memory_available_bytes`), for checks that refuse what cannot fit.
+(:func:`memory_available_bytes`) and this process may still map (:func:`address_space_limit`,
+``ulimit -v``), for checks that refuse what cannot fit.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pearl_core.errors import SpecError
 
 __all__ = [
     "a_type",
+    "address_space_limit",
     "MAX_COUNT",
     "MAX_SEED",
     "MAX_THREADS",
@@ -230,6 +232,32 @@ def memory_available_bytes() -> int | None:
     free pages (``os.sysconf``), else the physical memory.
     """
     return _meminfo("MemAvailable") or _sysconf("SC_AVPHYS_PAGES") or memory_total_bytes()
+
+
+def _mapped_bytes() -> int:
+    """Bytes this process maps now (its virtual size, ``/proc/self/statm``); 0 when it cannot be read."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as fh:
+            pages = int(fh.read().split()[0])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0
+
+
+def address_space_limit() -> tuple[int, int] | None:
+    """``(limit, left)``: this process's soft address-space limit (``ulimit -v``, ``RLIMIT_AS``) in bytes,
+    and what it may still map under it (the limit less what it maps now; the whole limit where that cannot
+    be read); ``None`` when there is no such limit."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        unlimited = resource.RLIM_INFINITY
+    except (ImportError, OSError, ValueError, AttributeError):
+        return None
+    if soft == unlimited or soft < 0:
+        return None
+    return int(soft), max(0, int(soft) - _mapped_bytes())
 
 
 def cpu_count() -> int:

@@ -1,9 +1,12 @@
 """Allocation failures of the replay's storage as a :class:`StorageMemoryError` naming the size and the fix.
 
 Under a ``ulimit -v`` (or a cgroup limit) below what the replay needs, numpy raises a bare
-``MemoryError`` when the storage is allocated (or a frame pool grows); the storages turn it
-into :class:`StorageMemoryError` (also a ``MemoryError``), with the bytes needed, the limit
-that stopped it and the fix.
+``MemoryError`` when the storage is allocated (a frame storage's pool too: it is allocated at
+its bound at the start, never later); the storages turn it into :class:`StorageMemoryError`
+(also a ``MemoryError``), with the bytes needed, the limit that stopped it and the fix. The
+start-up check (:func:`pearl_core.runtime.machine.check_machine`) refuses such a run before
+that, as a ``SpecError``, where it can read the limit. A frame storage also raises
+:class:`StorageMemoryError` for an ``add`` whose frames would pass its pool's bound.
 """
 
 from __future__ import annotations

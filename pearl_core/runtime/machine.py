@@ -16,10 +16,16 @@ memory and is not counted)::
 
     row      = sum of the transition fields' bytes (obs, action, reward, next_obs, done)
     storage  = capacity * row                                   Data Storage (storage_device "cpu"); with
-               frame storage, what its frame pool starts with and keeps (frames.frame_storage_bytes)
+               frame storage, the most its frame pool may hold (frames.frame_storage_bytes: its bound)
     tree     = 2 * tree_bytes(capacity, fanout)                 sum tree (prioritized, rm_device "cpu")
     rings    = n_actors * queue_size * (insert_batch + envs_per_actor) * (row + 16)   actor slots
     batches  = (max_in_flight + 3) * batch_size * (row + 12)    learner slots, sampled batch, its copy
+
+(with frame storage too, the actor slots and the batches carry whole stacks: ``row``
+is the plain row there). The memory it may use is the memory available now
+(:func:`~pearl_core.validation.memory_available_bytes`), or less under an address-space
+limit (``ulimit -v``): what that limit leaves this process
+(:func:`~pearl_core.validation.address_space_limit`); the refusal names the one that binds.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from typing import Any
 from pearl_core.errors import SpecError
 from pearl_core.runtime.config import RunConfig, RuntimePlan
 from pearl_core.sumtree import tree_bytes
-from pearl_core.validation import cpu_count, gib, memory_available_bytes
+from pearl_core.validation import address_space_limit, cpu_count, gib, memory_available_bytes
 
 __all__ = ["ENVS_PER_CORE", "check_machine", "host_memory_bytes", "row_bytes"]
 
@@ -47,15 +53,17 @@ def row_bytes(env_id: str, frame_storage: str = "off", **env_options: Any) -> in
 
 def _row_and_storage(env_id: str, frame_storage: str, capacity: int | None, **env_options: Any
                      ) -> tuple[int, int | None]:
-    """:func:`row_bytes`, and the Data Storage's bytes at ``capacity`` (``None`` when that is capacity * row)."""
+    """:func:`row_bytes`, and with frame storage at ``capacity`` the Data Storage's bytes (``None`` otherwise:
+    they are capacity * row)."""
     from pearl_core.envs import env_spaces
     from pearl_core.replay.frames import frame_storage_bytes, frame_storage_fits, storage_row_bytes
     from pearl_core.replay.storage import StorageSpec
 
     spec = StorageSpec.from_spaces(*env_spaces(env_id, **env_options))
     frames = frame_storage == "on" or (frame_storage == "auto" and frame_storage_fits(spec))
-    storage = frame_storage_bytes(spec, capacity) if frames and capacity is not None else None
-    return storage_row_bytes(spec, frames), storage
+    if frames and capacity is not None:  # the actor slots and batches still carry whole stacks: the plain row
+        return storage_row_bytes(spec, False), frame_storage_bytes(spec, capacity)
+    return storage_row_bytes(spec, frames), None
 
 
 def host_memory_bytes(config: RunConfig, plan: RuntimePlan, row: int, storage: int | None = None) -> dict[str, int]:
@@ -109,20 +117,32 @@ def check_machine(config: RunConfig, plan: RuntimePlan, *, row: int | None = Non
         frames = config.replay.frame_storage if plan.storage_device == "cpu" else "off"
         row, storage = _row_and_storage(config.env_id, frames, capacity, **config.env_options)
     available = memory_available_bytes() if memory_bytes is None else memory_bytes
+    space, limit = address_space_limit(), None
+    if space is not None and (available is None or space[1] < available):
+        limit, available = space  # ulimit -v leaves less than the memory available: it binds
     if available is None:
         return
     parts = host_memory_bytes(config, plan, row, storage)
     need = sum(parts.values())
     if need > available:
-        detail = ", ".join(f"{name} {_size(n)}" for name, n in parts.items() if n)
+        named = {"Data Storage": "Data Storage (frame storage, counted at its frame pool's bound)"
+                 if storage is not None else "Data Storage"}
+        detail = ", ".join(f"{named.get(name, name)} {_size(n)}" for name, n in parts.items() if n)
         per_slot = (parts["Data Storage"] + parts["sum tree"]) / capacity
         rest = need - parts["Data Storage"] - parts["sum tree"]
         fits = int((available - rest) / per_slot) if per_slot and available > rest else 0
-        hint = (f"a smaller replay capacity (about {fits:,} would fill the memory free now)" if fits >= batch else
+        free = "fit in what the limit leaves" if limit is not None else "fill the memory free now"
+        hint = (f"a smaller replay capacity (about {fits:,} would {free})" if fits >= batch else
                 "fewer actors, a smaller queue_size/insert_batch or batch_size")
+        if limit is not None:
+            have = (f"this process's address-space limit (ulimit -v = {gib(limit)}, {gib(limit - available)} of "
+                    f"it mapped already) leaves {gib(available)}")
+            more = "or raise ulimit -v (e.g. `ulimit -v unlimited` before the run starts)"
+        else:
+            have, more = f"{gib(available)} is available", "or run where more memory is free"
         raise SpecError(f"this run needs about {gib(need)} of host memory ({detail}; {row:,} bytes per transition "
-                        f"of {config.env_id!r}) but {gib(available)} is available; expected at most the available "
-                        f"memory. Fix: {hint}, or run where more memory is free.")
+                        f"of {config.env_id!r}) but {have}; expected at most the memory it may use. Fix: {hint}, "
+                        f"{more}.")
 
 
 def _size(nbytes: int) -> str:

@@ -90,3 +90,66 @@ def test_check_machine_refuses_a_log_dir_that_cannot_be_created(tmp_path):
 def test_check_machine_needs_a_config_and_a_plan():
     with pytest.raises(SpecError, match=r"check_machine needs a RunConfig and a RuntimePlan; found dict"):
         check_machine({}, RuntimePlan())  # type: ignore[arg-type]
+
+
+# ============================================================================ the address-space limit (ulimit -v)
+def test_check_machine_counts_the_address_space_limit_when_it_binds(tmp_path, monkeypatch):
+    from pearl_core.runtime import machine
+
+    config = good_config(tmp_path, replay=ReplayConfig(capacity=10_000_000))  # 49 B/row: 467 MiB + the tree
+    need = sum(host_memory_bytes(config, plan_for(1), row_bytes("CartPole-v1")).values())
+    limit, mapped = 2**30, 3 * 2**28  # ulimit -v 1 GiB, 0.75 GiB of it mapped: 0.25 GiB left
+    monkeypatch.setattr(machine, "address_space_limit", lambda: (limit, limit - mapped))
+    with pytest.raises(SpecError, match=r"needs about 0\.[0-9]+ GiB of host memory \(Data Storage 467\.3 MiB.*but "
+                                        r"this process's address-space limit \(ulimit -v = 1\.00 GiB, 0\.75 GiB of it "
+                                        r"mapped already\) leaves 0\.25 GiB; expected at most the memory it may use\. "
+                                        r"Fix: a smaller replay capacity \(about [0-9,]+ would fit in what the limit "
+                                        r"leaves\), or raise ulimit -v"):
+        check_machine(config, plan_for(1), memory_bytes=2**40)  # plenty of memory: the limit binds
+    # less memory than the limit leaves: the memory binds, and the message says so
+    with pytest.raises(SpecError, match=r"but 0\.10 GiB is available;.*or run where more memory is free"):
+        check_machine(config, plan_for(1), memory_bytes=2**30 // 10)
+    # a limit that leaves enough, or none: accepted
+    monkeypatch.setattr(machine, "address_space_limit", lambda: (4 * need, 2 * need))
+    assert check_machine(config, plan_for(1), memory_bytes=2**40) is None
+    monkeypatch.setattr(machine, "address_space_limit", lambda: None)
+    assert check_machine(config, plan_for(1), memory_bytes=2**40) is None
+
+
+LIMITED = """
+import resource
+from pearl_core.errors import SpecError
+from pearl_core.runtime.config import ReplayConfig, RunConfig, RuntimePlan
+from pearl_core.runtime.machine import check_machine
+from pearl_core.validation import address_space_limit
+
+with open("/proc/self/statm") as fh:
+    mapped = int(fh.read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (mapped + 256 * 2**20, resource.RLIM_INFINITY))  # `ulimit -v`: 256 MiB more
+limit, left = address_space_limit()
+print("LEFT", limit == mapped + 256 * 2**20, 0 < left <= 256 * 2**20)
+plan = RuntimePlan(n_actors=1, envs_per_actor=2, insert_batch=8, queue_size=4)
+for capacity in (20_000_000, 100_000):  # about 1.2 GiB (refused), 6 MiB (fits)
+    config = RunConfig(env_id="CartPole-v1", trainer="pearl_core.algorithms:DQN", batch_size=16,
+                       replay=ReplayConfig(capacity=capacity), log_dir=LOG_DIR)
+    try:
+        check_machine(config, plan, memory_bytes=2**40)  # plenty of memory: only the limit can refuse
+        print("FITS", capacity)
+    except SpecError as exc:
+        print("REFUSED", capacity, exc)
+"""
+
+
+def test_a_run_beyond_ulimit_v_is_refused_by_the_check_before_anything_is_allocated(tmp_path):
+    import subprocess
+    import sys
+
+    script = f"LOG_DIR = {str(tmp_path / 'run')!r}\n" + LIMITED
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "LEFT True True", out.stdout
+    assert lines[1].startswith("REFUSED 20000000 this run needs about 1.2"), lines[1]
+    for text in ("address-space limit (ulimit -v = ", "Fix: a smaller replay capacity", "raise ulimit -v"):
+        assert text in lines[1], lines[1]
+    assert lines[2] == "FITS 100000", out.stdout
