@@ -206,6 +206,12 @@ class Trainer(abc.ABC):
     def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         """Load parameters produced by :meth:`get_weights` of another copy."""
 
+    def weight_tensors(self) -> Mapping[str, "torch.Tensor"] | None:
+        """The tensors :meth:`get_weights` copies, by the same names (views, not copies), or ``None`` (the
+        default): a GPU learner then publishes through :meth:`get_weights`, waiting for the copy. With them
+        it copies them to the host asynchronously (:class:`~pearl_core.runtime.devicemove.WeightCopier`)."""
+        return None
+
     def graph_hooks(self) -> GraphHooks | None:
         """The update in the parts a CUDA graph needs (:class:`GraphHooks`), or ``None`` (the default): the
         update runs eagerly, launch by launch. Asked only where :attr:`device_batches` holds and the replay

@@ -390,6 +390,10 @@ class CountedTrainer(Trainer):
         """The parameters of :attr:`acting_net` (what actors need to act)."""
         return module_weights(getattr(self, self.acting_net))
 
+    def weight_tensors(self) -> dict[str, torch.Tensor]:
+        """The tensors of :attr:`acting_net` that :meth:`get_weights` copies (its state dict's views)."""
+        return dict(getattr(self, self.acting_net).state_dict())
+
     def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         """Load parameters produced by :meth:`get_weights` into :attr:`acting_net`."""
         load_module_weights(getattr(self, self.acting_net), weights)

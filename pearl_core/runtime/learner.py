@@ -63,6 +63,7 @@ from pearl_core.runtime.queues import SequencedQueue, put_while
 from pearl_core.runtime.sanity import check_state, nonfinite_in
 from pearl_core.runtime.shared import Control, WeightBuffer, WeightHandle
 from pearl_core.runtime.shm import BlockHandle, RingHandle, SlotRing
+from pearl_core.runtime.devicemove import BatchMover, WeightCopier
 from pearl_core.runtime.graphstep import graph_settings
 from pearl_core.runtime.step import LearnerStep
 from pearl_core.runtime.wiring import build_replay, build_trainer, load_trainer_class, replay_state
@@ -128,6 +129,7 @@ class _Worker:
         if spec.trainer_state is not None:
             self.trainer.load_state_dict(load_blob(spec.trainer_state))
         self.sync_every = spec.config.weight_sync_every
+        self.copier = WeightCopier(self.trainer)  # on a GPU: weights copied to the host without waiting
         self.replay = None  # setting 2: the worker's replay manager
 
     def make_step(self, replay) -> LearnerStep:
@@ -157,7 +159,14 @@ class _Worker:
         self.ctrl.updates = done
         if done // self.sync_every > before // self.sync_every:  # a multiple crossed (a launch may do several)
             self.mark(Phase.PUBLISHING, done)
-            self.weights.publish(self.step.checked_weights())
+            if not self.copier.asynchronous:
+                self.weights.publish(self.step.checked_weights())
+            else:  # enqueued now, published below once on the host (an update or two later)
+                self.copier.start(done)
+        if self.copier.asynchronous:
+            ready = self.copier.poll()
+            if ready is not None:
+                self.weights.publish(ready)
 
     def state_blob(self, with_replay: bool = False) -> bytes:
         """The trainer state (checked finite), the update count and, if asked, the replay contents.
@@ -244,6 +253,11 @@ class _Learner(_Worker):
         self.slots = [self.ring.slot(i) for i in range(self.ring.n_slots)]
         self.batches = [Batch.of(s) for s in self.slots]
         self.step = self.make_step(None)
+        # A GPU learner that takes device batches: each batch moves once, from pinned shared memory.
+        dev = getattr(self.trainer, "device", None)
+        self.mover = (BatchMover(self.slots, dev, memory=self.ring.block.memory())
+                      if type(self.trainer).device_batches and dev is not None and str(dev).startswith("cuda")
+                      else None)
 
     def loop(self) -> None:
         inbox, step, every, n = self.spec.inbox, self.step, self.spec.metrics_every, self.ring.n_slots
@@ -261,7 +275,10 @@ class _Learner(_Worker):
                 seq = msg.seq
                 slot = self.slots[seq % n]
                 mark(Phase.UPDATE, step.updates + 1)
-                slot["td"][:] = step.train(self.batches[seq % n], slot["weights"])
+                if self.mover is not None:
+                    slot["td"][:] = step.train(*self.mover.move(seq % n))
+                else:
+                    slot["td"][:] = step.train(self.batches[seq % n], slot["weights"])
                 self.updated()
                 metrics = step.metrics() if step.updates % every == 0 else None
                 self.send(Trained(seq, metrics, step.learner_s))

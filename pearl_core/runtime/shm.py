@@ -286,6 +286,15 @@ class ShmBlock:
             ) from exc
         return cls(shm, handle.layout, owner=False)
 
+    def memory(self) -> tuple[int, int]:
+        """``(address, bytes)`` of the segment's mapping in this process (e.g. to register it with a GPU
+        driver as pinned memory)."""
+        buf = self._shm.buf
+        if buf is None:
+            raise PearlError(f"segment {self.name!r} is closed in this process; expected it mapped.")
+        view = np.frombuffer(buf, dtype=np.uint8)
+        return int(view.ctypes.data), int(view.nbytes)
+
     def close(self) -> None:
         """Unmap the segment in this process (the name stays until :meth:`unlink`).
 
