@@ -316,15 +316,16 @@ def _progress_callback(window_start: int, t0: float):
     return Progress()
 
 
-def peer_kwargs(case: Case, seed: int, n_actions: int, learning_starts: int | None = None) -> dict:
-    """The zoo's entry as SB3's (and SBX's) keyword arguments."""
+def peer_kwargs(case: Case, seed: int, n_actions: int, learning_starts: int | None = None,
+                device: str = "cpu") -> dict:
+    """The zoo's entry as SB3's (and SBX's) keyword arguments (``device``: torch's, SB3's network and buffer)."""
     import numpy as np
 
     hp = case.hp
     kw = dict(learning_rate=hp.lr, buffer_size=hp.buffer, batch_size=hp.batch, tau=hp.tau, gamma=hp.gamma,
               learning_starts=hp.learning_starts if learning_starts is None else learning_starts,
               train_freq=hp.train_freq, gradient_steps=hp.gradient_steps,
-              policy_kwargs={"net_arch": list(hp.net)}, seed=seed, device="cpu", verbose=0)
+              policy_kwargs={"net_arch": list(hp.net)}, seed=seed, device=device, verbose=0)
     if case.algo == "sac":
         return {**kw, **SAC_FIXED}
     from stable_baselines3.common.noise import NormalActionNoise
@@ -333,14 +334,16 @@ def peer_kwargs(case: Case, seed: int, n_actions: int, learning_starts: int | No
     return {**kw, **TD3_FIXED, "action_noise": noise}
 
 
-def peer_model(name: str, case: Case, seed: int, learning_starts: int | None = None, buffer: int | None = None):
-    """A fresh ``stable_baselines3`` (``name="sb3"``) or ``sbx`` SAC / TD3 model on a new env."""
+def peer_model(name: str, case: Case, seed: int, learning_starts: int | None = None, buffer: int | None = None,
+               device: str = "cpu"):
+    """A fresh ``stable_baselines3`` (``name="sb3"``) or ``sbx`` SAC / TD3 model on a new env (``device``:
+    torch's; SBX computes where ``JAX_PLATFORMS`` says)."""
     import gymnasium as gym
 
     lib = import_sbx() if name == "sbx" else importlib.import_module("stable_baselines3")
     cls = {"sac": lib.SAC, "td3": lib.TD3}[case.algo]
     env = gym.make(case.env_id)
-    kw = peer_kwargs(case, seed, int(env.action_space.shape[0]), learning_starts)
+    kw = peer_kwargs(case, seed, int(env.action_space.shape[0]), learning_starts, device)
     if buffer is not None:
         kw["buffer_size"] = buffer
     return cls("MlpPolicy", env, **kw)

@@ -194,28 +194,30 @@ def _peer_result(cb, steps: int, updates: int, wall: float, plan: dict) -> dict:
 
 
 def run_sb3(seed: int, budget: int, eval_every: int, eval_episodes: int, sb3_threads: int) -> dict:
-    import gymnasium as gym
-    from stable_baselines3 import DQN
-
     # SB3 is one process: it may use every core for torch (its default here). Set explicitly,
     # torch and numpy's BLAS alike, so that a PEARL run earlier in this process (which pins
     # BLAS in the host) cannot decide it by side effect. On the 2-core dev VM 2 threads were as fast
     # or faster: 15k-step runs, medians 686 vs 653 env steps/s (5 interleaved runs each); solved
     # runs, 562 vs 467 (seed 1) and 564 vs 561 (seed 2).
-    def build():
-        return DQN(
-            "MlpPolicy", gym.make("CartPole-v1"),
-            learning_rate=2.3e-3, batch_size=BATCH, buffer_size=100_000, learning_starts=1_000, gamma=0.99,
-            target_update_interval=10, train_freq=TRAIN_EVERY, gradient_steps=GRADIENT_STEPS,
-            # SB3 decays eps over exploration_fraction * total_timesteps; total is our budget, so
-            # the fraction is rescaled to give the zoo's 16% of 5e4 = 8k env steps.
-            exploration_fraction=EPS_DECAY_STEPS / budget, exploration_initial_eps=1.0,
-            exploration_final_eps=0.04, max_grad_norm=10, policy_kwargs={"net_arch": [256, 256]},
-            seed=seed, device="cpu", verbose=0,
-        )
-
-    return _timed_learn(build, seed, budget, eval_every, eval_episodes, sb3_threads,
+    return _timed_learn(lambda: sb3_dqn(seed, budget), seed, budget, eval_every, eval_episodes, sb3_threads,
                         {"sb3": True, "threads": sb3_threads})
+
+
+def sb3_dqn(seed: int, budget: int, device: str = "cpu"):
+    """A stable-baselines3 DQN with the zoo's CartPole-v1 values (the module docstring) on ``device``."""
+    import gymnasium as gym
+    from stable_baselines3 import DQN
+
+    return DQN(
+        "MlpPolicy", gym.make("CartPole-v1"),
+        learning_rate=2.3e-3, batch_size=BATCH, buffer_size=100_000, learning_starts=1_000, gamma=0.99,
+        target_update_interval=10, train_freq=TRAIN_EVERY, gradient_steps=GRADIENT_STEPS,
+        # SB3 decays eps over exploration_fraction * total_timesteps; total is our budget, so
+        # the fraction is rescaled to give the zoo's 16% of 5e4 = 8k env steps.
+        exploration_fraction=EPS_DECAY_STEPS / budget, exploration_initial_eps=1.0,
+        exploration_final_eps=0.04, max_grad_norm=10, policy_kwargs={"net_arch": [256, 256]},
+        seed=seed, device=device, verbose=0,
+    )
 
 
 SBX_NO_MAX_GRAD_NORM = ("sbx.DQN has no max_grad_norm argument (SBX's DQN does not clip); the zoo's "

@@ -388,8 +388,10 @@ def _clipped_adam():
     return clipped_adam
 
 
-def peer_model(name: str, case: Case, seed: int, learning_starts: int | None = None, buffer: int | None = None):
-    """A fresh stable-baselines3 (``name="sb3"``) or SBX DQN with the zoo's values on PEARL's env."""
+def peer_model(name: str, case: Case, seed: int, learning_starts: int | None = None, buffer: int | None = None,
+               device: str = "cpu"):
+    """A fresh stable-baselines3 (``name="sb3"``) or SBX DQN with the zoo's values on PEARL's env (``device``:
+    torch's; SBX computes where ``JAX_PLATFORMS`` says)."""
     from pearl_core.envs import make_env
 
     env = make_env(case.env_id, seed)
@@ -398,7 +400,7 @@ def peer_model(name: str, case: Case, seed: int, learning_starts: int | None = N
               target_update_interval=ZOO.target_update_interval, train_freq=ZOO.train_freq,
               gradient_steps=ZOO.gradient_steps, exploration_fraction=ZOO.exploration_fraction,
               exploration_initial_eps=ZOO.exploration_initial_eps, exploration_final_eps=ZOO.exploration_final_eps,
-              seed=seed, device="cpu", verbose=0)
+              seed=seed, device=device, verbose=0)
     if name == "sb3":
         from stable_baselines3 import DQN
 
