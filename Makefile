@@ -8,9 +8,10 @@ DEMO_STAMP := $(VENV)/.pearl-demo-installed
 STAMP      := $(VENV)/.pearl-installed
 # The light set: what examples/dqn_cartpole.py needs (torch, gymnasium, matplotlib for the curve) and the
 # CPU plugin. The full set adds the test tools, Box2D/MuJoCo, Atari/MinAtar/EnvPool, Ray, ONNX export,
-# TensorBoard, and the CUDA and FPGA plugins with the FPGA emulator runtime (~1.7 GB).
+# TensorBoard, SB3 and SBX (the device benchmark's dry run), and the CUDA and FPGA plugins with the FPGA emulator
+# runtime (~1.7 GB, and ~0.5 GB for SB3 and SBX with JAX).
 DEMO_PKGS := -e '.[rl]' ./plugins/pearl_cpu
-FULL_PKGS := -e '.[rl,tensorboard,test,envs,pixels,ray,export,video]' ./plugins/pearl_cpu ./plugins/pearl_cuda './plugins/pearl_fpga[emulator]'
+FULL_PKGS := -e '.[rl,tensorboard,test,envs,pixels,ray,export,video,devbench]' ./plugins/pearl_cpu ./plugins/pearl_cuda './plugins/pearl_fpga[emulator]'
 # Conformance examples per Hypothesis test in `make test`: Hypothesis's own default (the kits' is 150; 500, the
 # old setting, found nothing 150 did not, at 1.6x the time); `make test-fast` runs 25.
 EXAMPLES ?= 100
