@@ -28,6 +28,7 @@ trees, since every node is recomputed from its children.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -115,17 +116,21 @@ class CudaSumTree(SumTree):
     # ------------------------------------------------------------------ device face
     def update_device(self, indices: Any, priorities: Any, *, strategy: str | None = None) -> None:
         """Set leaf priorities from device arrays; last duplicate wins; no host sync."""
-        idx, _ = as_device_array(indices, np.int64, "indices")
+        idx, origin = as_device_array(indices, np.int64, "indices")
         prio, _ = as_device_array(priorities, np.float64, "priorities")
         if idx.shape[0] != prio.shape[0]:
             raise InvalidValueError(f"indices and priorities differ in length: {idx.shape[0]} indices, "
                                     f"{prio.shape[0]} priorities. Fix: pass one priority per index.")
-        self._update(idx, prio, strategy or self.update_strategy)
+        with self._device, self._launch_stream(origin):
+            self._update(idx, prio, strategy or self.update_strategy)
 
     def get_device(self, indices: Any) -> Any:
         """Leaf priorities (float64) for device indices, as the input's array type."""
         idx, origin = as_device_array(indices, np.int64, "indices")
-        return like_input(self._get(idx), origin)
+        out, result = self._result(int(idx.shape[0]), np.float64, origin)
+        with self._device, self._launch_stream(origin):
+            got = self._get(idx, out)
+        return like_input(got, origin) if result is None else result
 
     def sample_device(self, masses: Any) -> Any:
         """Leaf indices (int64) for device masses, as the input's array type.
@@ -134,7 +139,31 @@ class CudaSumTree(SumTree):
         mass yields index -1 and sets the error word; see :meth:`check_errors`).
         """
         x, origin = as_device_array(masses, np.float64, "masses")
-        return like_input(self._sample(x), origin)
+        out, result = self._result(int(x.shape[0]), np.int64, origin)
+        with self._device, self._launch_stream(origin):
+            got = self._sample(x, out)
+        return like_input(got, origin) if result is None else result
+
+    def _launch_stream(self, origin: str) -> Any:
+        """Where the device face launches: for torch tensors, torch's current stream on this GPU (the kernels
+        run in torch's order, and into a CUDA graph torch is capturing there); else cupy's current stream."""
+        if origin != "torch":
+            return contextlib.nullcontext()
+        import torch
+
+        ptr = torch.cuda.current_stream(self.device_id).cuda_stream
+        return self._cp.cuda.ExternalStream(ptr) if ptr else contextlib.nullcontext()
+
+    def _result(self, n: int, dtype: Any, origin: str) -> tuple[Any, Any]:
+        """``(cupy out, torch result or None)``: for torch callers the result is allocated by torch (its caching
+        allocator knows CUDA graphs: memory a capture used stays the graph's), viewed by cupy."""
+        if origin != "torch" or n == 0:
+            return None, None
+        import torch
+
+        t = torch.empty(n, dtype=torch.float64 if np.dtype(dtype) == np.float64 else torch.int64,
+                        device=self.torch_device)
+        return self._cp.from_dlpack(t), t
 
     def total_device(self) -> Any:
         """The root (sum of all priorities) as a 1-element torch tensor on this GPU; a live view, not a copy."""
@@ -232,9 +261,9 @@ class CudaSumTree(SumTree):
                     k.update_level((blocks,), (threads,), (self.tree, self._off, np.int32(level), f,
                                                            np.int64(lay.spans[level]), cap, idx, np.int64(n)))
 
-    def _get(self, idx):
+    def _get(self, idx, out=None):
         n = int(idx.shape[0])
-        out = self._cp.empty(n, dtype=self._cp.float64)
+        out = self._cp.empty(n, dtype=self._cp.float64) if out is None else out
         if n:
             with self._device:
                 self._k.get(((n + THREADS - 1) // THREADS,), (THREADS,),
@@ -242,9 +271,9 @@ class CudaSumTree(SumTree):
                              np.int64(n), self._err))
         return out
 
-    def _sample(self, x):
+    def _sample(self, x, out=None):
         n = int(x.shape[0])
-        out = self._cp.empty(n, dtype=self._cp.int64)
+        out = self._cp.empty(n, dtype=self._cp.int64) if out is None else out
         if n:
             with self._device:
                 self._k.sample(((n + THREADS - 1) // THREADS,), (THREADS,),

@@ -147,8 +147,10 @@ def _host_syncs(step, iters: int) -> float | None:
     return sum("synchroniz" in str(w.message).lower() for w in seen) / iters
 
 
-#: The variants timed per workload: (replay kind, CUDA graph mode).
-VARIANTS = (("backend", "off"), ("torch", "auto"))
+#: The variants timed per workload: (replay kind, CUDA graph mode). ``"forced"``: the CUDA backend's storage
+#: and tree taken as ``graph_safe`` for this run (they do not declare it until a GPU run shows their capture
+#: works: their device faces launch on torch's stream, the storage's gather forks and joins its own).
+VARIANTS = (("backend", "off"), ("torch", "auto"), ("backend", "forced"))
 
 
 def run_workload(name: str, device: str, capacity: int, iters: int, warmup: int, dry: bool,
@@ -163,13 +165,26 @@ def run_workload(name: str, device: str, capacity: int, iters: int, warmup: int,
     fill_s = time.perf_counter() - t
     # the device flags are read every check_every updates: kept outside the timed window's per-iteration cost
     step = LearnerStep(trainer, replay, batch, check_every=10 * (iters + warmup) + 1)
-    step.use_graph(graph)  # captured after the first eager updates of the warm-up, where it can be
-    times = _time_iterations(step, iters, warmup, device.startswith("cuda"))
+    parts = (type(replay.storage), type(replay.tree))
+    saved = [p.__dict__.get("graph_safe") for p in parts]
+    if graph == "forced":
+        for p in parts:
+            p.graph_safe = True
+    try:
+        step.use_graph("off" if graph == "off" else "auto")  # captured after the warm-up's first updates
+        times = _time_iterations(step, iters, warmup, device.startswith("cuda"))
+    finally:
+        for p, v in zip(parts, saved):
+            if v is not None:
+                p.graph_safe = v
+            elif "graph_safe" in p.__dict__:
+                delattr(p, "graph_safe")
     syncs = _host_syncs(step, min(iters, 50))
     step.checked_weights()  # reads the device flags back once: a NaN in the window fails the workload
     return {"workload": name, "iteration_us": statistics.median(times), "p90_us": float(np.percentile(times, 90)),
             "host_syncs_per_iteration": syncs, "on_device_path": step.on_device, "batch": batch,
-            "replay": kind, "graph": step.graph is not None, "iteration_mode": step.graph_note,
+            "replay": kind + (" (graph_safe forced)" if graph == "forced" else ""), "graph": step.graph is not None,
+            "iteration_mode": step.graph_note,
             "capacity": capacity, "fill_s": fill_s, "iterations": iters}
 
 
