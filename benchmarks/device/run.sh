@@ -4,8 +4,9 @@
 #      into $PEARL_SITE (default /tmp/site) without resolving: what the image has stands in for the rest;
 #   2. PEARL's plugins pearl-cpu (built here: scikit-build-core, pybind11, CMake from the image) and
 #      pearl-cuda into the same folder; pearl_core itself runs from this checkout (PYTHONPATH);
-#   3. bench.py, stopped at $PEARL_BENCH_TIMEOUT_S (default 480 s; it writes its tables after every round,
-#      so a stop keeps the rounds done), then table4.md/json and the log copied to $OUT when set.
+#   3. bench.py, stopped when the call has run $PEARL_CALL_BUDGET_S (default 530 s, installs included; it
+#      writes its tables after every round, so a stop keeps the rounds done), then table4.md/json and the
+#      log copied to $OUT when set.
 # Arguments go to bench.py (e.g. --dry-run --out /tmp/t4 for a smoke run of the same path).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -24,7 +25,9 @@ say "installed: $("$PY" -c 'import importlib.metadata as m; print(", ".join(d + 
   "gymnasium", "stable-baselines3", "sbx-rl", "mujoco", "ale-py", "pearl-cpu", "pearl-cuda", "torch", "jax")))')"
 nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader 2>&1 | tee -a "$LOG"
 
-timeout --kill-after=15 "${PEARL_BENCH_TIMEOUT_S:-480}" "$PY" benchmarks/device/bench.py "$@" 2>&1 | tee -a "$LOG"
+left=$(( ${PEARL_CALL_BUDGET_S:-530} - ($(date +%s) - T0) ))
+say "bench.py may run ${left} s"
+timeout --kill-after=10 "$left" "$PY" benchmarks/device/bench.py "$@" 2>&1 | tee -a "$LOG"
 rc=${PIPESTATUS[0]}
 say "bench.py exit status $rc"
 if [[ -n "${OUT:-}" && -d "${OUT:-}" ]]; then
