@@ -10,7 +10,8 @@
 * **Deadlines**: the cost models ``analytic_cells``, ``measure_primitive`` and ``profile_cells`` run in a
   thread under a deadline (:data:`HOOK_DEADLINES_S`, or ``PEARL_PLUGIN_DEADLINE_S``); one that does not return
   raises :class:`~pearl_core.errors.PluginTimeoutError` naming the plugin and hook, and is not
-  called again (the composer then plans without that row, saying why).
+  called again (the composer then plans without that row, saying why). Within a :func:`call_deadline`
+  block a call's deadline is the shorter of the hook's and the block's (the profiling budget's share of a probe).
 * **Checked trees**: ``make_sum_tree`` returns a :class:`GuardedSumTree`, which checks what the
   plugin's tree returns (types, shapes, ranges, finite values, no zero-priority sample) and turns
   any exception the contract does not allow into a :class:`~pearl_core.errors.PluginContractError`
@@ -21,11 +22,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -33,8 +35,8 @@ from pearl_core.errors import PearlError, PluginContractError, PluginTimeoutErro
 from pearl_core.hookspecs import OPTIONS_SINCE, PLUGIN_API_ATTR, PLUGIN_API_VERSION
 from pearl_core.sumtree import SumTree, check_masses
 
-__all__ = ["DEADLINE_ENV", "GuardedSumTree", "HOOK_DEADLINES_S", "adapt_backend", "declared_api", "format_api",
-           "with_deadline"]
+__all__ = ["DEADLINE_ENV", "GuardedSumTree", "HOOK_DEADLINES_S", "adapt_backend", "call_deadline", "declared_api",
+           "format_api", "with_deadline"]
 
 #: Seconds a backend's cost-model hook may take before the composer gives up on it.
 HOOK_DEADLINES_S = {"analytic_cells": 60.0, "measure_primitive": 600.0, "profile_cells": 1800.0}
@@ -76,7 +78,30 @@ def declared_api(plugin: Any) -> tuple[int, int] | None:
         f"Fix: write {PLUGIN_API_ATTR} = \"{format_api(PLUGIN_API_VERSION)}\" in the plugin module (a literal).")
 
 
+_LOCAL = threading.local()
+
+
+@contextlib.contextmanager
+def call_deadline(seconds: float | None) -> Iterator[None]:
+    """Guarded hooks called in this thread within the block get at most ``seconds`` (``None``: no change); the
+    hook's own deadline (or ``$PEARL_PLUGIN_DEADLINE_S``) still applies when it is shorter."""
+    outer = getattr(_LOCAL, "deadline", None)
+    _LOCAL.deadline = seconds if outer is None or seconds is None else min(outer, seconds)
+    if seconds is None:
+        _LOCAL.deadline = outer
+    try:
+        yield
+    finally:
+        _LOCAL.deadline = outer
+
+
 def _deadline_s(hook: str) -> float:
+    own = _hook_deadline_s(hook)
+    local = getattr(_LOCAL, "deadline", None)
+    return own if local is None else min(own, max(float(local), 1e-3))
+
+
+def _hook_deadline_s(hook: str) -> float:
     raw = os.environ.get(DEADLINE_ENV, "").strip()
     if raw:
         try:

@@ -35,34 +35,55 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pearl_core.composer.budget import ProbePlan
 from pearl_core.composer.costs import analytic_row
 from pearl_core.composer.hostprofile import checked_cost
 from pearl_core.composer.matrix import CostCell, DeviceRow, MeasureRequest, PrimitiveCost
-from pearl_core.errors import SpecError
+from pearl_core.composer.timing import ProfileBudget
+from pearl_core.errors import PluginTimeoutError, SpecError
 
 if TYPE_CHECKING:
     from pearl_core.composer.spec import DeviceSpec
     from pearl_core.composer.workload import Workload
 
-__all__ = ["LEARNER_MAX_ITERATIONS", "profile_device"]
+__all__ = ["LEARNER_MAX_ITERATIONS", "PROBE_WEIGHTS", "profile_device"]
 
 #: Timed learner steps at most per learner or worker-loop request (a replay call is far cheaper than a step).
 LEARNER_MAX_ITERATIONS = 200
 
 
+#: The accelerator's probes and their weights in its part of the profiling budget (the learner's probe runs
+#: the stream search, the graph and the real trainer).
+PROBE_WEIGHTS = {"replay": 1.0, "learner": 2.0, "worker_loop": 1.0}
+
+
 def profile_device(bname: str, backend: Any, device: "DeviceSpec", workload: "Workload", *, iterations: int = 1000,
-                   warmup: int = 50) -> DeviceRow | None:
+                   warmup: int = 50, budget: "ProfileBudget | None" = None) -> DeviceRow | None:
     """The accelerator's row from the backend's ``replay``, ``learner`` and ``worker_loop`` measurements,
-    or ``None`` when the backend cannot measure it here (its first answer is ``None``)."""
+    or ``None`` when the backend cannot measure it here (its first answer is ``None``).
+
+    ``budget``: the device's part of the profiling budget (:mod:`pearl_core.composer.budget`; ``None``: no
+    bound). Each request's ``budget_s`` is its probe's share; a probe left without a share, or that overruns
+    its deadline, is not measured: its cells are the backend's analytic model's and the notes say so."""
     learn_iters, learn_warm = max(10, min(iterations, LEARNER_MAX_ITERATIONS)), min(warmup, 20)
-    requests = (MeasureRequest("replay", 1, iterations, warmup),
-                MeasureRequest("learner", 1, learn_iters, learn_warm),
-                MeasureRequest("worker_loop", 1, learn_iters, learn_warm))
+    plan = ProbePlan(budget if budget is not None else ProfileBudget(1e9), PROBE_WEIGHTS)
+    requests = (("replay", iterations, warmup), ("learner", learn_iters, learn_warm),
+                ("worker_loop", learn_iters, learn_warm))
     got: dict[str, PrimitiveCost | None] = {}
-    for request in requests:
-        answer = backend.measure_primitive(device, workload, request)
-        got[request.primitive] = None if answer is None else checked_cost(bname, request, answer)
-    if all(v is None for v in got.values()):
+    for primitive, n, warm in requests:
+        share = plan.share(primitive)
+        if not plan.fits(share):
+            plan.skip(primitive, f"{primitive} cells")
+            got[primitive] = None
+            continue
+        request = MeasureRequest(primitive, 1, n, warm, share if budget is not None else None)
+        try:
+            answer = plan.run(primitive, share, lambda r=request: backend.measure_primitive(device, workload, r))
+        except PluginTimeoutError as exc:
+            plan.timed_out(primitive, f"{primitive} cells", exc)
+            answer = None
+        got[primitive] = None if answer is None else checked_cost(bname, request, answer)
+    if all(v is None for v in got.values()) and not plan.modelled:
         return None
     rm, learner, co = got["replay"], got["learner"], got["worker_loop"]
     model = _model_row(bname, backend, device, workload) if None in (rm, learner, co) else None
@@ -85,11 +106,13 @@ def profile_device(bname: str, backend: Any, device: "DeviceSpec", workload: "Wo
         config.update(cost.details)
     notes = [f"measured by backend {bname!r} primitive by primitive: replay {iterations} calls, learner and "
              f"worker loop {learn_iters} steps each (medians)", *(n for cost in measured for n in cost.notes)]
-    missing = [p for p, v in got.items() if v is None]
-    if missing:
-        notes.append(f"backend {bname!r} did not measure {missing} here: "
-                     + ("those cells are its analytic model's" if model is not None
-                        else "it has no analytic model either, so those cells are empty"))
+    notes += plan.notes()
+    missing = [p for p, v in got.items() if v is None and not any(m.startswith(f"{p} cells") for m in plan.modelled)]
+    if None in got.values():
+        if missing:
+            notes.append(f"backend {bname!r} did not measure {missing} here: "
+                         + ("those cells are its analytic model's" if model is not None
+                            else "it has no analytic model either, so those cells are empty"))
         notes += list(model.notes) if model is not None else []
     return DeviceRow(device.name, device.kind, *cells, config=config, notes=tuple(dict.fromkeys(notes)))
 

@@ -103,7 +103,12 @@ class MeasureRequest:
         primitive: one of :data:`PRIMITIVES`.
         threads: learner threads (``learner``, ``worker_loop``) or sum-tree threads (``replay``).
         iterations, warmup: timed and untimed calls (medians).
-        budget_s: seconds the timing may take past its first calls (``None``: no bound).
+        budget_s: seconds the timing may take past its first calls (``None``: no bound): the probe's share of
+            the profiling budget (:class:`~pearl_core.composer.timing.ProfileBudget`). A backend measures until
+            ``iterations`` or ``budget_s`` is reached, whichever comes first (at least a few timed calls), and
+            reports the medians of what it got. The composer also calls ``measure_primitive`` under a
+            deadline derived from it (:func:`pearl_core.plugin_guard.call_deadline`), so a backend that
+            ignores the field still cannot overrun the compose by much: its probe is then modelled.
     """
 
     primitive: str
@@ -133,9 +138,11 @@ class PrimitiveCost:
     insert to the co-located learner cell); on an accelerator they overlap (e.g. the learner on one CUDA
     stream, the replay on another) and each part is its co-located cell.
 
-    Optional: ``power_w`` (watts drawn while it ran, e.g. read from the board; ``None``: the composer
-    derives it from the spec), ``details`` (what the backend tuned or found, JSON scalars by name: it goes
-    to the row's ``config``) and ``notes`` (one line each, to the row's notes).
+    Optional: ``samples`` (timed calls the median is of, the fewest of its parts'; ``None``: not said, the
+    composer counts the core's timing helpers' calls itself), ``power_w`` (watts drawn while it ran, e.g. read
+    from the board; ``None``: the composer derives it from the spec), ``details`` (what the backend tuned or
+    found, JSON scalars by name: it goes to the row's ``config``) and ``notes`` (one line each, to the row's
+    notes).
     """
 
     primitive: str
@@ -148,11 +155,14 @@ class PrimitiveCost:
     power_w: float | None = None
     details: Mapping[str, Any] = field(default_factory=dict, hash=False)  # a read-only mapping: not hashable
     notes: tuple[str, ...] = ()
+    samples: int | None = None
 
     def __post_init__(self) -> None:
         if self.primitive not in PRIMITIVES:
             raise SpecError(f"PrimitiveCost.primitive = {self.primitive!r}; expected one of {list(PRIMITIVES)}.")
         _count("PrimitiveCost", "threads", self.threads, 1)
+        if self.samples is not None:
+            _count("PrimitiveCost", "samples", self.samples, 1)
         object.__setattr__(self, "seconds", _seconds("PrimitiveCost", "seconds", self.seconds))
         for name in ("sample_s", "update_s", "insert_s", "learner_s"):
             object.__setattr__(self, name, _seconds("PrimitiveCost", name, getattr(self, name), optional=True))

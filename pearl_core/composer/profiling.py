@@ -46,28 +46,30 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import os
-import platform
 import statistics
-import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
 from pearl_core.composer.backends import detected_devices
 from pearl_core.composer.cachepath import cache_dir
-from pearl_core.composer.costs import Profiler, blame, exceeds_fanout, limit_fanout, profiled_row
+from pearl_core.composer.analytic import cpu_row
+from pearl_core.composer.budget import BUDGET_NOTE, DEVICE_WEIGHTS, OverBudget, probe_deadline_s
+from pearl_core.composer.costs import Profiler, analytic_row, blame, exceeds_fanout, limit_fanout, profiled_row
 from pearl_core.composer.matrix import DeviceRow
-from pearl_core.composer.plan import pearl_version
+from pearl_core.composer.profilekey import (  # noqa: F401 - re-exported: the cache key's historical home
+    CACHE_FORMAT, _backend_version, _cache_key, _source_digest, backend_settings)
 from pearl_core.composer.spec import DeviceSpec, HardwareSpec
-from pearl_core.composer.timing import MIN_TIMED, median_time, run_config_for
+from pearl_core.composer.timing import (MIN_TIMED, ProfileBudget, active_budget, median_time, record_samples,
+                                       run_config_for)
 from pearl_core.composer.workload import Workload
 from pearl_core.envs import env_spaces, make_env
 from pearl_core.errors import SpecError
 from pearl_core.fileio import atomic_write
+from pearl_core.plugin_guard import call_deadline
 
 if TYPE_CHECKING:
     from pearl_core.backend import Backend, DeviceInfo
@@ -80,13 +82,6 @@ __all__ = [
     "profile_actor_step", "profile_learner", "profile_message_hop", "profile_replay_ops", "profile_runtime",
     "profile_worker_loop", "profiler_for", "run_config_for",
 ]
-
-#: Version of the cache entries' layout and of what they measure; bump to invalidate old entries
-#: (2: the CPU rows carry calibration runs of the host variants; 3: time-bounded cells, frame-consistent
-#: synthetic fills, calibration runs only for the variants that can win; 4: the host's measurements are named
-#: records, ``DeviceRow.costs``, not config keys, and the composer measures the host primitive by primitive).
-CACHE_FORMAT = 4
-
 
 _default_cache_dir = cache_dir  # profiler_for's ``cache_dir`` argument shadows the function
 
@@ -104,91 +99,10 @@ def present_device(device: DeviceSpec, registry: "PluginRegistry | None" = None
     return None
 
 
-def _backend_version(backend: "Backend") -> str:
-    version = getattr(backend, "version", None)
-    if isinstance(version, str) and version:
-        return version
-    top = type(backend).__module__.split(".")[0]
-    try:
-        from importlib.metadata import PackageNotFoundError, packages_distributions, version as dist_version
-
-        try:  # the usual layout (module pearl_cpu in distribution pearl-cpu): found without a scan
-            return dist_version(top.replace("_", "-"))
-        except PackageNotFoundError:
-            pass
-        dists = packages_distributions().get(top, [])
-        if dists:
-            return dist_version(dists[0])
-    except Exception:  # noqa: BLE001 - metadata is best effort; the module name still keys the cache
-        pass
-    mod = sys.modules.get(top)
-    return str(getattr(mod, "__version__", "unknown"))
-
-
-def backend_settings(bname: str, backend: "Backend") -> dict[str, Any]:
-    """``backend.settings()`` as a plain JSON object (what the cache key holds).
-
-    Raises:
-        SpecError: it is not a mapping with string keys and JSON values (str,
-            int, float, bool, None, lists and objects of them; no NaN or infinity).
-    """
-    method = getattr(backend, "settings", None)
-    settings = {} if method is None else method()
-    try:
-        if not isinstance(settings, Mapping) or not all(isinstance(k, str) for k in settings):
-            raise TypeError("not a mapping with str keys")
-        return json.loads(json.dumps(dict(settings), sort_keys=True, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise SpecError(f"backend {bname!r}.settings() returned {settings!r:.200}, which is not a JSON object "
-                        f"({exc}); expected a mapping of str keys to JSON values (str, number, bool, None, lists, "
-                        "objects). Fix: return e.g. {'build': 'avx2', 'threads': 8} from settings().") from None
-
-
-def _cache_key(bname: str, backend: "Backend", device: DeviceSpec, info: "DeviceInfo", wl: Workload,
-               iterations: int, settings: Mapping[str, Any], host: bool = False) -> tuple[str, dict[str, Any]]:
-    from pearl_core.composer.calibrate import calibration_settings
-
-    inputs = {
-        "format": CACHE_FORMAT,
-        "host_policy": calibration_settings() if host else None,  # the composer's calibration of the host
-        "backend": bname,
-        "backend_class": f"{type(backend).__module__}.{type(backend).__qualname__}",
-        "backend_version": _backend_version(backend),
-        "backend_settings": dict(settings),
-        "device": device.to_dict(),
-        "detected": {"name": info.name, "description": info.description, "details": dict(info.details)},
-        "machine": {"node": platform.node(), "processor": platform.processor(), "cpus": os.cpu_count()},
-        "workload": wl.to_dict(),
-        "trainer_source": _source_digest(wl.trainer),
-        "pearl_core": pearl_version(),
-        "iterations": iterations,
-    }
-    text = json.dumps(inputs, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest(), inputs
-
-
-def _source_digest(trainer: str) -> str:
-    """sha256 of the source file defining the trainer's module: editing a trainer invalidates its cells.
-
-    Found without importing (``importlib.util.find_spec``); ``""`` when there is no file to read.
-    """
-    import importlib.util
-
-    module = trainer.partition(":")[0]
-    try:
-        spec = importlib.util.find_spec(module) if module else None
-        origin = spec.origin if spec is not None else None
-        if not origin or not os.path.isfile(origin):
-            return ""
-        with open(origin, "rb") as fh:
-            return hashlib.sha256(fh.read()).hexdigest()
-    except (ImportError, ValueError, OSError):
-        return ""
-
-
 def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None, iterations: int = 1000,
                  warmup: int = 50, cache_dir: str | os.PathLike[str] | None = None, use_cache: bool = True,
-                 progress: Callable[[str], None] | None = None) -> Profiler:
+                 progress: Callable[[str], None] | None = None, budget: "ProfileBudget | float | None" = None
+                 ) -> Profiler:
     """The profiling hook for ``spec``: measured rows for present devices, ``None`` for the others.
 
     Args:
@@ -199,12 +113,18 @@ def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None
         cache_dir: cache folder (default: see :func:`cache_dir`).
         use_cache: read cached rows (a fresh measurement is always written).
         progress: called with one line per device being measured (e.g. ``print``).
+        budget: seconds all measurements may take (:mod:`pearl_core.composer.budget`); default the enclosing
+            :func:`~pearl_core.composer.timing.profile_budget`'s, else 60 s. A row cut by its budget is
+            cached with it and measured again for a larger budget.
     """
     if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
         raise SpecError(f"profiling iterations = {iterations!r} is invalid; expected an int >= 1.")
     folder = _default_cache_dir(cache_dir)
+    overall = budget if isinstance(budget, ProfileBudget) else (
+        active_budget() if budget is None else ProfileBudget(budget))
+    waiting: dict[str, dict[str, float]] = {}  # per workload: the devices still to measure, by weight
 
-    def profile(device: DeviceSpec, workload: Workload) -> DeviceRow | None:
+    def lookup(device: DeviceSpec, workload: Workload) -> tuple[Any, ...] | None:
         found = present_device(device, registry)
         if found is None:
             return None
@@ -220,31 +140,62 @@ def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None
         accel = measures and not host and device.kind != spec.host_device.kind
         key, inputs = _cache_key(bname, backend, device, info, workload, iterations, settings, host)
         path = folder / f"{key[:40]}.json"
+        row = None
         if use_cache and path.is_file():
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
-                if data.get("key") == key:
-                    return DeviceRow.from_dict(data["row"])
+                cut = data.get("budget_cut")  # a row the budget cut serves budgets no larger than its own
+                if data.get("key") == key and (cut is None or overall.total_s <= float(cut)):
+                    row = DeviceRow.from_dict(data["row"])
             except (OSError, ValueError, KeyError, TypeError, SpecError):
                 pass  # a damaged entry is measured again and overwritten
-        row = _measure(bname, backend, device, workload, host, accel)
+        return bname, backend, host, accel, key, inputs, path, row
+
+    def allotment(device: DeviceSpec, workload: Workload, host: bool, accel: bool) -> ProfileBudget:
+        """The device's part of what is left of the budget, by weight among the devices still to measure."""
+        wkey = json.dumps(workload.to_dict(), sort_keys=True, default=str)
+        if wkey not in waiting:
+            waiting[wkey] = {}
+            for d in spec.devices:
+                try:
+                    got = lookup(d, workload)
+                except Exception:  # noqa: BLE001 - its own call raises again, marked
+                    got = None
+                if got is not None and got[-1] is None:
+                    waiting[wkey][d.name] = DEVICE_WEIGHTS["host" if got[2] else "accelerator" if got[3] else
+                                                           "other"]
+        left = waiting[wkey]
+        weight = left.pop(device.name, DEVICE_WEIGHTS["other"])
+        return ProfileBudget(max(overall.share(weight, weight + sum(left.values())), 1e-9), overall.clock)
+
+    def profile(device: DeviceSpec, workload: Workload) -> DeviceRow | None:
+        found = lookup(device, workload)
+        if found is None:
+            return None
+        bname, backend, host, accel, key, inputs, path, row = found
+        if row is not None:
+            return row
+        part = allotment(device, workload, host, accel)
+        row = _measure(bname, backend, device, workload, host, accel, part)
         if row is None:
             return None
+        cut = overall.total_s if any(BUDGET_NOTE in n for n in row.notes) else None
         try:
-            atomic_write(path, json.dumps({"key": key, "inputs": inputs, "row": row.to_dict()}, sort_keys=True,
-                                          indent=1, default=str), make_parents=True)
+            atomic_write(path, json.dumps({"key": key, "inputs": inputs, "row": row.to_dict(), "budget_cut": cut},
+                                          sort_keys=True, indent=1, default=str), make_parents=True)
         except OSError:
             pass  # an unwritable cache costs a re-measurement next time, nothing else
         return row
 
     def _measure(bname: str, backend: "Backend", device: DeviceSpec, workload: Workload,
-                 host: bool, accel: bool = False) -> DeviceRow | None:
+                 host: bool, accel: bool, part: ProfileBudget) -> DeviceRow | None:
         """The host or accelerator policy, or the deprecated ``profile_cells`` (at the backend's widest fanout
         when the workload's is wider), checked."""
         limit = exceeds_fanout(backend, workload)
         measured = workload if limit is None else dataclasses.replace(workload, fanout=limit)
         if progress is not None:
-            progress(f"profiling {device.name} ({bname} backend, {iterations} iterations per cell) ...")
+            progress(f"profiling {device.name} ({bname} backend, {iterations} iterations per cell, "
+                     f"{part.total_s:.1f} s of the profiling budget) ...")
         method = "measure_primitive" if host or accel else "profile_cells"
         try:
             row: DeviceRow | None
@@ -252,17 +203,23 @@ def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None
                 if host:
                     from pearl_core.composer.hostprofile import profile_host
 
-                    row = profile_host(bname, backend, device, measured, iterations=iterations, warmup=warmup)
+                    row = profile_host(bname, backend, device, measured, iterations=iterations, warmup=warmup,
+                                       budget=part)
                 elif accel:
                     from pearl_core.composer.deviceprofile import profile_device
 
-                    row = profile_device(bname, backend, device, measured, iterations=iterations, warmup=warmup)
+                    row = profile_device(bname, backend, device, measured, iterations=iterations, warmup=warmup,
+                                         budget=part)
                 else:
-                    row = profiled_row(backend, device, measured, iterations=iterations, warmup=warmup)
+                    with call_deadline(probe_deadline_s(part.total_s)):
+                        row = profiled_row(backend, device, measured, iterations=iterations, warmup=warmup)
             if row is not None and (not isinstance(row, DeviceRow) or row.device != device.name):
                 raise SpecError(f"backend {bname!r}.{method} returned {row!r:.200} for {device.name!r}; "
                                 f"expected a DeviceRow with device={device.name!r}. Fix: return "
                                 f"DeviceRow({device.name!r}, ...) or None from {method}.")
+        except OverBudget as exc:  # the host's own probes did not fit: its analytic row, saying why
+            row = analytic_row(backend, device, workload) or cpu_row(device, workload, is_host=host)
+            return dataclasses.replace(row, notes=(*row.notes, f"all cells {BUDGET_NOTE}: {exc}"))
         except Exception as exc:  # re-raised, marked: fill_matrix empties this row only
             blame(exc, bname, method)
             raise
@@ -410,7 +367,7 @@ def profile_replay_ops(wl: Workload, plan_kwargs: dict[str, Any] | None = None, 
     ``BS`` experiences from the Data Storage); ``update``:
     ``replay.update_priorities`` on ``BS`` sampled indices; ``insert``:
     ``replay.add`` of ``BS_i`` new experiences (at the running max priority).
-    ``budget_s``: each operation's time budget (:func:`median_time`).
+    ``budget_s``: the three operations' time budget together (a third each, :func:`median_time`).
     """
     replay, (obs_space, act_space) = filled_replay(wl, plan_kwargs, seed=seed)
     rng = np.random.default_rng(seed + 1)
@@ -418,11 +375,12 @@ def profile_replay_ops(wl: Workload, plan_kwargs: dict[str, Any] | None = None, 
     sampled = replay.sample(bs)
     td = rng.standard_normal(bs)
     new_rows = _synthetic_rows(obs_space, act_space, bsi, rng)
+    third = None if budget_s is None else budget_s / 3
     return {
-        "sample": median_time(lambda: replay.sample(bs), iterations, warmup, budget_s=budget_s),
+        "sample": median_time(lambda: replay.sample(bs), iterations, warmup, budget_s=third),
         "update": median_time(lambda: replay.update_priorities(sampled.indices, td), iterations, warmup,
-                              budget_s=budget_s),
-        "insert": median_time(lambda: replay.add(*new_rows), iterations, warmup, budget_s=budget_s),
+                              budget_s=third),
+        "insert": median_time(lambda: replay.add(*new_rows), iterations, warmup, budget_s=third),
     }
 
 
@@ -522,6 +480,7 @@ def profile_worker_loop(wl: Workload, plan_kwargs: dict[str, Any] | None = None,
             if i >= warmup:
                 for k, v in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
                     parts[k].append(v)
+    record_samples(len(parts["sample"]))
     return {k: statistics.median(v) for k, v in parts.items()}
 
 

@@ -84,7 +84,9 @@ class Variant:
         traffic_bytes: bytes moved between processes per iteration.
         bound: which term of the model binds (``"learner"``, ``"host"``, ``"worker"``,
             ``"actors"``, ``"cpu"``), ``"run"`` when ``predicted_s`` is a calibration run's, or
-            ``"floor"`` when it is the lower bound of a variant not run (it cannot win).
+            ``"floor"`` when it is the lower bound of a variant not run (it cannot win), ``"scaled"`` when the
+            calibration left it out because of the profiling budget (the model's figure times the median
+            ratio of measured to modelled seconds over the variants it ran, at least 1).
         model_s: what the isolated cells' model above predicts (``predicted_s`` unless a
             calibration run replaced it).
         spread: the calibration rounds' ``(max - min) / median`` (their noise); 0 when the
@@ -157,6 +159,7 @@ def host_variants(device: DeviceSpec, row: DeviceRow, wl: Workload) -> tuple[Var
     # A learner whose threads yield to the actors (help-first, ``threads_yield``) is the exception:
     # its variants that share the actors' cores are predicted too (their calibration runs decide).
     most = threads if costs.threads_yield else max(1, threads - na)
+    models: list[tuple[Setting, int, float, str, int, int, int]] = []
     for t, L in costs.learner_s:  # ascending; a spec's thread count bounds them only through what was measured
         if t > most:
             continue
@@ -168,18 +171,35 @@ def host_variants(device: DeviceSpec, row: DeviceRow, wl: Workload) -> tuple[Var
         for setting, terms, busy, traffic in ((Setting.THROUGH_HOST, terms1, t + 1 + na, batch_bytes),
                                               (Setting.COLOCATED, terms2, t + na, 0)):
             bound = max(terms, key=terms.__getitem__)
-            model = T = terms[bound]
-            spread = 0.0
-            rec = costs.run(setting, t)
-            if rec is not None and rec.seconds is not None and rec.seconds > 0:
-                T, bound = rec.seconds, "run"  # the variant as the runtime ran it (see the module docstring)
-                spread = rec.spread
-            elif rec is not None and rec.floor is not None and rec.floor > 0:
-                T, bound = max(rec.floor, model), "floor"  # not run: a lower bound above the best run
-            power = device.idle_power_w + (device.active_power_w - device.idle_power_w) * min(1.0, busy / threads)
-            rm_threads = rm_t if setting == Setting.THROUGH_HOST else t
-            out.append(Variant(setting, t, rm_threads, T, bs / T, power, traffic, bound, model, spread))
+            models.append((setting, t, terms[bound], bound, busy, traffic, rm_t))
+    scale = _run_scale(costs, models)
+    for setting, t, model, bound, busy, traffic, rm_t in models:
+        T, spread = model, 0.0
+        rec = costs.run(setting, t)
+        if rec is not None and rec.seconds is not None and rec.seconds > 0:
+            T, bound = rec.seconds, "run"  # the variant as the runtime ran it (see the module docstring)
+            spread = rec.spread
+        elif rec is not None and rec.floor is not None and rec.floor > 0:
+            T, bound = max(rec.floor, model), "floor"  # not run: a lower bound above the best run
+        elif scale is not None:  # not run (the profiling budget): the model, scaled as the runs measured it
+            T, bound = model * scale, "scaled"
+        power = device.idle_power_w + (device.active_power_w - device.idle_power_w) * min(1.0, busy / threads)
+        rm_threads = rm_t if setting == Setting.THROUGH_HOST else t
+        out.append(Variant(setting, t, rm_threads, T, bs / T, power, traffic, bound, model, spread))
     return tuple(out)
+
+
+def _run_scale(costs: Any, models: list[tuple[Setting, int, float, str, int, int, int]]) -> float | None:
+    """Median of measured / modelled seconds over the variants the calibration ran (``None``: none ran, or
+    every variant has a record): what scales the variants it left out because of the profiling budget."""
+    ratios = []
+    for setting, t, model, *_ in models:
+        rec = costs.run(setting, t)
+        if rec is not None and rec.seconds is not None and rec.seconds > 0 and model > 0:
+            ratios.append(rec.seconds / model)
+    if not ratios or all(costs.run(setting, t) is not None for setting, t, *_ in models):
+        return None
+    return max(1.0, statistics.median(ratios))
 
 
 #: Variants whose scores are within this fraction of the best one's are tied: calibration runs of one

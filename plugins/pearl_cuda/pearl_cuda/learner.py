@@ -8,9 +8,11 @@ on a synthetic learner that has the workload's layers:
 * **Stream search** (paper §"Primitive Setup"): split the batch of ``BS`` into
   ``S`` chunks, run forward + backward of each chunk on its own CUDA stream
   (``torch.autograd.grad``, so no shared ``.grad`` is written concurrently),
-  sum the gradients, one optimizer step. ``S`` is searched over
-  :func:`stream_candidates` (a subset of ``[1, BS]``) and the fastest is kept.
-* **CUDA graphs**: the ``S = 1`` step captured once and replayed
+  sum the gradients, one optimizer step. ``S`` is searched over the most promising
+  counts (:func:`promising_streams`: at most three of :func:`stream_candidates`;
+  more streams only added launches on an H200, see benchmarks/results/cuda_gpu_check.md)
+  and the fastest is kept. Each count is timed for its share of a time budget.
+* **CUDA graphs**: the ``S = 1`` step captured once per learner (one batch size) and replayed
   (``torch.cuda.CUDAGraph``; Adam with ``capturable=True``), which removes the
   per-kernel launch cost that dominates small RL models.
 
@@ -27,8 +29,8 @@ from typing import Any, Sequence
 
 from pearl_core.errors import InvalidValueError
 
-__all__ = ["LearnerTiming", "SyntheticLearner", "mlp_dims", "search_streams", "split_sizes", "stream_candidates",
-           "trainer_kwargs_for"]
+__all__ = ["LearnerTiming", "SyntheticLearner", "mlp_dims", "promising_streams", "search_streams", "split_sizes",
+           "stream_candidates", "trainer_kwargs_for"]
 
 #: Largest stream count tried; more streams than this only add launch overhead for RL-sized models.
 MAX_STREAMS = 16
@@ -43,6 +45,21 @@ def stream_candidates(batch_size: int, max_streams: int = MAX_STREAMS) -> tuple[
         out.append(s)
         s *= 2
     return tuple(out)
+
+
+#: Stream counts the search tries at most, and the fewest rows a chunk keeps beyond two streams.
+MAX_TRIED_STREAMS = 3
+MIN_CHUNK_ROWS = 64
+#: Timed calls a time-bounded measurement makes at least (as the composer's ``MIN_TIMED``).
+MIN_TIMED = 10
+
+
+def promising_streams(batch_size: int) -> tuple[int, ...]:
+    """The stream counts worth timing: 1 and 2 always (where the batch allows), more only while each stream keeps
+    :data:`MIN_CHUNK_ROWS` rows, at most :data:`MAX_TRIED_STREAMS` of :func:`stream_candidates`. On an H200 every
+    count above 1 was slower for RL-sized MLPs at batches 64-4096, each doubling by more."""
+    out = [s for s in stream_candidates(batch_size) if s <= 2 or batch_size // s >= MIN_CHUNK_ROWS]
+    return tuple(out[:MAX_TRIED_STREAMS])
 
 
 def split_sizes(batch_size: int, streams: int) -> tuple[int, ...]:
@@ -93,6 +110,7 @@ class LearnerTiming:
     best_s: float
     use_graph: bool
     notes: tuple[str, ...] = field(default_factory=tuple)
+    samples: int | None = None  # timed steps of the winner's median
 
 
 class SyntheticLearner:
@@ -129,6 +147,8 @@ class SyntheticLearner:
         self.x_next = torch.randn(batch_size, target_dims[0], device=self.device) if target_dims else None
         self.y = torch.randn(batch_size, dims[-1], device=self.device)
         self._streams: list[Any] = []
+        self._graph_replay: Any = None
+        self.samples = 0  # timed calls of the last :meth:`time`
 
     def _loss(self, x, y, x_next=None):
         torch = self.torch
@@ -167,7 +187,9 @@ class SyntheticLearner:
         self.opt.zero_grad(set_to_none=True)
 
     def capture_graph(self):
-        """Capture the one-stream step as a CUDA graph; returns a callable that replays it."""
+        """Capture the one-stream step as a CUDA graph (once per learner); returns a callable that replays it."""
+        if self._graph_replay is not None:
+            return self._graph_replay
         torch = self.torch
         self.opt = torch.optim.Adam(self.params, lr=1e-3, capturable=True)
         side = torch.cuda.Stream(device=self.device)
@@ -185,39 +207,57 @@ class SyntheticLearner:
         with torch.cuda.graph(graph):
             self._loss(self.x, self.y, self.x_next).backward()
             self.opt.step()
+        self._graph = graph  # kept alive: its replay is reused (the worker loop, later requests)
+        self._graph_replay = graph.replay
         return graph.replay
 
-    def time(self, fn, iterations: int, warmup: int) -> float:
-        """Median seconds of ``fn()`` (each call synchronised) after ``warmup`` calls."""
+    def time(self, fn, iterations: int, warmup: int, budget_s: float | None = None, clock=None) -> float:
+        """Median seconds of ``fn()`` (each call synchronised) after ``warmup`` calls; with ``budget_s``, it stops
+        once that long has passed and :data:`MIN_TIMED` calls were timed (the warm-up stops at a fifth of it).
+        :attr:`samples` is then the calls timed."""
         torch = self.torch
+        clock = clock or time.perf_counter
+        start = clock()
         for _ in range(warmup):
+            if budget_s is not None and clock() - start > budget_s / 5:
+                break
             fn()
         torch.cuda.synchronize(self.device)
         samples = []
         for _ in range(iterations):
-            t = time.perf_counter()
+            if budget_s is not None and len(samples) >= MIN_TIMED and clock() - start > budget_s:
+                break
+            t = clock()
             fn()
             torch.cuda.synchronize(self.device)
-            samples.append(time.perf_counter() - t)
+            samples.append(clock() - t)
+        self.samples = len(samples)
         return statistics.median(samples)
 
 
 def search_streams(learner: SyntheticLearner, *, iterations: int = 200, warmup: int = 20,
-                   try_graph: bool = True) -> LearnerTiming:
-    """Time every stream count of :func:`stream_candidates` (and a CUDA graph); keep the fastest."""
+                   try_graph: bool = True, budget_s: float | None = None,
+                   candidates: Sequence[int] | None = None) -> LearnerTiming:
+    """Time each stream count of ``candidates`` (default :func:`promising_streams`) and a CUDA graph; keep the
+    fastest. ``budget_s``: the search's time budget, shared equally by the counts and the graph."""
     per: dict[int, float] = {}
+    counts: dict[int | str, int] = {}
     notes: list[str] = []
-    for s in stream_candidates(learner.batch_size):
-        per[s] = learner.time(lambda s=s: learner.step(s), iterations, warmup)
+    tried = tuple(candidates) if candidates is not None else promising_streams(learner.batch_size)
+    each = None if budget_s is None else budget_s / (len(tried) + (1 if try_graph else 0))
+    for s in tried:
+        per[s] = learner.time(lambda s=s: learner.step(s), iterations, warmup, each)
+        counts[s] = learner.samples
     best_s_count = min(per, key=per.get)
     graph_s = None
     if try_graph:
         try:
             replay = learner.capture_graph()
-            graph_s = learner.time(replay, iterations, warmup)
+            graph_s = learner.time(replay, iterations, warmup, each)
+            counts["graph"] = learner.samples
         except Exception as exc:  # noqa: BLE001 - graphs are optional
             notes.append(f"CUDA graph capture failed ({type(exc).__name__}: {exc}); streams only")
     use_graph = graph_s is not None and graph_s < per[best_s_count]
     best = graph_s if use_graph else per[best_s_count]
     return LearnerTiming(learner.batch_size, per, graph_s, 1 if use_graph else best_s_count, best, use_graph,
-                         tuple(notes))
+                         tuple(notes), counts["graph" if use_graph else best_s_count])

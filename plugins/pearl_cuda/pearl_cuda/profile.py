@@ -23,7 +23,12 @@ learner and the setting-2 worker loop, and how many iterations of each) and asks
   the contention (they overlap: each part is its co-located cell). The learner part is the ``learner``
   cost scaled by the contention the synthetic learner saw.
 
-Each figure is the median over ``request.iterations`` timed repetitions after ``request.warmup``;
+Each figure is the median over ``request.iterations`` timed repetitions after ``request.warmup``, or fewer:
+a request's ``budget_s`` (its share of the composer's profiling budget) ends each timed loop once that long
+has passed (at least :data:`MIN_TIMED` repetitions; the replay's three operations share it, as do the
+learner's stream counts, graph and real trainer), and the cost's ``samples`` says how many the median is of.
+The stream search tries at most three counts (:func:`~pearl_cuda.learner.promising_streams`) and the CUDA
+graph is captured once per GPU and workload (the worker loop replays the learner's);
 ``power_w`` is the board's average power over the primitive's timed loops from NVML's total-energy counter
 (:func:`average_board_watts`), else (no counter, or loops shorter than :data:`NVML_MIN_WINDOW_S`) the board
 power NVML reports right after them, else the spec's ``active_power_w`` when ``nvidia-ml-py`` is not
@@ -43,8 +48,11 @@ from typing import Any, Callable
 from pearl_core.errors import InvalidValueError
 from pearl_core.sdk import MeasureRequest, PrimitiveCost
 
-__all__ = ["GpuSession", "NVML_MIN_WINDOW_S", "average_board_watts", "device_ordinal", "measure", "median_s",
-           "time_calls"]
+__all__ = ["GpuSession", "MIN_TIMED", "NVML_MIN_WINDOW_S", "average_board_watts", "device_ordinal", "measure",
+           "median_s", "time_calls", "timed_calls"]
+
+#: Timed repetitions a time-bounded loop makes at least, whatever its budget.
+MIN_TIMED = 10
 
 #: Shortest timed loop whose average from NVML's energy counter is used (the counter advances in steps of
 #: milliseconds to tens of milliseconds).
@@ -71,16 +79,30 @@ def median_s(samples: list[float]) -> float:
 
 def time_calls(fn: Callable[[], Any], sync: Callable[[], Any], iterations: int, warmup: int) -> float:
     """Median wall seconds of ``fn(); sync()`` over ``iterations`` calls after ``warmup``."""
+    return timed_calls(fn, sync, iterations, warmup)[0]
+
+
+def timed_calls(fn: Callable[[], Any], sync: Callable[[], Any], iterations: int, warmup: int,
+                budget_s: float | None = None, clock: Callable[[], float] | None = None) -> tuple[float, int]:
+    """``(median wall seconds of fn(); sync(), calls timed)`` over at most ``iterations`` calls after ``warmup``;
+    with ``budget_s`` the loop ends once that long has passed and :data:`MIN_TIMED` calls were timed (the
+    warm-up ends at a fifth of it). ``clock``: default ``time.perf_counter``."""
+    clock = clock or time.perf_counter
+    start = clock() if budget_s is not None else 0.0
     for _ in range(warmup):
+        if budget_s is not None and clock() - start > budget_s / 5:
+            break
         fn()
     sync()
-    samples = []
+    samples: list[float] = []
     for _ in range(iterations):
-        t = time.perf_counter()
+        if budget_s is not None and len(samples) >= MIN_TIMED and clock() - start > budget_s:
+            break
+        t = clock()
         fn()
         sync()
-        samples.append(time.perf_counter() - t)
-    return median_s(samples)
+        samples.append(clock() - t)
+    return median_s(samples), len(samples)
 
 
 def average_board_watts(ordinal: int, fn: Callable[[], Any], fallback: Callable[[], float], fallback_from: str, *,
@@ -192,35 +214,44 @@ class GpuSession:
             tree = self.tree()
             if tree is not None:
                 ops = _rm_ops(tree, self.wl, cp)
+                third = None if request.budget_s is None else request.budget_s / 3
                 parts, watts, note = self.metered(lambda: {
-                    cell: time_calls(fn, sync, request.iterations, request.warmup) for cell, fn in ops.items()})
-                s, u, n = parts["rm_sample"], parts["rm_update"], parts["rm_insert"]
+                    cell: timed_calls(fn, sync, request.iterations, request.warmup, third)
+                    for cell, fn in ops.items()})
+                (s, _), (u, _), (n, _) = parts["rm_sample"], parts["rm_update"], parts["rm_insert"]
+                samples = min(k for _, k in parts.values())
             else:
                 rng = cp.random.default_rng(0)
 
                 def draw() -> Any:  # the runtime's uniform sample: BS random indices drawn on the device
                     return rng.integers(0, self.wl.capacity, self.wl.batch_size)
 
-                s, watts, note = self.metered(lambda: time_calls(draw, sync, request.iterations, request.warmup))
+                (s, samples), watts, note = self.metered(
+                    lambda: timed_calls(draw, sync, request.iterations, request.warmup, request.budget_s))
                 u = n = 0.0
                 notes.append("uniform replay: no tree, update and insert cost nothing")
         self.replay_cost = PrimitiveCost("replay", request.threads, s + u + n, sample_s=s, update_s=u, insert_s=n,
                                          power_w=watts, details={"ordinal": self.ordinal,
                                                                  "rm_parallelism": self.wl.batch_size},
-                                         notes=(note, *notes))
+                                         notes=(note, *notes), samples=samples)
         return self.replay_cost
 
     def learner(self, request: MeasureRequest) -> PrimitiveCost:
-        from pearl_cuda.learner import SyntheticLearner, mlp_dims, search_streams
+        from pearl_cuda.learner import SyntheticLearner, mlp_dims, promising_streams, search_streams
 
         notes = list(self.notes)
         dims, target_dims = mlp_dims(self.wl.layers)
-        self._learner = SyntheticLearner(dims, target_dims, self.wl.batch_size, device=f"cuda:{self.ordinal}")
+        if self._learner is None:  # one synthetic learner (and graph) per GPU and workload
+            self._learner = SyntheticLearner(dims, target_dims, self.wl.batch_size, device=f"cuda:{self.ordinal}")
         learner = self._learner  # its stream search's loops are the learner's metered window
-        timing, watts, note = self.metered(
-            lambda: search_streams(learner, iterations=request.iterations, warmup=request.warmup))
+        tried = promising_streams(self.wl.batch_size)
+        # the stream counts, the graph and the real trainer share the request's budget equally
+        each = None if request.budget_s is None else request.budget_s / (len(tried) + 2)
+        search = None if each is None else each * (len(tried) + 1)
+        timing, watts, note = self.metered(lambda: search_streams(
+            learner, iterations=request.iterations, warmup=request.warmup, budget_s=search, candidates=tried))
         self.timing = timing
-        trainer_s = _real_trainer_s(self.wl, self.ordinal, request.iterations, request.warmup, notes)
+        trainer_s = _real_trainer_s(self.wl, self.ordinal, request.iterations, request.warmup, notes, each)
         details: dict[str, Any] = {"learner_cell_from": "trainer" if trainer_s is not None else "stream_search",
                                    "learner_streams": timing.best_streams, "learner_cuda_graph": timing.use_graph,
                                    "learner_dims": ",".join(map(str, dims))}
@@ -230,8 +261,9 @@ class GpuSession:
         if timing.graph_s is not None:
             details["learner_s_graph"] = timing.graph_s
         seconds = trainer_s if trainer_s is not None else timing.best_s
-        self.learner_cost = PrimitiveCost("learner", request.threads, seconds, power_w=watts,
-                                          details=details, notes=(note, *notes, *timing.notes))
+        self.learner_cost = PrimitiveCost("learner", request.threads, seconds, power_w=watts, details=details,
+                                          notes=(note, *notes, *timing.notes),
+                                          samples=None if trainer_s is not None else timing.samples)
         return self.learner_cost
 
     def worker_loop(self, request: MeasureRequest) -> PrimitiveCost:
@@ -242,8 +274,9 @@ class GpuSession:
             self.learner(request)
         with cp.cuda.Device(self.ordinal):
             tree = self.tree()
-            co, watts, note = self.metered(lambda: _colocated(
-                tree, self.wl, self._learner, self.timing, cp, torch, request.iterations, request.warmup))
+            (co, samples), watts, note = self.metered(lambda: _colocated(
+                tree, self.wl, self._learner, self.timing, cp, torch, request.iterations, request.warmup,
+                request.budget_s))
         details: dict[str, Any] = {}
         learner_s = self.learner_cost.seconds  # type: ignore[union-attr]
         if "co_learner" in co and self.timing.best_s > 0:  # contention ratio of the synthetic learner
@@ -254,7 +287,8 @@ class GpuSession:
             co.update({"co_rm_sample": alone.sample_s, "co_rm_update": 0.0, "co_rm_insert": 0.0})
         s, u, n, ln = co["co_rm_sample"], co["co_rm_update"], co["co_rm_insert"], co.get("co_learner", learner_s)
         return PrimitiveCost("worker_loop", request.threads, s + max(u + n, ln), sample_s=s, update_s=u, insert_s=n,
-                             learner_s=ln, power_w=watts, details=details, notes=(note, *self.notes))
+                             learner_s=ln, power_w=watts, details=details, notes=(note, *self.notes),
+                             samples=samples)
 
 
 def measure(holder: Any, device: Any, wl: Any, request: MeasureRequest) -> PrimitiveCost | None:
@@ -273,8 +307,10 @@ def measure(holder: Any, device: Any, wl: Any, request: MeasureRequest) -> Primi
     return getattr(session, request.primitive)(request)
 
 
-def _real_trainer_s(wl: Any, ordinal: int, iterations: int, warmup: int, notes: list[str]) -> float | None:
-    """Median seconds of the workload's real trainer step on this GPU, or ``None`` (reason in ``notes``)."""
+def _real_trainer_s(wl: Any, ordinal: int, iterations: int, warmup: int, notes: list[str],
+                    budget_s: float | None = None) -> float | None:
+    """Median seconds of the workload's real trainer step on this GPU (for at most ``budget_s`` past its first
+    steps), or ``None`` (reason in ``notes``)."""
     if not getattr(wl, "env_id", "") or not getattr(wl, "trainer", None):
         notes.append("the workload names no env/trainer: the learner cell is the stream-search figure")
         return None
@@ -282,20 +318,31 @@ def _real_trainer_s(wl: Any, ordinal: int, iterations: int, warmup: int, notes: 
         from pearl_core.sdk import profile_learner
 
         return profile_learner(wl, iterations=iterations, warmup=warmup,
-                               trainer_kwargs={"device": f"cuda:{ordinal}"})
+                               trainer_kwargs={"device": f"cuda:{ordinal}"}, budget_s=budget_s)
     except Exception as exc:  # noqa: BLE001 - fall back to the synthetic learner, say why
         notes.append(f"the real trainer could not be timed on cuda:{ordinal} ({type(exc).__name__}: {exc}); "
                      "the learner cell is the stream-search figure")
         return None
 
 
-def _colocated(tree, wl, learner, timing, cp, torch, iterations: int, warmup: int) -> dict[str, float]:
+def _colocated(tree, wl, learner, timing, cp, torch, iterations: int, warmup: int, budget_s: float | None = None,
+               clock: Callable[[], float] | None = None) -> tuple[dict[str, float], int]:
+    """Each part's median seconds with the learner and the replay on two streams, and the iterations timed
+    (at most ``iterations``; with ``budget_s``, until that long has passed and :data:`MIN_TIMED` were timed)."""
     rm_stream = cp.cuda.Stream(non_blocking=True)
     ln_stream = torch.cuda.Stream()
     replay = learner.capture_graph() if timing.use_graph else (lambda: learner.step(timing.best_streams))
     ops = _rm_ops(tree, wl, cp) if tree is not None else {}
     samples: dict[str, list[float]] = {c: [] for c in ("co_rm_sample", "co_rm_update", "co_rm_insert", "co_learner")}
+    clock = clock or time.perf_counter
+    start = clock()
     for it in range(warmup + iterations):
+        timed = len(samples["co_learner"])
+        if budget_s is not None and (timed >= MIN_TIMED and clock() - start > budget_s
+                                     or it < warmup and clock() - start > budget_s / 5):
+            if it >= warmup:
+                break
+            continue  # the warm-up's part of the budget is spent: on to the timed iterations
         ev = {}
         with torch.cuda.stream(ln_stream):
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -316,4 +363,4 @@ def _colocated(tree, wl, learner, timing, cp, torch, iterations: int, warmup: in
         samples["co_learner"].append(e0.elapsed_time(e1) / 1e3)
         for name, (a, b) in ev.items():
             samples["co_" + name].append(cp.cuda.get_elapsed_time(a, b) / 1e3)
-    return {c: median_s(s) for c, s in samples.items() if s}
+    return {c: median_s(s) for c, s in samples.items() if s}, len(samples["co_learner"])
