@@ -40,6 +40,10 @@ _EXTRA = (
     ("output", Path, typer.Option(..., "--output", "-o", help="The program to write, e.g. runtime.py.")),
     ("profile", bool, typer.Option(True, "--profile/--no-profile", help="Measure the present devices' cells "
                                    "(cached on disk); --no-profile uses the analytic models only.")),
+    ("profile_budget", Optional[float], typer.Option(None, "--profile-budget", metavar="SECONDS", help="Seconds "
+                                                     "profiling may spend measuring, shared among its probes; cells "
+                                                     "that do not fit are modelled and the plan's notes say which "
+                                                     "(default 60).")),
     ("replay_ratio", float, typer.Option(0.5, "--replay-ratio", help="Learner updates per env step.")),
     ("learning_starts", int, typer.Option(1_000, "--learning-starts", help="Env steps before the first update.")),
     ("n_step", int, typer.Option(1, "--n-step", help="n-step returns: environment steps summed into one stored "
@@ -91,7 +95,10 @@ def compose_command(**options: Any) -> None:
         composer = composer_from_options(o)
         composer.set_stop(eval_return=o["eval_return"], max_env_steps=o["max_env_steps"])
         composer.set_run(log_dir=o["log_dir"])
-        plan = composer.run(profile=o["profile"], place=parse_place(o["place"]), runnable=o["runnable"])
+        from pearl_core.composer.timing import profile_budget
+
+        with profile_budget(o.get("profile_budget")):
+            plan = composer.run(profile=o["profile"], place=parse_place(o["place"]), runnable=o["runnable"])
         render_plan(plan, console)
         files = render_outputs(composer, plan, output, o["png"], o["json_out"])
         atomic_write_all(files)
