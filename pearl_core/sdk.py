@@ -125,6 +125,7 @@ if TYPE_CHECKING:  # what a type checker sees; at run time __getattr__ loads the
     )
     from pearl_core.replay.device import DeviceStorage, DeviceSumTree, torch_dtype
     from pearl_core.replay.storage import TRANSITION_FIELDS, Batch, DataStorage, StorageSpec
+    from pearl_core.runtime.energy import NvmlCounters
     from pearl_core.runtime.queues import MessageQueue, PipeQueue
     from pearl_core.trainer import UpdateResult
 
@@ -173,6 +174,7 @@ __all__ = [
     "profile_message_hop",
     "profile_replay_ops",
     "profile_worker_loop",
+    "NvmlCounters",
     # Transports
     "MessageQueue",
     "PipeQueue",
@@ -213,6 +215,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("profile_actor_step", "profile_learner", "profile_message_hop", "profile_replay_ops",
                      "profile_worker_loop"), "pearl_core.composer.profiling"),
     **dict.fromkeys(("MessageQueue", "PipeQueue"), "pearl_core.runtime.queues"),
+    "NvmlCounters": "pearl_core.runtime.energy",
     **dict.fromkeys(("ACStepArgs", "ACStepResult", "AdamHyper", "ConvShape", "DQNConvKernelFactory", "DQNKernel",
                      "DQNKernelFactory", "DQNStepArgs", "DQNStepResult", "KERNELS", "KernelSpec", "SACKernel",
                      "SACKernelFactory", "SACStepArgs", "SACStepResult", "TD3Kernel", "TD3KernelFactory",

@@ -110,11 +110,11 @@ def average_board_watts(ordinal: int, fn: Callable[[], Any], fallback: Callable[
     """``fn()``, the GPU's average watts over it and where they came from.
 
     The average is NVML's total-energy counter's difference over ``fn()`` divided by its wall time
-    (:class:`pearl_core.runtime.energy.NvmlCounters`; ``nvml``: the ``pynvml`` module, imported when not
+    (:class:`pearl_core.sdk.NvmlCounters`; ``nvml``: the ``pynvml`` module, imported when not
     given). Without a readable counter, a window shorter than :data:`NVML_MIN_WINDOW_S` or no energy counted,
     the watts are ``fallback()`` read right after ``fn()``, from ``fallback_from``.
     """
-    from pearl_core.runtime.energy import NvmlCounters
+    from pearl_core.sdk import NvmlCounters
 
     counters = None
     try:
