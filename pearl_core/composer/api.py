@@ -128,9 +128,10 @@ class Composer:
         self._env_id: str | None = None
         self._env_options: tuple[dict[str, Any], tuple[str, ...] | None] = ({}, None)
         self._spaces: tuple[Any, Any] | None = None
-        self._n_actors = 1
+        self._n_actors: int | None = 1  # None: the composer chooses (pearl_core.composer.actors)
         self._envs_per_actor: int | None = None  # None: the composer chooses (pearl_core.composer.knobs)
         self._envs_choice: Any = None  # the last run()'s KnobChoice
+        self._actors_choice: Any = None  # the last run()'s KnobChoice of n_actors (auto)
         self._vector_backend: str | None = None  # forced by the user; None: the composer's rule
         self._insert_batch: int | None = None
         self._trainer: type | None = None
@@ -142,7 +143,7 @@ class Composer:
         self._preflights: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ setters
-    def set_actors(self, env_id: str, n_actors: int = 1, *, envs_per_actor: int | None = None,
+    def set_actors(self, env_id: str, n_actors: int | str | None = 1, *, envs_per_actor: int | None = None,
                    insert_batch: int | None = None, env_kwargs: Mapping[str, Any] | None = None,
                    wrappers: Sequence[str] | None = None, vector_backend: str | None = None) -> "Composer":
         """The environment (a gymnasium id) and the actor processes that step it.
@@ -151,7 +152,9 @@ class Composer:
             env_id: e.g. ``"CartPole-v1"``; checked by creating it once. ``"ALE/..."``
                 (Atari, with the ``"atari"`` preset's wrappers) and ``"MinAtar/..."`` ids
                 register their families themselves (:mod:`pearl_core.envs`).
-            n_actors: actor processes (on the host CPU).
+            n_actors: actor processes (on the host CPU); ``None`` or ``"auto"``: the composer chooses
+                (:mod:`pearl_core.composer.actors`: the fewest whose measured rate covers what the learner
+                consumes, within the cores the host loop and the learner leave).
             envs_per_actor: environments each actor steps together (batched inference);
                 ``None`` (default): when it profiles this machine's host the composer
                 measures it (:func:`~pearl_core.composer.knobs.choose_envs_per_actor`: 1 where
@@ -172,7 +175,10 @@ class Composer:
         w = "Composer.set_actors"
         env_id = _field(w, "RunConfig", "env_id", env_id)
         env_kwargs, wrappers = check_env_options(env_kwargs, wrappers, w, ComposerError)
-        n_actors = _field(w, "RuntimePlan", "n_actors", n_actors)
+        from pearl_core.composer.actors import parse_actors
+
+        n_actors = parse_actors(n_actors, w)
+        n_actors = n_actors if n_actors is None else _field(w, "RuntimePlan", "n_actors", n_actors)
         if envs_per_actor is not None:
             envs_per_actor = _field(w, "RuntimePlan", "envs_per_actor", envs_per_actor)
         if insert_batch is not None:
@@ -189,7 +195,7 @@ class Composer:
                                self._facts_dir())
         self._env_id, self._spaces, self._env_options = env_id, spaces, (env_kwargs, wrappers)
         self._n_actors, self._envs_per_actor, self._insert_batch = n_actors, envs_per_actor, insert_batch
-        self._envs_choice = None
+        self._envs_choice = self._actors_choice = None
         self._vector_backend = vector_backend
         return self
 
@@ -354,11 +360,12 @@ class Composer:
     def workload(self) -> "Workload":
         """The :class:`~pearl_core.composer.workload.Workload` the cost models and Algorithm 1 plan for.
 
-        Its ``envs_per_actor`` is the user's, else the last :meth:`run`'s choice, else 1.
+        Its ``envs_per_actor`` and ``n_actors`` are the user's, else the last :meth:`run`'s choice, else 1.
         """
         self._missing("Composer.workload()")
         choice = self._envs_choice.value if self._envs_choice is not None else 1
-        return self._workload(self._envs_per_actor or choice)
+        actors = self._actors_choice.value if self._actors_choice is not None else None
+        return self._workload(self._envs_per_actor or choice, actors)
 
     def _facts_dir(self) -> "Path":
         """Where what the composer learns by building the trainer and the env is kept: the profile cache."""
@@ -366,14 +373,14 @@ class Composer:
 
         return cache_dir(self.cache_dir)
 
-    def _workload(self, envs_per_actor: int) -> "Workload":
+    def _workload(self, envs_per_actor: int, n_actors: int | None = None) -> "Workload":
         from pearl_core.composer.workload import workload_for_env
 
         insert_batch = self._insert_batch or max(1, round(1.0 / self._learner["replay_ratio"]))
         return workload_for_env(self._env_id or "", self._learner["batch_size"], trainer=self._trainer,
                                 trainer_kwargs=self._trainer_kwargs, replay=self._replay.kind,
                                 capacity=self._replay.capacity, fanout=self._replay.fanout,
-                                n_actors=self._n_actors, insert_batch=insert_batch,
+                                n_actors=self._n_actors or n_actors or 1, insert_batch=insert_batch,
                                 envs_per_actor=envs_per_actor, env_kwargs=self._env_options[0],
                                 env_wrappers=self._env_options[1], frame_storage=self._replay.frame_storage,
                                 spaces=self._spaces, facts_dir=self._facts_dir())
@@ -405,8 +412,8 @@ class Composer:
             ComposerError: bad ``place``, no feasible choice, or (``runnable``) no
                 runnable one, with every reason.
         """
-        from pearl_core.composer.here import fit_threads_here, runnable_plan, whatif_refusals
-        from pearl_core.composer.plan import make_plan
+        from pearl_core.composer.actors import compose_plans
+        from pearl_core.composer.here import fit_threads_here
         from pearl_core.composer.profiling import measurement_session, profiler_for
         from pearl_core.runtime.preflight import Preflight
 
@@ -419,7 +426,7 @@ class Composer:
             profiler = profiler_for(self.spec, registry=self.registry, iterations=self.profile_iterations,
                                     cache_dir=self.cache_dir)
         with measurement_session():  # the envs choice and the host's row share the learner step and the replay
-            self._envs_choice = self._choose_envs(profile)
+            self._envs_choice, self._actors_choice = self._choose_envs(profile), None
             wl = self.workload()
             key = config.to_json()  # the same run is checked once per composer (each probe builds on the device)
             preflight = self._preflights.get(key)
@@ -432,23 +439,17 @@ class Composer:
             choose = (lambda prim, dev: forced.get(prim, dev) == dev) if forced else None
             note = ", ".join(f"{k} on {v!r}" for k, v in forced.items())
             note = f"placements forced by the user ({note})" if note else ""
-            try:
-                plan = make_plan(self.spec, wl, self.metric, registry=self.registry, profiler=profiler,
-                                 choose=choose, constraint=note)
-                runtime_plan = plan.runtime_plan(**self._actor_fields())
-                refusals = preflight.problems(runtime_plan)
-                if runnable:  # a what-if device is refused even where a device of its string is present
-                    refusals = refusals or whatif_refusals(self, plan)
-                if refusals and runnable:
-                    plan, runtime_plan, refusals = runnable_plan(self, plan, wl, preflight, choose, note)
+            try:  # n_actors auto: planned until N settles (pearl_core.composer.actors)
+                plan, runtime_plan, refusals, self._actors_choice = compose_plans(
+                    self, wl, preflight, profiler, choose, note, runnable=runnable, measured=profile)
             except SpecError as exc:
                 raise ComposerError(f"Composer.run(): {exc}") from exc
         notice = None
         if runnable and not refusals:  # a spec of another machine: its thread counts sized to the cores here
             runtime_plan, notice = fit_threads_here(self.spec, runtime_plan, registry=self.registry)
-        if self._envs_choice is not None:  # recorded with the measurements behind it
-            plan = dataclasses.replace(plan, tuning={**plan.tuning,
-                                                     "knobs": {"envs_per_actor": self._envs_choice.to_dict()}})
+        knobs = {c.name: c.to_dict() for c in (self._envs_choice, self._actors_choice) if c is not None}
+        if knobs:  # recorded with the measurements behind them
+            plan = dataclasses.replace(plan, tuning={**plan.tuning, "knobs": knobs})
         _, script = trainer_reference(self._trainer)  # type: ignore[arg-type]
         if script is None:  # an env registered by the composing script: the program loads that script too
             try:
@@ -467,12 +468,17 @@ class Composer:
         if self._envs_per_actor is not None or not profile:
             return None
         from pearl_core.composer.knobs import cached_envs_choice
+
+        if not self._host_here():
+            return None  # a described host: an actor measured here says nothing about it
+        return cached_envs_choice(self._workload(1), cache_dir=self.cache_dir)
+
+    def _host_here(self) -> bool:
+        """Whether the spec's host is this machine's CPU (an actor measured here says something about it)."""
         from pearl_core.composer.profiling import present_device
 
         host = next(d for d in self.spec.devices if d.name == self.spec.host)
-        if host.kind != "cpu" or present_device(host, self.registry) is None:
-            return None  # a described host: an actor measured here says nothing about it
-        return cached_envs_choice(self._workload(1), cache_dir=self.cache_dir)
+        return host.kind == "cpu" and present_device(host, self.registry) is not None
 
     def _actor_fields(self) -> dict[str, Any]:
         """The runtime plan's fields set by :meth:`set_actors` (``vector_backend`` only when forced;

@@ -256,7 +256,9 @@ def plan_command(
     replay: str = typer.Option("prioritized", "--replay", help="prioritized or uniform."),
     capacity: int = typer.Option(100_000, "--capacity", help="Replay capacity."),
     fanout: int = typer.Option(16, "--fanout", help="Sum-tree fanout."),
-    n_actors: int = typer.Option(1, "--actors", help="Actor processes (on the host)."),
+    n_actors: str = typer.Option("1", "--actors", help="Actor processes (on the host), or 'auto': the fewest "
+                                 "whose measured rate covers what the learner consumes, within the cores the host "
+                                 "loop and the learner leave (docs/user-guide.md)."),
     envs_per_actor: Optional[int] = typer.Option(None, "--envs-per-actor", help="Environments each actor steps "
                                                  "together (one batched policy forward); the runtime plan records "
                                                  "it. Default: measured and chosen when this machine is profiled "

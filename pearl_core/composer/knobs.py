@@ -54,6 +54,8 @@ from pearl_core.composer.workload import Workload
 
 __all__ = ["ACTOR_SHARE", "ENVS_CANDIDATES", "ENVS_TIE", "KnobChoice", "cached_envs_choice", "choose_envs_per_actor"]
 
+# How many actors (``n_actors``) the composer chooses from these measurements: pearl_core.composer.actors.
+
 #: The envs-per-actor values measured (one actor process steps that many environments).
 ENVS_CANDIDATES: tuple[int, ...] = (1, 2, 4, 8, 16)
 #: Within this fraction of the fastest time per experience, the fewest environments win.
@@ -69,14 +71,16 @@ class KnobChoice:
     """One knob's value, who chose it, and the measurements behind a composer's choice.
 
     Attributes:
-        name: the field (``"envs_per_actor"``).
+        name: the field (``"envs_per_actor"``, or ``"n_actors"``: :mod:`pearl_core.composer.actors`).
         value: the value the run uses.
-        chosen_by: ``"composer"`` (measured here): only the composer's choices are recorded (a
-            user's value, or a what-if plan's 1, is in the workload and the runtime plan alone).
+        chosen_by: ``"composer"`` (measured here) or ``"analytic"`` (a what-if plan's actor count, by a rule
+            without measurements): only the composer's choices are recorded (a user's value, or a what-if
+            plan's 1 env per actor, is in the workload and the runtime plan alone).
         measured_s: per candidate value, the measured seconds (an actor's time per
-            experience for ``envs_per_actor``).
+            experience at each envs per actor; for ``n_actors``, at the envs per actor used).
         reason: one sentence for people.
-        learner_s: the learner's measured step (one thread) the actors were compared with; 0 if none.
+        learner_s: the learner's measured step (one thread) the actors were compared with (``n_actors``:
+            the plan's learner iteration); 0 if none.
     """
 
     name: str
