@@ -35,6 +35,7 @@ from typing import Any
 
 from pearl_core.errors import SpecError
 from pearl_core.runtime.config import RunConfig, RuntimePlan
+from pearl_core.runtime.framesprobe import resolve_frame_storage
 from pearl_core.sumtree import tree_bytes
 from pearl_core.validation import address_space_limit, cpu_count, gib, memory_available_bytes
 
@@ -114,7 +115,7 @@ def check_machine(config: RunConfig, plan: RuntimePlan, *, row: int | None = Non
     _check_log_dir(config.log_dir)
     storage = None
     if row is None:
-        frames = config.replay.frame_storage if plan.storage_device == "cpu" else "off"
+        frames = resolve_frame_storage(config) if plan.storage_device == "cpu" else "off"
         row, storage = _row_and_storage(config.env_id, frames, capacity, **config.env_options)
     available = memory_available_bytes() if memory_bytes is None else memory_bytes
     space, limit = address_space_limit(), None

@@ -33,6 +33,7 @@ from pearl_core.plugins import kernel_lookup
 from pearl_core.replay.base import ReplayManager, UniformReplay
 from pearl_core.replay.prioritized import PrioritizedReplay
 from pearl_core.replay.storage import StorageSpec, load_storage_state
+from pearl_core.runtime.framesprobe import resolve_frame_storage
 from pearl_core.runtime.config import BUILTIN_TRAINERS, RunConfig, RuntimePlan, resolve_trainer_name
 from pearl_core.trainer import Trainer
 
@@ -254,8 +255,8 @@ def build_replay(
     rc = config.replay
     if rng is None:
         rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), 0x5E1EC7]))
-    storage = make_storage(storage_spec, rc.capacity, plan.storage_device, backends=plan.backends,
-                           frames=rc.frame_storage)
+    frames = resolve_frame_storage(config) if plan.storage_device == "cpu" else rc.frame_storage
+    storage = make_storage(storage_spec, rc.capacity, plan.storage_device, backends=plan.backends, frames=frames)
     if state is not None:
         load_storage_state(storage, state)
     if rc.kind == "uniform":
