@@ -30,8 +30,8 @@ from pearl_core.composer.timing import MIN_TIMED, ProfileBudget, counting_sample
 from pearl_core.errors import PluginTimeoutError
 from pearl_core.plugin_guard import call_deadline
 
-__all__ = ["BUDGET_NOTE", "DEADLINE_FACTOR", "DEADLINE_GRACE_S", "DEVICE_WEIGHTS", "OverBudget", "ProbePlan",
-           "probe_deadline_s"]
+__all__ = ["BUDGET_NOTE", "DEADLINE_FACTOR", "DEADLINE_GRACE_S", "DEVICE_WEIGHTS", "MIN_SHARE_S", "OverBudget",
+           "ProbePlan", "probe_deadline_s"]
 
 #: A device's weight in the split of the budget among the devices to measure: the host runs more probes and
 #: the calibration runs of its variants.
@@ -40,6 +40,8 @@ DEVICE_WEIGHTS = {"host": 2.0, "accelerator": 1.0, "other": 1.0}
 #: trainer, capturing a graph: set-up the share does not time).
 DEADLINE_FACTOR = 3.0
 DEADLINE_GRACE_S = 20.0
+#: The smallest share a probe is run with: below it there is nothing to time.
+MIN_SHARE_S = 0.01
 #: The words every note of a cell or probe left to the model because of the budget starts with.
 BUDGET_NOTE = "modelled because of the profiling budget"
 
@@ -78,9 +80,9 @@ class ProbePlan:
         return share if cap is None else min(share, cap)
 
     def fits(self, share_s: float, per_call_s: float | None = None) -> bool:
-        """Whether a probe of that share can run: something left, and room for :data:`MIN_TIMED` calls of
+        """Whether a probe of that share can run: :data:`MIN_SHARE_S` at least, and room for :data:`MIN_TIMED` calls of
         ``per_call_s`` when its cost per call is known."""
-        return share_s > 0 and (per_call_s is None or share_s >= MIN_TIMED * per_call_s)
+        return share_s >= MIN_SHARE_S and (per_call_s is None or share_s >= MIN_TIMED * per_call_s)
 
     def skip(self, name: str, what: str) -> None:
         """``name`` is not run: ``what`` (the cells it would have given) is modelled, as the notes say."""
@@ -106,7 +108,8 @@ class ProbePlan:
 
     def notes(self) -> tuple[str, ...]:
         """The samples line (when any probe ran) and one line per modelled cell or probe."""
-        took = ", ".join(f"{k} {'?' if v is None else v}" for k, v in self.samples.items())
+        took = ", ".join(f"{k} {'reused' if v is None else v}" for k, v in self.samples.items())
         head = (f"profiling budget {self.budget.total_s:.2f} s for this device, {self.budget.spent():.2f} s spent; "
-                f"timed samples per probe: {took}",) if self.samples else ()
+                f"timed samples per probe: {took} ('reused': measured earlier in this compose, or not counted "
+                "by the backend)",) if self.samples else ()
         return (*head, *self.modelled)

@@ -189,8 +189,9 @@ def profile_host(bname: str, backend: Any, device: "DeviceSpec", workload: "Work
     learner step alone); the row's notes say what was modelled because of the budget.
 
     Raises:
-        OverBudget: a probe the row cannot do without (actor step, learner at 1 thread, replay, message hop)
-            did not fit or overran its deadline (the profiler then models the host).
+        OverBudget: nothing was left for the first probe, or a probe the row cannot do without (actor step,
+            learner at 1 thread, replay, message hop) overran its deadline (the profiler then models the host).
+            Once the host is being measured, those probes run at their fewest calls even past the budget.
     """
     probe = _RaplProbe(rapl_root, clock)
     # A profile measures this machine: never more threads than it has, whatever the spec says.
@@ -212,10 +213,11 @@ def profile_host(bname: str, backend: Any, device: "DeviceSpec", workload: "Work
             per_call: float | None = None, required: bool = False) -> PrimitiveCost | None:
         share = plan.share(key, cap)
         if not plan.fits(share, per_call):
-            if required:
+            if required and not plan.samples:  # nothing measured yet: the host is modelled
                 raise OverBudget(f"the host's {what} did not fit the profiling budget ({share:.3f} s left for it)")
-            plan.skip(key, what)
-            return None
+            if not required:  # one the row needs, once the host is being measured, runs at its fewest calls
+                plan.skip(key, what)
+                return None
         request = MeasureRequest(primitive, t, n, warm, share)
         try:
             return probe.run(f"{primitive}:{t}", lambda: plan.run(
