@@ -43,7 +43,7 @@ _EXTRA = (
     ("profile_budget", Optional[float], typer.Option(None, "--profile-budget", metavar="SECONDS", help="Seconds "
                                                      "profiling may spend measuring, shared among its probes; cells "
                                                      "that do not fit are modelled and the plan's notes say which "
-                                                     "(default 60).")),
+                                                     "(default 45).")),
     ("replay_ratio", float, typer.Option(0.5, "--replay-ratio", help="Learner updates per env step.")),
     ("learning_starts", int, typer.Option(1_000, "--learning-starts", help="Env steps before the first update.")),
     ("n_step", int, typer.Option(1, "--n-step", help="n-step returns: environment steps summed into one stored "

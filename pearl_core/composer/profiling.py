@@ -114,7 +114,7 @@ def profiler_for(spec: HardwareSpec, *, registry: "PluginRegistry | None" = None
         use_cache: read cached rows (a fresh measurement is always written).
         progress: called with one line per device being measured (e.g. ``print``).
         budget: seconds all measurements may take (:mod:`pearl_core.composer.budget`); default the enclosing
-            :func:`~pearl_core.composer.timing.profile_budget`'s, else 60 s. A row cut by its budget is
+            :func:`~pearl_core.composer.timing.profile_budget`'s, else 45 s. A row cut by its budget is
             cached with it and measured again for a larger budget.
     """
     if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:

@@ -83,10 +83,12 @@ def record_samples(n: int) -> None:
         _COUNTS.append(int(n))
 
 
-#: Seconds a compose with profiling may spend measuring when nobody says otherwise: issue 40's bound for the
-#: 16-core + GPU machine (a cold compose there did not finish in 200 s); on the 2-core VM a cold CartPole
-#: compose measured ~20 s, well inside it, so the default cuts nothing there.
-DEFAULT_PROFILE_BUDGET_S = 60.0
+#: Seconds a compose with profiling may spend measuring when nobody says otherwise. Issue 40 asks for a whole
+#: compose within 60 s on the 16-core + GPU machine (a cold one there did not finish in 200 s); the rest of a
+#: compose (imports, device detection and kernel builds, the trainer's check, the envs-per-actor choice, the
+#: preflight) took ~4-5 s of a cold CartPole compose on the 2-core VM, so 45 s leaves that a margin of 15 s.
+#: On the 2-core VM the measurements themselves took ~12 s: the default cuts nothing there.
+DEFAULT_PROFILE_BUDGET_S = 45.0
 
 
 class ProfileBudget:
