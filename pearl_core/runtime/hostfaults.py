@@ -352,6 +352,12 @@ class HostFaults:
         # hide the original error behind an AssertionError.
         learner = self.learner_proc if self.learner_proc is not None and self.learner_proc.pid is not None else None
         actors = [p for p in self.actor_procs if p is not None and p.pid is not None]
+        for p in ([learner] if learner is not None else []) + actors:
+            if not p.is_alive() and p.exitcode not in (0, None):  # died before it was told to stop: say so
+                who = "the learner" if p is learner else f"actor process {p.pid}"
+                log.warning("%s (pid %d) exited with code %s before the run stopped its workers (after the run's "
+                            "last state was taken: what the run did is in its final checkpoint)", who, p.pid,
+                            p.exitcode)
         if learner is not None and learner.is_alive():
             # The Stop goes before the stop flag: whichever the learner sees first, the Stop is counted as sent
             # by then, so its loss is seen by the learner's end-of-run check instead of going unnoticed.

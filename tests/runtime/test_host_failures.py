@@ -88,3 +88,29 @@ def test_an_error_in_the_serial_loop_ends_the_run_with_a_host_error_and_a_checkp
         serial(config(tmp_path)).run()
     assert isinstance(info.value.__cause__, _Boom)
     assert checkpoint(tmp_path).state.env_steps == 100
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_a_learner_killed_after_the_runs_last_state_is_named_in_the_log(tmp_path, setting, monkeypatch, caplog):
+    """A kill that lands while the final checkpoint is written (the soak's segment 52, 2026-12-05): the run's
+    work is in that checkpoint, so it ends normally, and the log names the dead learner (not silence)."""
+    import os
+    import signal
+
+    from pearl_core.runtime.host import Host
+
+    orig = Host.stop_workers
+
+    def kill_first(self):
+        proc = self.learner_proc
+        if proc is not None and proc.is_alive():
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.join(10)
+        return orig(self)
+
+    monkeypatch.setattr(Host, "stop_workers", kill_first)
+    with caplog.at_level("WARNING", logger="pearl_core.runtime.parallel"):
+        result = parallel(config(tmp_path), setting).run()
+    assert result.stop_reason == "max_env_steps"
+    assert "the learner (pid" in caplog.text and "exited with code -9 before the run stopped its workers" in caplog.text
+    assert checkpoint(tmp_path).state.env_steps == result.env_steps
