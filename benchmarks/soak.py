@@ -20,7 +20,8 @@ times on the segment's process tree (found in ``/proc``)::
     enospc        the disk fills: every fsync of the host (logs) or only a checkpoint's fails with ENOSPC
                                              -> FileWriteError / CheckpointWriteError (or a HostError naming
                                                 it) with the path and the fix; the last whole checkpoint is kept
-    transport-drop  the LAQ is a FaultyTransport (the CPU backend's make_transport) that loses one message
+    transport-drop  the LAQ is a FaultyTransport (soak_faults._DropNext, from the CPU backend's make_transport)
+                    that loses one message
                                              -> TransportError naming it, after a checkpoint
     checkpoint-kill SIGKILL the host while it writes a checkpoint (its temp file exists)
                                              -> the previous whole checkpoint is kept; the next start removes
@@ -121,6 +122,9 @@ FAULT_KINDS = ("actor-kill", "actor-stop", "learner-kill", "sigint", "sighup", "
 ARMED = ("enospc", "transport-drop")
 #: Every ending fault (the run ends because of it).
 ENDING_FAULTS = ("learner-kill", "sigint", "sighup", "enospc", "transport-drop", "checkpoint-kill")
+#: The rate (env steps/s) an ending segment's safety-net budget assumes at least: a first segment on a fast,
+#: quiet machine reached the 1,500/s guess's budget before its ending fault (the smoke's setting-1 drop).
+ENDING_RATE_FLOOR = 10_000.0
 #: How often an ending fault that found the workers' roles unclear is tried again (a second apart).
 ENDING_RETRIES = 15
 #: What the runtime logs for a worker killed after the run's last state was taken (the final checkpoint's write).
@@ -128,7 +132,7 @@ LATE_KILL = "before the run stopped its workers (after the run's last state was 
 #: How a segment ended by each of these must end: its status (the error's type name) and what the error says.
 EXPECTED_ERROR = {"enospc": (("FileWriteError", "CheckpointWriteError", "HostError"),
                              ("ENOSPC", "No space left", "disk is full")),
-                  "transport-drop": (("TransportError",), ("FaultyTransport",))}
+                  "transport-drop": (("TransportError",), ("soak_faults._DropNext",))}
 #: Ending faults whose error (or kill) accounts for the env steps logged after the last whole checkpoint.
 EXPLAINS_PROGRESS = ("enospc", "checkpoint-kill")
 #: Seconds a checkpoint kill waits for the next checkpoint write to begin.
@@ -206,6 +210,9 @@ def run_segment(spec_path: str) -> int:
         result.update(status=f"crashed:{type(exc).__name__}", error=traceback.format_exc()[-4000:])
         code = 6
     finally:
+        # A SIGUSR1 that arrives as the interpreter shuts down (a fault armed after the run ended) would kill the
+        # process by the default action once Python's handlers are gone: ignored from here on.
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         result["faults"] = [list(f) for f in (rt.faults if rt is not None else [])]
         result["wall_s"] = round(time.perf_counter() - t0, 3)
         tmp = out.with_suffix(".tmp")
@@ -461,8 +468,8 @@ class Soak:
         setting = 1 if k % 2 == 0 else 2
         rng = self.rng
         budget_steps = max(2_000, int(self.rate * seconds))
-        if ending != "budget":
-            budget_steps = max(20_000, 5 * budget_steps)  # a safety net: the fault should end it first
+        if ending != "budget":  # a safety net: the fault should end it first, even where the rate is unknown yet
+            budget_steps = max(20_000, 5 * int(max(self.rate, ENDING_RATE_FLOOR) * seconds))
         seg = Segment(k, setting, ending, seconds, e0, min(e0 + budget_steps, self.args.capacity - 1))
         faults = []
         t = rng.uniform(0.1, 0.35) * seconds
