@@ -31,7 +31,8 @@ from pearl_core.errors import ActorError, DataError, EvaluationError, LearnerErr
 from pearl_core.runtime.checkpoint import CHECKPOINT_NAME, load_blob
 from pearl_core.runtime.messages import LearnerFailed, Progress, Stop, Trained
 
-__all__ = ["INTERRUPT_WAIT_S", "JOIN_TIMEOUT_S", "REPLY_TIMEOUT_S", "STARTUP_TIMEOUT_S", "HostFaults", "HostStop"]
+__all__ = ["FAIL_QUIESCE_S", "INTERRUPT_WAIT_S", "JOIN_TIMEOUT_S", "REPLY_TIMEOUT_S", "STARTUP_TIMEOUT_S", "HostFaults",
+           "HostStop"]
 
 log = logging.getLogger("pearl_core.runtime.parallel")
 
@@ -41,6 +42,8 @@ JOIN_TIMEOUT_S = 5.0
 STARTUP_TIMEOUT_S = 300.0
 #: Seconds the host waits for the learner's answer when no stall timeout is set.
 REPLY_TIMEOUT_S = 120.0
+#: Seconds a failed run waits for the batches in flight at the learner before it asks for its state.
+FAIL_QUIESCE_S = 5.0
 #: After Ctrl-C / SIGTERM: seconds the host waits for in-flight work and the learner's state, in all.
 INTERRUPT_WAIT_S = 10.0
 #: Seconds ``close`` waits for a running evaluation after asking it to stop.
@@ -258,8 +261,12 @@ class HostFaults:
             if state is None and stop.learner_answers and alive:
                 try:
                     deadline = self.reply_deadline()
-                    # A lost message leaves work counted in flight that will never come back: no wait for it.
-                    self._quiesce(time.monotonic() if isinstance(stop.error, TransportError) else deadline)
+                    # A lost message leaves work counted in flight that will never come back: no wait for it. Nor
+                    # is a failed host's count of work in flight to be trusted (a reply it took but did not apply
+                    # is never sent again): in-flight batches get FAIL_QUIESCE_S, then the state is asked for (a
+                    # priority update missed on the way to a checkpoint after a failure loses no experience).
+                    self._quiesce(time.monotonic() if isinstance(stop.error, TransportError)
+                                  else min(deadline, time.monotonic() + FAIL_QUIESCE_S))
                     self.save(deadline=deadline)  # the learner's own state (and the worker's replay if asked)
                     return
                 except (HostStop, PearlError) as exc:

@@ -114,3 +114,31 @@ def test_a_learner_killed_after_the_runs_last_state_is_named_in_the_log(tmp_path
     assert result.stop_reason == "max_env_steps"
     assert "the learner (pid" in caplog.text and "exited with code -9 before the run stopped its workers" in caplog.text
     assert checkpoint(tmp_path).state.env_steps == result.env_steps
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_a_failed_host_waits_a_bounded_time_for_work_in_flight(tmp_path, setting, monkeypatch):
+    """A host that fails while applying a reply has taken that reply off the LDQ without applying it, so its count
+    of batches in flight never drops to zero: its failure path gave them the whole reply deadline (120 s) before
+    asking the learner for its state, under load 2 runs in 10 of the test above. It now gives them
+    FAIL_QUIESCE_S."""
+    import time
+
+    from pearl_core.runtime import roles
+    from pearl_core.runtime.host import Host
+    from pearl_core.runtime.hostfaults import FAIL_QUIESCE_S
+
+    cls = roles.ThroughHost if setting == 1 else roles.Colocated
+    monkeypatch.setattr(cls, "on_reply", _raise_on_call(3)(cls.on_reply))
+    waits = []
+    orig = Host._quiesce
+
+    def record(self, deadline=None):
+        waits.append(None if deadline is None else deadline - time.monotonic())
+        return orig(self, deadline)
+
+    monkeypatch.setattr(Host, "_quiesce", record)
+    with pytest.raises(HostError):
+        parallel(config(tmp_path), setting).run()
+    assert waits and all(w is not None and w <= FAIL_QUIESCE_S + 0.5 for w in waits), waits
+    assert finite_checkpoint(tmp_path).state.env_steps > 0
