@@ -642,7 +642,7 @@ class Soak:
         seg.output = (seg_dir / "output.log").read_text(errors="replace")
         seg.runtime_faults = [f[2].splitlines()[0] for f in result.get("faults", [])]
         if not seg.error and seg.status not in ("max_env_steps", "interrupted"):
-            seg.error = (seg_dir / "output.log").read_text(errors="replace")[-1500:]
+            seg.error = seg.output[-1500:]
         if seg.status == "resume-failed":
             self.ck_failed += 1
             seg.problems.append(f"the checkpoint did not resume: {seg.error[:500]}")

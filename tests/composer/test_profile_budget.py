@@ -11,6 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from backend_registry import registry_with
+from test_deviceprofile import ACC
+from test_deviceprofile import spec as acc_spec
 
 from pearl_core.backend import Availability, Backend, DeviceInfo
 from pearl_core.composer import budget as budget_mod
@@ -21,7 +23,7 @@ from pearl_core.composer.deviceprofile import profile_device
 from pearl_core.composer.hostprofile import profile_host, thread_candidates
 from pearl_core.composer.matrix import PrimitiveCost, RunMeasurement
 from pearl_core.composer.profiling import profiler_for
-from pearl_core.composer.spec import DeviceSpec, HardwareSpec, LinkSpec
+from pearl_core.composer.spec import DeviceSpec
 from pearl_core.composer.timing import MIN_TIMED, ProfileBudget, median_time, profile_budget
 from pearl_core.composer.tuning import host_variants
 from pearl_core.composer.workload import Workload
@@ -186,10 +188,7 @@ def test_the_accelerator_probes_get_shares_and_a_probe_past_its_deadline_is_mode
 
     monkeypatch.setattr(budget_mod, "DEADLINE_FACTOR", 0.0)
     monkeypatch.setattr(budget_mod, "DEADLINE_GRACE_S", 0.2)
-    host = DeviceSpec("c", "cpu", 2**30, 10, 50, cores=4, launch_latency_s=5e-6, mem_latency_s=1e-7,
-                      peak_flops=100e9, mem_bandwidth_Bps=40e9)
-    acc = DeviceSpec("n0", "acc", 2**32, 5.0, 15.0, mem_bandwidth_Bps=1e11)
-    spec = HardwareSpec((host, acc), (LinkSpec("c", "c", 1e-6, 1e10), LinkSpec("c", "n0", 1e-5, 1e10)))
+    acc, spec = ACC, acc_spec()
     reg = registry_with(Old)
     backend = reg.get_backend("old")
     try:
@@ -244,10 +243,7 @@ def test_the_profiler_splits_the_budget_and_a_cut_row_is_measured_again_for_a_la
                                                                                             monkeypatch):
     monkeypatch.setattr(Present, "clock", clock)
     monkeypatch.setattr(Present, "asked", [])
-    host = DeviceSpec("c", "cpu", 2**30, 10, 50, cores=4, launch_latency_s=5e-6, mem_latency_s=1e-7,
-                      peak_flops=100e9, mem_bandwidth_Bps=40e9)
-    spec = HardwareSpec((host, DeviceSpec("n0", "acc", 2**32, 5.0, 15.0, mem_bandwidth_Bps=1e11)),
-                        (LinkSpec("c", "c", 1e-6, 1e10), LinkSpec("c", "n0", 1e-5, 1e10)))
+    spec = acc_spec()
     reg = registry_with(Present)
     with profile_budget(ProfileBudget(8.0, clock)):
         prof = profiler_for(spec, registry=reg, iterations=50, warmup=0, cache_dir=tmp_path)

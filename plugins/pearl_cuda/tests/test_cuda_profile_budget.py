@@ -4,29 +4,19 @@ numpy stand-in for cupy and an injected clock (no GPU, no wall time): a timed lo
 stream counts; the composer's accelerator policy hands each probe its share.
 """
 
-import importlib.util
-import pathlib
-import sys
 from types import SimpleNamespace as NS
 
 import pytest
+import test_cuda_measure
 
 from pearl_core.composer.deviceprofile import profile_device
 from pearl_core.composer.timing import ProfileBudget
-from pearl_core.composer.workload import Workload
 from pearl_core.sdk import MeasureRequest, PrimitiveCost
-from pearl_cuda import kernels, profile
-from pearl_cuda.backend import CudaBackend
+from pearl_cuda import profile
 from pearl_cuda.learner import promising_streams, stream_candidates
 
-_spec = importlib.util.spec_from_file_location("pearl_cuda_fake_cupy_b",
-                                               pathlib.Path(__file__).with_name("fake_cupy.py"))
-fake_cupy = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fake_cupy)
-
-WL = Workload(batch_size=16, obs_bytes=16, action_bytes=8, capacity=4096, fanout=16, insert_batch=4)
-GPU = NS(name="cuda:0", kind="cuda", index=0, active_power_w=300.0)
-
+# The fake GPU (the numpy stand-in for cupy as the CUDA backend's device), its workload and device: shared.
+GPU, WL, fake_gpu = test_cuda_measure.GPU, test_cuda_measure.WL, test_cuda_measure.fake_gpu
 
 class Ticks:
     """A clock that moves ``step`` seconds at every reading."""
@@ -37,17 +27,6 @@ class Ticks:
     def __call__(self):
         self.now += self.step
         return self.now
-
-
-@pytest.fixture
-def fake_gpu(monkeypatch):
-    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
-    monkeypatch.setitem(sys.modules, "pynvml", None)  # no NVML: power from the spec
-    kernels.load.cache_clear()
-    backend = CudaBackend()
-    assert backend.availability().available, backend.availability().reason
-    yield backend
-    kernels.load.cache_clear()
 
 
 def test_the_replay_probe_stops_at_its_share_and_says_how_many_samples(fake_gpu, monkeypatch):
